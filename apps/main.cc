@@ -1,0 +1,34 @@
+// The `troupe` command line. Each subcommand lives in its own *_command.cc;
+// this file only wires them up and maps parse errors to exit status 2.
+#include <cstdio>
+
+#include <CLI/CLI.hpp>
+
+#include "apps/cli_common.h"
+#include "apps/config_command.h"
+#include "apps/gen_data_command.h"
+#include "apps/version_command.h"
+#include "troupe/config.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"troupe: actor-model training for recommendation models and dense networks"};
+  app.set_version_flag("--version", TROUPE_VERSION);
+  app.require_subcommand(1);
+  int result = troupe::apps::kExitOk;
+  troupe::apps::addGenDataCommand(&app, &result);
+  troupe::apps::addConfigCommand(&app, &result);
+  troupe::apps::addVersionCommand(&app, &result);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "troupe: error: %s (see 'troupe --help')\n", e.what());
+    return troupe::apps::kExitUsage;
+  }
+  return result;
+}

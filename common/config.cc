@@ -1,0 +1,315 @@
+#include "common/config.h"
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+#include "common/check.h"
+
+namespace troupe {
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+bool parseInt(std::string_view s, int64_t* out) {
+  s = trim(s);
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && p == s.data() + s.size() && !s.empty();
+}
+
+bool parseFloat(std::string_view s, double* out) {
+  s = trim(s);
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && p == s.data() + s.size() && !s.empty();
+}
+
+std::string formatValue(const Config::Value& v) {
+  struct Visitor {
+    std::string operator()(int64_t x) const { return std::to_string(x); }
+    std::string operator()(double x) const {
+      std::string s = fmt::format("{}", x);
+      if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+      return s;
+    }
+    std::string operator()(bool x) const { return x ? "true" : "false"; }
+    std::string operator()(const std::string& x) const {
+      std::ostringstream os;
+      os << toml::value<std::string>(x);
+      return os.str();
+    }
+    std::string operator()(const std::vector<int64_t>& x) const {
+      return fmt::format("[{}]", fmt::join(x, ", "));
+    }
+  };
+  return std::visit(Visitor{}, v);
+}
+
+const char* nodeTypeName(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::table: return "a table";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "a boolean";
+    default: return "a date or time";
+  }
+}
+
+}  // namespace
+
+const char* Config::typeName(Type type) {
+  switch (type) {
+    case Type::kInt: return "integer";
+    case Type::kFloat: return "float";
+    case Type::kBool: return "boolean";
+    case Type::kString: return "string";
+    case Type::kIntList: return "list of integers";
+  }
+  return "?";
+}
+
+Config::Config(std::vector<Key> schema) {
+  for (auto& k : schema) {
+    std::string name = k.name;
+    Value v = k.defaultValue;
+    TROUPE_CHECK(v.index() == static_cast<size_t>(k.type), "schema default of '{}' has the wrong type",
+                 name);
+    auto [it, fresh] = entries_.emplace(name, Entry{std::move(k), std::move(v), false});
+    TROUPE_CHECK(fresh, "schema declares '{}' twice", name);
+  }
+}
+
+Config::Entry& Config::mutableEntry(std::string_view key, std::string_view origin) {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) {
+    // Suggest a key in the same table, the likeliest typo fix.
+    std::string hint;
+    auto dot = key.rfind('.');
+    std::string_view table = dot == std::string_view::npos ? std::string_view() : key.substr(0, dot + 1);
+    for (const auto& [name, e] : entries_) {
+      if (!table.empty() && name.compare(0, table.size(), table) == 0) {
+        hint += hint.empty() ? " (keys in that table: " : ", ";
+        hint += name;
+      }
+    }
+    if (!hint.empty()) hint += ")";
+    TROUPE_SETUP_ERROR("config: unknown key '{}' in {}{}", key, origin, hint);
+  }
+  return it->second;
+}
+
+void Config::loadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    TROUPE_SETUP_ERROR("config: cannot open '{}': {}", path, std::strerror(errno));
+  }
+  std::stringstream buf;
+  buf << in.rdbuf();
+  loadString(buf.str(), path);
+}
+
+void Config::loadString(std::string_view text, std::string_view origin) {
+  toml::table root;
+  try {
+    root = toml::parse(text, origin);
+  } catch (const toml::parse_error& e) {
+    const auto& where = e.source().begin;
+    TROUPE_SETUP_ERROR("config: {}:{}:{}: {}", origin, where.line, where.column, e.description());
+  }
+  // Walk nested tables; every leaf must be a declared key of the right type.
+  std::vector<std::pair<std::string, const toml::table*>> stack{{"", &root}};
+  while (!stack.empty()) {
+    auto [prefix, table] = stack.back();
+    stack.pop_back();
+    for (const auto& [k, node] : *table) {
+      std::string name = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+      if (const auto* sub = node.as_table()) {
+        stack.emplace_back(name, sub);
+        continue;
+      }
+      const auto line = node.source().begin.line;
+      std::string where = fmt::format("{}:{}", origin, line);
+      Entry& e = mutableEntry(name, where);
+      auto wrongType = [&]() {
+        TROUPE_SETUP_ERROR("config: {}: '{}' must be {} {}, got {}", where, name,
+                           e.key.type == Type::kInt ? "an" : "a", typeName(e.key.type),
+                           nodeTypeName(node));
+      };
+      switch (e.key.type) {
+        case Type::kInt:
+          if (!node.is_integer()) wrongType();
+          e.value = node.as_integer()->get();
+          break;
+        case Type::kFloat:
+          if (node.is_integer()) {
+            e.value = double(node.as_integer()->get());
+          } else if (node.is_floating_point()) {
+            e.value = node.as_floating_point()->get();
+          } else {
+            wrongType();
+          }
+          break;
+        case Type::kBool:
+          if (!node.is_boolean()) wrongType();
+          e.value = node.as_boolean()->get();
+          break;
+        case Type::kString:
+          if (!node.is_string()) wrongType();
+          e.value = node.as_string()->get();
+          break;
+        case Type::kIntList: {
+          const auto* arr = node.as_array();
+          if (!arr) wrongType();
+          std::vector<int64_t> list;
+          for (const auto& item : *arr) {
+            if (!item.is_integer()) {
+              TROUPE_SETUP_ERROR("config: {}: '{}' must be a list of integers, got an element that is {}",
+                                 where, name, nodeTypeName(item));
+            }
+            list.push_back(item.as_integer()->get());
+          }
+          e.value = std::move(list);
+          break;
+        }
+      }
+      e.set = true;
+    }
+  }
+}
+
+void Config::set(std::string_view assignment) {
+  auto eq = assignment.find('=');
+  if (eq == std::string_view::npos || trim(assignment.substr(0, eq)).empty()) {
+    TROUPE_SETUP_ERROR("config: bad override '{}' (expected key=value)", assignment);
+  }
+  std::string_view key = trim(assignment.substr(0, eq));
+  std::string_view text = trim(assignment.substr(eq + 1));
+  Entry& e = mutableEntry(key, "--set");
+  auto bad = [&]() {
+    TROUPE_SETUP_ERROR("config: --set {}: '{}' is not a valid {}", key, text, typeName(e.key.type));
+  };
+  switch (e.key.type) {
+    case Type::kInt: {
+      int64_t v;
+      if (!parseInt(text, &v)) bad();
+      e.value = v;
+      break;
+    }
+    case Type::kFloat: {
+      double v;
+      if (!parseFloat(text, &v)) bad();
+      e.value = v;
+      break;
+    }
+    case Type::kBool:
+      if (text == "true" || text == "1") {
+        e.value = true;
+      } else if (text == "false" || text == "0") {
+        e.value = false;
+      } else {
+        bad();
+      }
+      break;
+    case Type::kString:
+      if (text.size() >= 2 && text.front() == '"' && text.back() == '"') {
+        text = text.substr(1, text.size() - 2);
+      }
+      e.value = std::string(text);
+      break;
+    case Type::kIntList: {
+      std::string_view body = text;
+      if (!body.empty() && body.front() == '[' && body.back() == ']') {
+        body = body.substr(1, body.size() - 2);
+      }
+      std::vector<int64_t> list;
+      while (!trim(body).empty()) {
+        auto comma = body.find(',');
+        int64_t v;
+        if (!parseInt(body.substr(0, comma), &v)) bad();
+        list.push_back(v);
+        if (comma == std::string_view::npos) break;
+        body = body.substr(comma + 1);
+      }
+      e.value = std::move(list);
+      break;
+    }
+  }
+  e.set = true;
+}
+
+void Config::setValue(std::string_view key, Value value) {
+  Entry& e = mutableEntry(key, "a command-line flag");
+  TROUPE_CHECK(value.index() == static_cast<size_t>(e.key.type), "setValue('{}') with the wrong type",
+               key);
+  e.value = std::move(value);
+  e.set = true;
+}
+
+const Config::Entry& Config::entry(std::string_view key, Type type) const {
+  auto it = entries_.find(key);
+  TROUPE_CHECK(it != entries_.end(), "config key '{}' is not in the schema", key);
+  TROUPE_CHECK(it->second.key.type == type, "config key '{}' is a {}, read as a {}", key,
+               typeName(it->second.key.type), typeName(type));
+  return it->second;
+}
+
+bool Config::has(std::string_view key) const { return entries_.count(key) != 0; }
+int64_t Config::getInt(std::string_view key) const {
+  return std::get<int64_t>(entry(key, Type::kInt).value);
+}
+double Config::getFloat(std::string_view key) const {
+  return std::get<double>(entry(key, Type::kFloat).value);
+}
+bool Config::getBool(std::string_view key) const {
+  return std::get<bool>(entry(key, Type::kBool).value);
+}
+const std::string& Config::getString(std::string_view key) const {
+  return std::get<std::string>(entry(key, Type::kString).value);
+}
+const std::vector<int64_t>& Config::getIntList(std::string_view key) const {
+  return std::get<std::vector<int64_t>>(entry(key, Type::kIntList).value);
+}
+bool Config::isSet(std::string_view key) const {
+  auto it = entries_.find(key);
+  TROUPE_CHECK(it != entries_.end(), "config key '{}' is not in the schema", key);
+  return it->second.set;
+}
+
+std::string Config::toToml() const {
+  // Group keys by their table (everything before the last dot).
+  std::map<std::string, std::vector<const Entry*>> tables;
+  for (const auto& [name, e] : entries_) {
+    auto dot = name.rfind('.');
+    tables[dot == std::string::npos ? "" : name.substr(0, dot)].push_back(&e);
+  }
+  std::string out;
+  for (const auto& [table, list] : tables) {
+    if (!table.empty()) out += fmt::format("{}[{}]\n", out.empty() ? "" : "\n", table);
+    for (const Entry* e : list) {
+      auto dot = e->key.name.rfind('.');
+      out += fmt::format("{} = {}\n", dot == std::string::npos ? e->key.name : e->key.name.substr(dot + 1),
+                         formatValue(e->value));
+    }
+  }
+  return out;
+}
+
+std::string Config::describe() const {
+  std::string out;
+  for (const auto& [name, e] : entries_) {
+    out += fmt::format("{:<34} {:<16} default {:<14} {}\n", name, typeName(e.key.type),
+                       formatValue(e.key.defaultValue), e.key.help);
+  }
+  return out;
+}
+
+}  // namespace troupe

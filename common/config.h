@@ -1,0 +1,79 @@
+// Config: one typed configuration for a whole job (STYLE.md, Interfaces).
+//
+// Keys are declared up front in a schema (name, type, default, help). Values
+// come from, in order: the defaults, a TOML file, then `--set key=value`
+// overrides. Nested TOML tables are flattened to dotted names: `[data]` with
+// `rows = 10` is the key "data.rows".
+//
+// Every failure is a SetupError whose message is one line naming the path or
+// key and what was wrong: a missing or unreadable file, TOML syntax (with line
+// and column), an unknown key, a value of the wrong type, a bad override.
+//
+// Not thread-safe while being loaded; const access is safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace troupe {
+
+class Config {
+ public:
+  enum class Type { kInt, kFloat, kBool, kString, kIntList };
+  using Value = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>>;
+
+  struct Key {
+    std::string name;  // dotted, e.g. "data.synthetic.rows"
+    Type type;
+    Value defaultValue;
+    std::string help;
+  };
+
+  explicit Config(std::vector<Key> schema);
+
+  // Loads a TOML file over the current values.
+  void loadFile(const std::string& path);
+  // Loads TOML text; `origin` names it in error messages.
+  void loadString(std::string_view toml, std::string_view origin);
+  // Applies one "key=value" override, the value parsed as the key's type.
+  void set(std::string_view assignment);
+  // Sets a key from a typed value (the CLI's own flags use this).
+  void setValue(std::string_view key, Value value);
+
+  bool has(std::string_view key) const;
+  int64_t getInt(std::string_view key) const;
+  double getFloat(std::string_view key) const;
+  bool getBool(std::string_view key) const;
+  const std::string& getString(std::string_view key) const;
+  const std::vector<int64_t>& getIntList(std::string_view key) const;
+  // True when the key was given by a file or an override, not defaulted.
+  bool isSet(std::string_view key) const;
+
+  // The resolved configuration as TOML (every key, grouped by table), so a run
+  // directory can keep exactly what was used.
+  std::string toToml() const;
+  // One line per key: name, type, default, help.
+  std::string describe() const;
+
+  static const char* typeName(Type type);
+
+ private:
+  struct Entry {
+    Key key;
+    Value value;
+    bool set = false;
+  };
+  const Entry& entry(std::string_view key, Type type) const;
+  Entry& mutableEntry(std::string_view key, std::string_view origin);
+
+  std::map<std::string, Entry, std::less<>> entries_;
+};
+
+// The schema of every key troupe understands.
+std::vector<Config::Key> troupeConfigSchema();
+
+}  // namespace troupe

@@ -1,0 +1,21 @@
+#include "kernels/kernels.h"
+
+#include "common/check.h"
+#include "common/compute_pool.h"
+#include "kernels/cpu/kernels.h"
+
+namespace troupe::kernels {
+
+std::unique_ptr<Kernels> createKernels(const KernelOptions& options) {
+  if (options.threads < 0) TROUPE_SETUP_ERROR("KernelOptions.threads must be >= 0, got {}", options.threads);
+  const int threads = options.threads == 0 ? ComputePool::hardwareThreads() : options.threads;
+  switch (options.device) {
+    case Device::kCpu: return std::make_unique<cpu::Kernels>(threads);
+    case Device::kCuda:
+      // kernels/cuda registers itself here once it exists (TROUPE_HAVE_CUDA).
+      TROUPE_SETUP_ERROR("createKernels: Device::kCuda is not available in this build");
+  }
+  TROUPE_SETUP_ERROR("createKernels: unknown device {}", static_cast<int>(options.device));
+}
+
+}  // namespace troupe::kernels

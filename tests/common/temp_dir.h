@@ -1,0 +1,29 @@
+// TempDir: a fresh directory from mkdtemp, removed with its contents when the
+// object goes away. Tests write their files here, never to fixed paths.
+#pragma once
+
+#include <string>
+
+namespace troupe::testing {
+
+class TempDir final {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  // path() + "/" + name
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// Writes `contents` to `path`, replacing it; aborts the test binary on failure.
+void writeFile(const std::string& path, const std::string& contents);
+// Reads the whole file; aborts on failure.
+std::string readFile(const std::string& path);
+
+}  // namespace troupe::testing
