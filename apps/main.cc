@@ -1,6 +1,7 @@
 // The `troupe` command line. Each subcommand lives in its own *_command.cc;
 // this file only wires them up and maps parse errors to exit status 2.
 #include <cstdio>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
@@ -18,6 +19,19 @@ int main(int argc, char** argv) {
   troupe::apps::addGenDataCommand(&app, &result);
   troupe::apps::addConfigCommand(&app, &result);
   troupe::apps::addVersionCommand(&app, &result);
+  if (argc > 1 && argv[1][0] != '-') {
+    bool known = false;
+    std::string names;
+    for (const auto* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+      known = known || sub->check_name(argv[1]);
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known) {
+      std::fprintf(stderr, "troupe: error: unknown command '%s' (commands: %s; see 'troupe --help')\n", argv[1],
+                   names.c_str());
+      return troupe::apps::kExitUsage;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

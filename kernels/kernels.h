@@ -19,7 +19,9 @@
 // (TROUPE_CHECK aborts).
 //
 // Determinism: for the same inputs every method returns bit-identical results
-// whatever the thread count.
+// whatever the thread count, except the dense layer, whose GEMMs are as
+// reproducible as the BLAS underneath (OpenBLAS: same result for the same
+// thread count).
 #pragma once
 
 #include <cstdint>

@@ -3,7 +3,7 @@
 //
 // Forward is parallel over bags with rows prefetched a few indices ahead.
 // Backward groups the (row, bag) pairs by row (counting sort when the table is
-// small, a sort otherwise), then sums each row's contributions in index order,
+// small, hashing otherwise), then sums each row's contributions in index order,
 // parallel over rows: no atomics, no per-thread copies of the table, and the
 // result does not depend on the thread count.
 #pragma once
@@ -13,6 +13,7 @@
 
 #include "common/compute_pool.h"
 #include "common/status.h"
+#include "kernels/cpu/key_dedup.h"
 #include "kernels/embedding_bag.h"
 
 namespace troupe::kernels::cpu {
@@ -30,8 +31,10 @@ struct BagContribution {
 // Reusable scratch of the backward pass (one per Kernels object).
 struct EmbeddingBagScratch {
   std::vector<BagContribution> contributions;
-  std::vector<int32_t> rowStart;
-  std::vector<uint64_t> sortKeys;
+  std::vector<int32_t> groupStart;
+  KeyDedup rowIndex;  // groups rows by hashing when the table is large
+  std::vector<uint64_t> keys, unique;
+  std::vector<int64_t> inverse;
 };
 
 Status embeddingBagBackward(ComputePool& pool, const float* gradOut, int64_t dim,

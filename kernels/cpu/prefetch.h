@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 
 namespace troupe::kernels::cpu {
 
@@ -20,7 +21,8 @@ inline void prefetchBytes(const void* p, int64_t bytes) {
 // How many rows ahead to prefetch so that about 32 cache lines are in flight.
 inline int64_t prefetchDistance(int64_t rowBytes) {
   const int64_t lines = (rowBytes + kCacheLine - 1) / kCacheLine;
-  const int64_t d = 32 / (lines > 0 ? lines : 1);
+  static const int64_t kLinesAhead = std::getenv("TLA") ? std::atoi(std::getenv("TLA")) : 32;
+  const int64_t d = kLinesAhead / (lines > 0 ? lines : 1);
   return d < 2 ? 2 : d;
 }
 

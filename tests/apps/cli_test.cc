@@ -109,5 +109,72 @@ TEST(CliTest, ShippedConfigsLoad) {
   }
 }
 
+TEST(CliTest, GenDataIsDeterministicAndReusesTheCache) {
+  TempDir dir;
+  const std::vector<std::string> common = {"gen-data", "criteo-synthetic", "--rows", "3000", "--test-rows", "700",
+                                           "--tables", "5", "--max-vocab", "300", "--seed", "4"};
+  auto withArgs = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = common;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  auto one = troupe(withArgs({"--out", dir.file("a"), "--threads", "1"}));
+  ASSERT_EQ(one.exitCode, 0) << one.err;
+  auto two = troupe(withArgs({"--out", dir.file("b"), "--threads", "2"}));
+  ASSERT_EQ(two.exitCode, 0) << two.err;
+  for (const char* f : {"train.tsv", "test.tsv", "oracle.json"}) {
+    EXPECT_EQ(readFile(dir.file("a/") + f), readFile(dir.file("b/") + f)) << f;
+  }
+  EXPECT_EQ(countLines(readFile(dir.file("a/train.tsv"))), 3000u);
+  EXPECT_EQ(countLines(readFile(dir.file("a/test.tsv"))), 700u);
+  EXPECT_NE(one.out.find("3000 train + 700 test rows"), std::string::npos) << one.out;
+  EXPECT_NE(one.out.find("oracle (the planted model on the test rows): AUC 0."), std::string::npos) << one.out;
+
+  // Same settings again: reused, same metrics printed, files untouched.
+  const auto before = std::filesystem::last_write_time(dir.file("a/train.tsv"));
+  auto again = troupe(withArgs({"--out", dir.file("a")}));
+  ASSERT_EQ(again.exitCode, 0) << again.err;
+  EXPECT_NE(again.err.find("already holds this data set"), std::string::npos) << again.err;
+  EXPECT_EQ(std::filesystem::last_write_time(dir.file("a/train.tsv")), before);
+  auto metrics = [](const std::string& out) { return out.substr(out.find("oracle")); };
+  EXPECT_EQ(metrics(again.out), metrics(one.out));
+
+  // Another seed: other data.
+  auto other = troupe({"gen-data", "criteo-synthetic", "--rows", "3000", "--test-rows", "700", "--tables", "5",
+                       "--max-vocab", "300", "--seed", "5", "--out", dir.file("c")});
+  ASSERT_EQ(other.exitCode, 0) << other.err;
+  EXPECT_NE(readFile(dir.file("c/train.tsv")), readFile(dir.file("a/train.tsv")));
+}
+
+TEST(CliTest, GenDataFromTheConfigGoesToTheCache) {
+  TempDir dir;
+  auto r = troupe({"gen-data", "criteo-synthetic", "--config",
+                   std::string(TROUPE_SOURCE_ROOT) + "/configs/dlrm-synthetic.toml", "--set",
+                   "data.synthetic.rows=2000", "--set", "data.synthetic.test_rows=500", "--set",
+                   "data.cache_dir=" + dir.path()});
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  int datasets = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    EXPECT_EQ(entry.path().filename().string().rfind("criteo-synthetic-", 0), 0u) << entry.path();
+    EXPECT_TRUE(std::filesystem::exists(entry.path() / "oracle.json"));
+    ++datasets;
+  }
+  EXPECT_EQ(datasets, 1);
+}
+
+TEST(CliTest, GenDataRejectsBadSettings) {
+  TempDir dir;
+  auto r = troupe({"gen-data", "criteo-synthetic", "--rows", "0", "--out", dir.file("x")});
+  EXPECT_EQ(r.exitCode, 2) << r.err;
+  EXPECT_NE(r.err.find("--rows"), std::string::npos) << r.err;
+  expectUsageError(troupe({"gen-data", "criteo-synthetic", "--rows", "100", "--set", "data.synthetic.zipf=0",
+                           "--out", dir.file("y")}),
+                   "zipf");
+  expectUsageError(troupe({"gen-data", "criteo-synthetic", "--rows", "100", "--min-vocab", "50", "--max-vocab",
+                           "10", "--out", dir.file("z")}),
+                   "vocab");
+  EXPECT_FALSE(std::filesystem::exists(dir.file("z/oracle.json")));
+}
+
 }  // namespace
 }  // namespace troupe

@@ -1,0 +1,53 @@
+// cpu::Kernels: the CPU implementation of troupe::kernels::Kernels. Owns a
+// ComputePool of `threads` threads (the caller counts as one) and the scratch
+// buffers of the backward and dedup passes; sets OpenBLAS's process-wide
+// thread count to `threads` on construction. A mutex serialises calls, so one
+// object may be shared by several threads (each call then runs alone).
+#pragma once
+
+#include <mutex>
+
+#include "common/compute_pool.h"
+#include "kernels/cpu/embedding_bag.h"
+#include "kernels/cpu/key_dedup.h"
+#include "kernels/kernels.h"
+
+namespace troupe::kernels::cpu {
+
+class Kernels final : public troupe::kernels::Kernels {
+ public:
+  explicit Kernels(int threads);
+
+  Device device() const override { return Device::kCpu; }
+  int threads() const override { return pool_.threads(); }
+
+  Status embeddingBagForward(const float* rows, int64_t numRows, int64_t dim,
+                             const EmbeddingBags& bags, float* out) override;
+  Status embeddingBagBackward(const float* gradOut, int64_t dim, const EmbeddingBags& bags,
+                              float* gradRows, int64_t numRows) override;
+  Expected<int64_t> uniqueKeys(const uint64_t* keys, int64_t n, uint64_t* uniqueKeys,
+                               int64_t* inverse) override;
+  Expected<int64_t> dedupGradients(const uint64_t* keys, const float* grads, int64_t n, int64_t dim,
+                                   uint64_t* uniqueKeys, float* summedGrads,
+                                   int64_t* inverse) override;
+  Status applyRowOptimizer(const OptimizerConfig& config, float* const* rows, int64_t numRows,
+                           int64_t dim, const float* grads) override;
+  Status denseForward(const float* x, const float* w, const float* bias, int64_t batch, int64_t in,
+                      int64_t out, float* y) override;
+  Status denseBackward(const float* x, const float* w, const float* dy, int64_t batch, int64_t in,
+                       int64_t out, float* dx, float* dw, float* dbias, bool accumulate) override;
+  void reluForward(const float* x, int64_t n, float* y) override;
+  void reluBackward(const float* x, const float* dy, int64_t n, float* dx) override;
+  Expected<double> sigmoidCrossEntropy(const float* logits, const float* labels, int64_t n,
+                                       float* dLogits) override;
+  Expected<double> softmaxCrossEntropy(const float* logits, const int32_t* labels, int64_t batch,
+                                       int64_t classes, float* dLogits) override;
+
+ private:
+  std::mutex mu_;
+  ComputePool pool_;
+  EmbeddingBagScratch bagScratch_;
+  KeyDedup dedup_;
+};
+
+}  // namespace troupe::kernels::cpu
