@@ -2,7 +2,8 @@
 // Benchmarks). Measures memcpy bandwidth and sgemm FLOP/s first, then each
 // kernel on tables far larger than the caches, and reports bytes/s (real bytes
 // read + written) or FLOP/s with the ratio to the matching ceiling:
-// pct_memcpy or pct_sgemm.
+// pct_memcpy (streaming copy), pct_gather (random 64-byte rows of the same
+// table: the latency-bound ceiling of any gather) or pct_sgemm.
 //
 //   troupe_kernels_bench [--threads=N] [--table_mib=1024] [benchmark flags]
 #include <algorithm>
@@ -51,6 +52,15 @@ void fillTable(HugeBuffer& table, int threads) {
   });
 }
 
+// Each benchmark cycles through enough different batches that the rows it
+// touches (kFootprint bytes) are far larger than the last-level cache;
+// otherwise a 1 GiB table behaves like a cached one.
+constexpr double kFootprint = double(size_t{512} << 20);
+
+int batchesFor(double bytesPerBatch) {
+  return int(std::clamp(kFootprint / std::max(bytesPerBatch, 1.0) + 1, 8.0, 1024.0));
+}
+
 void setRates(benchmark::State& state, double bytesPerIter, double flopsPerIter) {
   const double iters = double(state.iterations());
   const Ceilings& c = setup().ceilings;
@@ -58,6 +68,10 @@ void setRates(benchmark::State& state, double bytesPerIter, double flopsPerIter)
     state.SetBytesProcessed(int64_t(bytesPerIter * iters));
     state.counters["pct_memcpy"] =
         benchmark::Counter(100.0 * bytesPerIter * iters / c.memcpyBytesPerSecond, benchmark::Counter::kIsRate);
+    if (c.randomRowBytesPerSecond > 0) {
+      state.counters["pct_gather"] = benchmark::Counter(
+          100.0 * bytesPerIter * iters / c.randomRowBytesPerSecond, benchmark::Counter::kIsRate);
+    }
   }
   if (flopsPerIter > 0) {
     state.counters["FLOPS"] = benchmark::Counter(flopsPerIter * iters, benchmark::Counter::kIsRate);
@@ -96,8 +110,9 @@ void embeddingBagForward(benchmark::State& state) {
   const int64_t dim = state.range(0), batch = state.range(1);
   const int64_t numRows = int64_t(setup().tableBytes / (dim * sizeof(float)));
   uint64_t seed = 1;
-  std::vector<BagBatch> batches;  // several batches so no run re-reads cached rows
-  for (int i = 0; i < 8; ++i) batches.push_back(randomBags(batch, numRows, seed++));
+  std::vector<BagBatch> batches;
+  const int count = batchesFor(30.0 * double(batch * dim * 4));
+  for (int i = 0; i < count; ++i) batches.push_back(randomBags(batch, numRows, seed++));
   std::vector<float> out(batch * dim);
   const float* rows = setup().table->floats();
   size_t next = 0;
@@ -120,7 +135,8 @@ void embeddingBagBackward(benchmark::State& state) {
   const int64_t numRows = int64_t(setup().tableBytes / (dim * sizeof(float)));
   uint64_t seed = 100;
   std::vector<BagBatch> batches;
-  for (int i = 0; i < 8; ++i) batches.push_back(randomBags(batch, numRows, seed++));
+  const int count = batchesFor(30.0 * double(batch * dim * 4));
+  for (int i = 0; i < count; ++i) batches.push_back(randomBags(batch, numRows, seed++));
   std::vector<float> gradOut(batch * dim, 1e-6f);
   float* gradRows = setup().table->floats();
   size_t next = 0;
@@ -144,7 +160,7 @@ void rowOptimizer(benchmark::State& state) {
   const int64_t block = kernels::optimizerRowFloats(kind, dim);
   const int64_t numBlocks = int64_t(setup().tableBytes / (block * sizeof(float)));
   Rng rng(uint64_t(kind) + 7);
-  std::vector<std::vector<float*>> updates(8);
+  std::vector<std::vector<float*>> updates(batchesFor(double(n * block * 4)));
   for (auto& rows : updates) {
     std::vector<int64_t> picks;
     while (int64_t(picks.size()) < n) {
@@ -266,9 +282,15 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
 
-  s.ceilings = measureCeilings(s.threads);
-  std::fprintf(stderr, "ceilings (%d threads): memcpy %.2f GB/s (read + write), sgemm 2048^3 %.1f GFLOP/s\n",
-               s.threads, s.ceilings.memcpyBytesPerSecond / 1e9, s.ceilings.sgemmFlopsPerSecond / 1e9);
+  s.table = std::make_unique<HugeBuffer>(s.tableBytes);
+  fillTable(*s.table, s.threads);
+  s.ceilings = measureCeilings(s.threads, s.table->data(), s.table->bytes());
+  std::fprintf(stderr,
+               "ceilings (%d threads): memcpy %.2f GB/s (read + write), random 64 B rows of %zu MiB "
+               "%.2f GB/s, sgemm 2048^3 %.1f GFLOP/s\n",
+               s.threads, s.ceilings.memcpyBytesPerSecond / 1e9, s.tableBytes >> 20,
+               s.ceilings.randomRowBytesPerSecond / 1e9, s.ceilings.sgemmFlopsPerSecond / 1e9);
+  benchmark::AddCustomContext("random_row_GBps", std::to_string(s.ceilings.randomRowBytesPerSecond / 1e9));
   benchmark::AddCustomContext("threads", std::to_string(s.threads));
   benchmark::AddCustomContext("memcpy_GBps", std::to_string(s.ceilings.memcpyBytesPerSecond / 1e9));
   benchmark::AddCustomContext("sgemm_GFLOPs", std::to_string(s.ceilings.sgemmFlopsPerSecond / 1e9));
@@ -277,8 +299,6 @@ int main(int argc, char** argv) {
   troupe::kernels::KernelOptions options;
   options.threads = s.threads;
   s.kernels = troupe::kernels::createKernels(options);
-  s.table = std::make_unique<HugeBuffer>(s.tableBytes);
-  fillTable(*s.table, s.threads);
 
   registerAll();
   benchmark::RunSpecifiedBenchmarks();

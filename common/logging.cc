@@ -1,8 +1,10 @@
 #include "common/logging.h"
 
 #include <map>
+#include <vector>
 #include <mutex>
 
+#include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 
 #include "common/check.h"
@@ -18,6 +20,7 @@ struct LevelTable {
   spdlog::level::level_enum fallback = spdlog::level::info;
   std::map<std::string, spdlog::level::level_enum, std::less<>> perLogger;
   std::string pattern = "%Y-%m-%d %H:%M:%S.%e %L %-7n [%P main] %v";
+  std::vector<spdlog::sink_ptr> extraSinks;
 };
 
 LevelTable& levels() {
@@ -67,6 +70,21 @@ void configureLogging(const LoggingOptions& options) {
     l->set_level(levelFor(t, l->name()));
     l->set_pattern(t.pattern);
   });
+  for (auto& sink : t.extraSinks) sink->set_pattern(t.pattern);
+}
+
+void addLogFile(const std::string& path) {
+  spdlog::sink_ptr sink;
+  try {
+    sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path);
+  } catch (const spdlog::spdlog_ex& e) {
+    TROUPE_SETUP_ERROR("cannot open log file '{}': {}", path, e.what());
+  }
+  auto& t = levels();
+  std::lock_guard lock(t.mu);
+  sink->set_pattern(t.pattern);
+  t.extraSinks.push_back(sink);
+  spdlog::apply_all([&](const std::shared_ptr<spdlog::logger>& l) { l->sinks().push_back(sink); });
 }
 
 std::shared_ptr<spdlog::logger> logger(std::string_view name) {
@@ -74,7 +92,9 @@ std::shared_ptr<spdlog::logger> logger(std::string_view name) {
   std::lock_guard lock(t.mu);
   std::string key(name);
   if (auto existing = spdlog::get(key)) return existing;
-  auto l = std::make_shared<spdlog::logger>(key, std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  std::vector<spdlog::sink_ptr> sinks{std::make_shared<spdlog::sinks::stderr_sink_mt>()};
+  sinks.insert(sinks.end(), t.extraSinks.begin(), t.extraSinks.end());
+  auto l = std::make_shared<spdlog::logger>(key, sinks.begin(), sinks.end());
   l->set_level(levelFor(t, name));
   l->set_pattern(t.pattern);
   l->flush_on(spdlog::level::warn);

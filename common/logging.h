@@ -27,6 +27,10 @@ struct LoggingOptions {
 // SetupError naming the bad level. Thread-safe; later calls replace earlier.
 void configureLogging(const LoggingOptions& options);
 
+// Also writes every troupe logger's lines to `path` (appending), e.g. a run
+// directory's log. Throws SetupError when the file cannot be opened.
+void addLogFile(const std::string& path);
+
 // The logger of one folder, created on first use with the configured level.
 std::shared_ptr<spdlog::logger> logger(std::string_view name);
 

@@ -114,10 +114,11 @@ Status CriteoReader::rewind() {
   return impl_->source.rewind();
 }
 
-Expected<size_t> CriteoReader::next(size_t maxRows, CriteoBatch* batch) {
+Expected<size_t> CriteoReader::next(size_t batchRows, CriteoBatch* batch) {
   const size_t c = size_t(options_.numCategorical);
   batch->clear();
   batch->numCategorical = options_.numCategorical;
+  size_t maxRows = batchRows;
   if (options_.maxRows >= 0) {
     maxRows = std::min<size_t>(maxRows, size_t(std::max<int64_t>(options_.maxRows - rowsRead_, 0)));
   }

@@ -84,11 +84,11 @@ class CriteoReader final {
   CriteoReader(const CriteoReader&) = delete;
   CriteoReader& operator=(const CriteoReader&) = delete;
 
-  // Clears *batch and fills it with up to maxRows rows. Returns the number of
-  // rows read: 0 means the end of the data (or maxRows reached). On a bad line
+  // Clears *batch and fills it with up to batchRows rows. Returns the number of
+  // rows read: 0 means the end of the data (or options.maxRows reached). On a bad line
   // (without skipBadLines) returns the error; the rows read before it stay in
   // *batch and a later call continues after the bad line.
-  Expected<size_t> next(size_t maxRows, CriteoBatch* batch);
+  Expected<size_t> next(size_t batchRows, CriteoBatch* batch);
 
   // Back to the first line; counters restart.
   Status rewind();

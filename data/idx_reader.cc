@@ -63,17 +63,16 @@ uint32_t bigEndian32(const uint8_t* p) {
 Expected<std::vector<uint32_t>> checkHeader(const std::string& path, const std::vector<uint8_t>& data,
                                             uint32_t magic, int dims) {
   const size_t headerBytes = 4 * size_t(1 + dims);
+  if (data.size() >= 4 && bigEndian32(data.data()) != magic) {
+    return Status::corruption(fmt::format("'{}': bad idx magic 0x{:08x}, expected 0x{:08x} ({})",
+                                          path, bigEndian32(data.data()), magic,
+                                          magic == kIdxImagesMagic ? "idx3-ubyte images"
+                                                                   : "idx1-ubyte labels"));
+  }
   if (data.size() < headerBytes) {
     return Status::corruption(fmt::format(
         "'{}': truncated idx header: expected at least {} bytes, found {}", path, headerBytes,
         data.size()));
-  }
-  const uint32_t found = bigEndian32(data.data());
-  if (found != magic) {
-    return Status::corruption(fmt::format("'{}': bad idx magic 0x{:08x}, expected 0x{:08x} ({})",
-                                          path, found, magic,
-                                          magic == kIdxImagesMagic ? "idx3-ubyte images"
-                                                                   : "idx1-ubyte labels"));
   }
   std::vector<uint32_t> shape(static_cast<size_t>(dims));
   // 128 bits: three 32-bit dimensions cannot overflow.
@@ -115,7 +114,7 @@ Expected<IdxImages> readIdxImages(const std::string& path) {
   out.cols = int((*shape)[2]);
   const uint8_t* pixels = data->data() + 16;
   out.pixels.resize(data->size() - 16);
-  for (size_t i = 0; i < out.pixels.size(); ++i) out.pixels[i] = float(pixels[i]) * (1.0f / 255.0f);
+  for (size_t i = 0; i < out.pixels.size(); ++i) out.pixels[i] = float(pixels[i]) / 255.0f;
   return out;
 }
 

@@ -120,8 +120,9 @@ Status LibsvmReader::rewind() {
   return impl_->source.rewind();
 }
 
-Expected<size_t> LibsvmReader::next(size_t maxRows, LibsvmBatch* batch) {
+Expected<size_t> LibsvmReader::next(size_t batchRows, LibsvmBatch* batch) {
   batch->clear();
+  size_t maxRows = batchRows;
   if (options_.maxRows >= 0) {
     maxRows = std::min<size_t>(maxRows, size_t(std::max<int64_t>(options_.maxRows - rowsRead_, 0)));
   }

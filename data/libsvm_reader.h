@@ -63,11 +63,11 @@ class LibsvmReader final {
   LibsvmReader(const LibsvmReader&) = delete;
   LibsvmReader& operator=(const LibsvmReader&) = delete;
 
-  // Clears *batch and fills it with up to maxRows rows; 0 means the end. Empty
+  // Clears *batch and fills it with up to batchRows rows; 0 means the end. Empty
   // and comment-only lines are skipped. A bad line (without skipBadLines)
   // returns its error; rows before it stay in *batch and a later call goes on
   // after it.
-  Expected<size_t> next(size_t maxRows, LibsvmBatch* batch);
+  Expected<size_t> next(size_t batchRows, LibsvmBatch* batch);
 
   Status rewind();
 

@@ -8,8 +8,11 @@
 #include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -168,6 +171,33 @@ Status writeText(const std::string& path, const std::string& text) {
 
 std::string num(double x) { return fmt::format("{:.17g}", x); }
 
+// The number after "key": in our own oracle.json.
+std::optional<double> jsonNumber(const std::string& json, std::string_view key) {
+  const std::string needle = fmt::format("\"{}\": ", key);
+  const size_t at = json.find(needle);
+  if (at == std::string::npos) return std::nullopt;
+  const char* begin = json.c_str() + at + needle.size();
+  char* end = nullptr;
+  const double v = std::strtod(begin, &end);
+  if (end == begin) return std::nullopt;
+  return v;
+}
+
+Expected<std::string> readText(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) {
+    const int err = errno;
+    std::string msg = fmt::format("cannot open '{}': {}", path, std::strerror(err));
+    return err == ENOENT ? Status::notFound(std::move(msg)) : Status::ioError(std::move(msg));
+  }
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, n);
+  std::fclose(f);
+  return text;
+}
+
 }  // namespace
 
 int64_t syntheticTestRows(const SyntheticCriteoOptions& options) {
@@ -261,6 +291,50 @@ Expected<SyntheticCriteoOracle> generateSyntheticCriteo(const PlantedCriteoModel
   if (Status s = writeText(oraclePath, syntheticOracleJson(model, r)); !s) return s;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
+}
+
+Expected<SyntheticCriteoOracle> readSyntheticOracle(const std::string& dir) {
+  const std::string path = dir + "/" + kSyntheticOracleFile;
+  auto text = readText(path);
+  if (!text) return text.status();
+  SyntheticCriteoOracle r;
+  const std::pair<const char*, double*> doubles[] = {
+      {"auc", &r.auc},           {"logloss", &r.logloss}, {"ctr_train", &r.ctrTrain},
+      {"ctr_test", &r.ctrTest}, {"mean_p_test", &r.meanPTest}, {"bias", &r.bias}};
+  for (const auto& [key, out] : doubles) {
+    auto v = jsonNumber(*text, key);
+    if (!v) return Status::corruption(fmt::format("'{}': no number \"{}\"", path, key));
+    *out = *v;
+  }
+  auto train = jsonNumber(*text, "train_rows");
+  auto test = jsonNumber(*text, "test_rows");
+  if (!train || !test) return Status::corruption(fmt::format("'{}': no row counts", path));
+  r.trainRows = int64_t(*train);
+  r.testRows = int64_t(*test);
+  return r;
+}
+
+bool syntheticCriteoMatches(const SyntheticCriteoOptions& o, const std::string& dir) {
+  auto text = readText(dir + "/" + kSyntheticOracleFile);
+  if (!text) return false;
+  const std::pair<const char*, double> expected[] = {
+      {"train_rows", double(o.rows)},     {"test_rows", double(syntheticTestRows(o))},
+      {"seed", double(o.seed)},           {"tables", double(o.tables)},
+      {"min_vocab", double(o.minVocab)},  {"max_vocab", double(o.maxVocab)},
+      {"zipf", o.zipf},                   {"factor_dim", double(o.factorDim)},
+      {"target_ctr", o.ctr},              {"weight_scale", o.weightScale},
+      {"factor_scale", o.factorScale},    {"dense_scale", o.denseScale},
+      {"rare_rank", o.rareRank},          {"rare_shrink", o.rareShrink},
+      {"block_rows", double(o.blockRows)}};
+  for (const auto& [key, value] : expected) {
+    auto v = jsonNumber(*text, key);
+    if (!v || *v != value) return false;
+  }
+  // seed is a uint64: compare its exact text too (a double holds 53 bits).
+  if (text->find(fmt::format("\"seed\": {},", o.seed)) == std::string::npos) return false;
+  std::error_code ec;
+  return std::filesystem::is_regular_file(dir + "/" + kSyntheticTrainFile, ec) &&
+         std::filesystem::is_regular_file(dir + "/" + kSyntheticTestFile, ec);
 }
 
 std::string describeSyntheticCriteo(const SyntheticCriteoOptions& options) {

@@ -12,7 +12,8 @@
 //                significant digits.
 // Each file is written under a temporary name and renamed when complete;
 // oracle.json is removed first and written last, so a directory with an
-// oracle.json holds a complete data set.
+// oracle.json holds a complete data set. Files are not fsynced: the data set
+// is a cache that syntheticCriteoMatches() tells to regenerate.
 //
 // Determinism: rows are made in blocks of options.blockRows; block b of split
 // s draws from Rng(hash(seed, s, b)). The bytes depend on the options only,
@@ -63,6 +64,15 @@ Expected<SyntheticCriteoOracle> generateSyntheticCriteo(const SyntheticCriteoOpt
 Expected<SyntheticCriteoOracle> generateSyntheticCriteo(const PlantedCriteoModel& model,
                                                         const std::string& dir, ComputePool& pool,
                                                         const SyntheticProgress& progress = {});
+
+// The oracle.json of a generated data set (seconds is 0). Fails (notFound /
+// corruption naming the file) when there is none or it cannot be parsed.
+Expected<SyntheticCriteoOracle> readSyntheticOracle(const std::string& dir);
+
+// Whether dir holds a complete data set generated with exactly these options
+// (oracle.json present and every option in it equal, train.tsv and test.tsv
+// present), so a cache can be reused instead of regenerated.
+bool syntheticCriteoMatches(const SyntheticCriteoOptions& options, const std::string& dir);
 
 // One line per part for logs: options, vocabularies, missing rates, pairs.
 // (Builds the model, which takes a few tens of milliseconds.)

@@ -3,6 +3,10 @@
 #include "common/check.h"
 #include "common/compute_pool.h"
 #include "kernels/cpu/kernels.h"
+#include "troupe/config.h"
+#if TROUPE_HAVE_CUDA
+#include "kernels/cuda/cuda_kernels.h"
+#endif
 
 namespace troupe::kernels {
 
@@ -12,8 +16,11 @@ std::unique_ptr<Kernels> createKernels(const KernelOptions& options) {
   switch (options.device) {
     case Device::kCpu: return std::make_unique<cpu::Kernels>(threads);
     case Device::kCuda:
-      // kernels/cuda registers itself here once it exists (TROUPE_HAVE_CUDA).
-      TROUPE_SETUP_ERROR("createKernels: Device::kCuda is not available in this build");
+#if TROUPE_HAVE_CUDA
+      return cuda::createCudaKernels(options);
+#else
+      TROUPE_SETUP_ERROR("createKernels: Device::kCuda is not available in this build (configured without CUDA)");
+#endif
   }
   TROUPE_SETUP_ERROR("createKernels: unknown device {}", static_cast<int>(options.device));
 }

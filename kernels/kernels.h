@@ -99,6 +99,19 @@ class Kernels {
                                int64_t in, int64_t out, float* dx, float* dw, float* dbias,
                                bool accumulate) = 0;
 
+  // ---- DLRM dot interaction --------------------------------------------------
+  // For each sample b, the dot products of every pair of the numInputs vectors
+  // inputs[i][b, :] (each input [batch x dim]): out[b * outStride + p] for the
+  // pairs p = (1,0), (2,0), (2,1), (3,0), ... (i > j, i-major). outStride >=
+  // numInputs * (numInputs - 1) / 2, so the pairs can land inside a wider row.
+  virtual Status dotInteractionForward(const float* const* inputs, int64_t numInputs, int64_t batch,
+                                       int64_t dim, float* out, int64_t outStride) = 0;
+  // The gradient of dotInteractionForward: dInputs[i] [batch x dim] (numInputs
+  // pointers, overwritten) from dOut laid out like out.
+  virtual Status dotInteractionBackward(const float* const* inputs, int64_t numInputs, int64_t batch,
+                                        int64_t dim, const float* dOut, int64_t dOutStride,
+                                        float* const* dInputs) = 0;
+
   // ---- activations and losses --------------------------------------------------
   // y = max(x, 0). y may equal x (in place).
   virtual void reluForward(const float* x, int64_t n, float* y) = 0;

@@ -9,6 +9,7 @@
 
 #include "bench/common/huge_buffer.h"
 #include "common/compute_pool.h"
+#include "common/hash.h"
 
 namespace troupe::bench {
 namespace {
@@ -65,8 +66,48 @@ double measureSgemmFlops(int threads, int n, int repeats) {
   return best;
 }
 
-Ceilings measureCeilings(int threads) {
-  return {measureMemcpyBandwidth(threads), measureSgemmFlops(threads)};
+double measureRandomRowBandwidth(const void* table, size_t tableBytes, int threads, size_t rowBytes) {
+  const int64_t rows = int64_t(tableBytes / rowBytes);
+  const int64_t n = int64_t{1} << 21;
+  std::vector<int64_t> index(n);
+  Rng rng(42);
+  for (auto& i : index) i = int64_t(rng.below(uint64_t(rows)));
+  const char* base = static_cast<const char*>(table);
+  const int64_t ahead = std::max<int64_t>(2, 64 / int64_t((rowBytes + 63) / 64));
+  ComputePool pool(threads);
+  std::vector<float> sink(threads * 16, 0.0f);
+  auto gather = [&] {
+    pool.parallelFor(n, 1 << 14, [&](int64_t b, int64_t e) {
+      float acc[16] = {};
+      for (int64_t i = b; i < e; ++i) {
+        if (i + ahead < e) {
+          const char* p = base + index[i + ahead] * rowBytes;
+          for (size_t off = 0; off < rowBytes; off += 64) __builtin_prefetch(p + off);
+        }
+        const float* r = reinterpret_cast<const float*>(base + index[i] * rowBytes);
+        for (size_t off = 0; off < rowBytes / sizeof(float); off += 16) {
+          for (int k = 0; k < 16; ++k) acc[k] += r[off + k];
+        }
+      }
+      sink[(b / (1 << 14)) % sink.size()] += acc[0] + acc[15];
+    });
+  };
+  gather();  // warm-up
+  double best = 0;
+  for (int r = 0; r < 3; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    gather();
+    best = std::max(best, double(n) * double(rowBytes) / seconds(t0));
+  }
+  return best;
+}
+
+Ceilings measureCeilings(int threads, const void* table, size_t tableBytes) {
+  Ceilings c;
+  c.memcpyBytesPerSecond = measureMemcpyBandwidth(threads);
+  c.sgemmFlopsPerSecond = measureSgemmFlops(threads);
+  if (table != nullptr) c.randomRowBytesPerSecond = measureRandomRowBandwidth(table, tableBytes, threads);
+  return c;
 }
 
 }  // namespace troupe::bench

@@ -10,6 +10,7 @@ namespace troupe::bench {
 struct Ceilings {
   double memcpyBytesPerSecond = 0;  // bytes read + written per second
   double sgemmFlopsPerSecond = 0;
+  double randomRowBytesPerSecond = 0;  // random 64-byte rows of a large table
 };
 
 // Copies a `bytes` buffer into another, split over `threads` threads, a few
@@ -21,6 +22,13 @@ double measureMemcpyBandwidth(int threads, size_t bytes = size_t{256} << 20, int
 // OpenBLAS set to `threads` threads.
 double measureSgemmFlops(int threads, int n = 2048, int repeats = 3);
 
-Ceilings measureCeilings(int threads);
+// Bytes per second read as random `rowBytes` rows (aligned) of `table`,
+// prefetched ahead, split over `threads` threads: the ceiling of a gather from
+// a table far larger than the caches (latency and TLB bound, not streaming).
+double measureRandomRowBandwidth(const void* table, size_t tableBytes, int threads,
+                                 size_t rowBytes = 64);
+
+// memcpy and sgemm always; the random-row ceiling when a table is given.
+Ceilings measureCeilings(int threads, const void* table = nullptr, size_t tableBytes = 0);
 
 }  // namespace troupe::bench

@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include "kernels/cpu/dense_layer.h"
+#include "kernels/cpu/interaction.h"
 #include "kernels/cpu/losses.h"
 #include "kernels/cpu/row_optimizer.h"
 
@@ -74,6 +75,19 @@ Expected<double> Kernels::softmaxCrossEntropy(const float* logits, const int32_t
                                               int64_t batch, int64_t classes, float* dLogits) {
   std::lock_guard lock(mu_);
   return cpu::softmaxCrossEntropy(pool_, logits, labels, batch, classes, dLogits);
+}
+
+Status Kernels::dotInteractionForward(const float* const* inputs, int64_t numInputs, int64_t batch,
+                                      int64_t dim, float* out, int64_t outStride) {
+  std::lock_guard lock(mu_);
+  return cpu::dotInteractionForward(pool_, inputs, numInputs, batch, dim, out, outStride);
+}
+
+Status Kernels::dotInteractionBackward(const float* const* inputs, int64_t numInputs, int64_t batch,
+                                       int64_t dim, const float* dOut, int64_t dOutStride,
+                                       float* const* dInputs) {
+  std::lock_guard lock(mu_);
+  return cpu::dotInteractionBackward(pool_, inputs, numInputs, batch, dim, dOut, dOutStride, dInputs);
 }
 
 }  // namespace troupe::kernels::cpu

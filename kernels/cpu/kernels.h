@@ -38,6 +38,10 @@ class Kernels final : public troupe::kernels::Kernels {
                        int64_t out, float* dx, float* dw, float* dbias, bool accumulate) override;
   void reluForward(const float* x, int64_t n, float* y) override;
   void reluBackward(const float* x, const float* dy, int64_t n, float* dx) override;
+  Status dotInteractionForward(const float* const* inputs, int64_t numInputs, int64_t batch, int64_t dim,
+                               float* out, int64_t outStride) override;
+  Status dotInteractionBackward(const float* const* inputs, int64_t numInputs, int64_t batch, int64_t dim,
+                                const float* dOut, int64_t dOutStride, float* const* dInputs) override;
   Expected<double> sigmoidCrossEntropy(const float* logits, const float* labels, int64_t n,
                                        float* dLogits) override;
   Expected<double> softmaxCrossEntropy(const float* logits, const int32_t* labels, int64_t batch,

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
 
 namespace troupe::kernels::cpu {
 
@@ -18,10 +17,14 @@ inline void prefetchBytes(const void* p, int64_t bytes) {
   __builtin_prefetch(c + bytes - 1, kWrite, 3);  // the last line of an unaligned row
 }
 
-// How many rows ahead to prefetch so that about 32 cache lines are in flight.
+// Cache lines to keep in flight per thread. Measured on the 2-core AMD EPYC
+// (Zen 4) VM, random rows of a 1 GiB table: 32 to 64 lines ahead is the
+// plateau; fewer leaves latency exposed, many more evicts rows before use.
+inline constexpr int64_t kLinesAhead = 64;
+
+// How many rows ahead to prefetch so that about kLinesAhead lines are in flight.
 inline int64_t prefetchDistance(int64_t rowBytes) {
   const int64_t lines = (rowBytes + kCacheLine - 1) / kCacheLine;
-  static const int64_t kLinesAhead = std::getenv("TLA") ? std::atoi(std::getenv("TLA")) : 32;
   const int64_t d = kLinesAhead / (lines > 0 ? lines : 1);
   return d < 2 ? 2 : d;
 }

@@ -160,6 +160,31 @@ class CudaKernels final : public Kernels {
     return sync("dense backward");
   }
 
+  Status dotInteractionForward(const float* const* inputs, int64_t numInputs, int64_t batch, int64_t dim,
+                               float* out, int64_t outStride) override {
+    if (numInputs < 0 || batch < 0 || dim < 0 || (batch > 0 && outStride < numInputs * (numInputs - 1) / 2)) {
+      return Status::invalidArgument(fmt::format("dot interaction: bad shape ({} inputs, batch {}, dim {}, stride {})",
+                                                 numInputs, batch, dim, outStride));
+    }
+    std::lock_guard lock(mu_);
+    TROUPE_RETURN_IF_ERROR(cudaStatus(
+        in::dotInteractionForward(inputs, numInputs, batch, dim, out, outStride, stream_), "dot interaction"));
+    return sync("dot interaction");
+  }
+
+  Status dotInteractionBackward(const float* const* inputs, int64_t numInputs, int64_t batch, int64_t dim,
+                                const float* dOut, int64_t dOutStride, float* const* dInputs) override {
+    if (numInputs < 0 || batch < 0 || dim < 0 || (batch > 0 && dOutStride < numInputs * (numInputs - 1) / 2)) {
+      return Status::invalidArgument(fmt::format("dot interaction: bad shape ({} inputs, batch {}, dim {}, stride {})",
+                                                 numInputs, batch, dim, dOutStride));
+    }
+    std::lock_guard lock(mu_);
+    TROUPE_RETURN_IF_ERROR(cudaStatus(in::dotInteractionBackward(inputs, numInputs, batch, dim, dOut, dOutStride,
+                                                                 dInputs, stream_),
+                                      "dot interaction backward"));
+    return sync("dot interaction backward");
+  }
+
   void reluForward(const float* x, int64_t n, float* y) override {
     std::lock_guard lock(mu_);
     TROUPE_CHECK(in::reluForward(x, n, y, stream_) == cudaSuccess && cudaStreamSynchronize(stream_) == cudaSuccess,

@@ -2,8 +2,8 @@
 // Built only when the CUDA toolkit is found (TROUPE_HAVE_CUDA).
 //
 // Memory: every pointer passed to a method is device memory (cudaMalloc),
-// borrowed for the call; the row pointers of applyRowOptimizer are a device
-// array of device pointers. Results are complete when a method returns (each
+// borrowed for the call; the pointer arrays of applyRowOptimizer and of the
+// dot interaction are device arrays of device pointers. Results are complete when a method returns (each
 // call synchronises its stream), so callers may read them at once.
 //
 // Determinism: no atomics in any sum; reductions run in a fixed order, so the

@@ -21,10 +21,10 @@ using troupe::testing::writeFile;
 std::string line(const std::string& label, std::vector<std::string> ints, std::vector<std::string> cats,
                  int c = kCriteoDefaultCategorical) {
   ints.resize(kCriteoIntFeatures, "1");
-  for (size_t t = cats.size(); t < size_t(c); ++t) cats.push_back("tok" + std::to_string(t));
+  for (size_t t = cats.size(); t < size_t(c); ++t) cats.push_back(std::string("tok").append(std::to_string(t)));
   std::string s = label;
-  for (const auto& i : ints) s += "\t" + i;
-  for (const auto& k : cats) s += "\t" + k;
+  for (const auto& i : ints) s.append("\t").append(i);
+  for (const auto& k : cats) s.append("\t").append(k);
   return s;
 }
 
@@ -120,7 +120,10 @@ TEST_P(CriteoBatchSize, BatchesConcatenateToTheWholeFile) {
   TempDir dir;
   const std::string path = dir.file("seven.tsv");
   std::string text;
-  for (int i = 0; i < 7; ++i) text += line(i % 2 ? "1" : "0", {std::to_string(i)}, {"t" + std::to_string(i)}) + "\n";
+  for (int i = 0; i < 7; ++i) {
+    text.append(line(i % 2 ? "1" : "0", {std::to_string(i)}, {std::string("t").append(std::to_string(i))}));
+    text.append("\n");
+  }
   writeFile(path, text);
   CriteoReaderOptions options;
   options.path = path;

@@ -74,8 +74,8 @@ TEST_F(CudaKernelsTest, EmbeddingBagForwardAndBackwardMatchCpu) {
     for (bool weighted : {false, true}) {
       DeviceVector<float> dRows(rows), dWeights(weights), dGradOut(gradOut);
       DeviceVector<int64_t> dIdx(indices), dOff(offsets);
-      DeviceVector<float> dOut(std::vector<float>(batch * dim));
-      DeviceVector<float> dGradRows(std::vector<float>(numRows * dim, 0.5f));
+      DeviceVector<float> dOut{std::vector<float>(batch * dim)};
+      DeviceVector<float> dGradRows{std::vector<float>(numRows * dim, 0.5f)};
       EmbeddingBags host{BagIndices::of(indices.data(), int64_t(indices.size())), offsets.data(), batch,
                          weighted ? weights.data() : nullptr, pooling};
       EmbeddingBags dev{BagIndices::of(dIdx.get(), int64_t(indices.size())), dOff.get(), batch,
@@ -93,7 +93,7 @@ TEST_F(CudaKernelsTest, EmbeddingBagForwardAndBackwardMatchCpu) {
   std::vector<int64_t> bad = indices;
   bad[bad.size() / 2] = numRows;
   DeviceVector<int64_t> dBad(bad), dOff(offsets);
-  DeviceVector<float> dRows(rows), dOut(std::vector<float>(batch * dim));
+  DeviceVector<float> dRows(rows), dOut{std::vector<float>(batch * dim)};
   EmbeddingBags dev{BagIndices::of(dBad.get(), int64_t(bad.size())), dOff.get(), batch, nullptr, Pooling::kSum};
   Status s = gpu_->embeddingBagForward(dRows.get(), numRows, dim, dev, dOut.get());
   EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << s.toString();
@@ -110,9 +110,9 @@ TEST_F(CudaKernelsTest, DedupMatchesCpuInFirstSeenOrder) {
   std::vector<int64_t> inverse(n);
   auto count = cpu_->dedupGradients(keys.data(), grads.data(), n, dim, uniq.data(), summed.data(), inverse.data());
   ASSERT_TRUE(count.hasValue());
-  DeviceVector<uint64_t> dKeys(keys), dUniq(std::vector<uint64_t>(n));
-  DeviceVector<float> dGrads(grads), dSummed(std::vector<float>(n * dim));
-  DeviceVector<int64_t> dInverse(std::vector<int64_t>(n));
+  DeviceVector<uint64_t> dKeys(keys), dUniq{std::vector<uint64_t>(n)};
+  DeviceVector<float> dGrads(grads), dSummed{std::vector<float>(n * dim)};
+  DeviceVector<int64_t> dInverse{std::vector<int64_t>(n)};
   auto gCount = gpu_->dedupGradients(dKeys.get(), dGrads.get(), n, dim, dUniq.get(), dSummed.get(), dInverse.get());
   ASSERT_TRUE(gCount.hasValue()) << gCount.status().toString();
   ASSERT_EQ(*count, *gCount);
@@ -160,8 +160,8 @@ TEST_F(CudaKernelsTest, DenseReluAndLossesMatchCpu) {
   auto x = randomFloats(batch * in, 8), w = randomFloats(out * in, 9), b = randomFloats(out, 10);
   auto dy = randomFloats(batch * out, 11);
   DeviceVector<float> dX(x), dW(w), dB(b), dDy(dy);
-  DeviceVector<float> dY(std::vector<float>(batch * out)), dDx(std::vector<float>(batch * in));
-  DeviceVector<float> dDw(std::vector<float>(out * in)), dDb(std::vector<float>(out));
+  DeviceVector<float> dY{std::vector<float>(batch * out)}, dDx{std::vector<float>(batch * in)};
+  DeviceVector<float> dDw{std::vector<float>(out * in)}, dDb{std::vector<float>(out)};
   std::vector<float> y(batch * out), dx(batch * in), dw(out * in), db(out);
   ASSERT_TRUE(cpu_->denseForward(x.data(), w.data(), b.data(), batch, in, out, y.data()).isOk());
   ASSERT_TRUE(gpu_->denseForward(dX.get(), dW.get(), dB.get(), batch, in, out, dY.get()).isOk());
@@ -176,13 +176,13 @@ TEST_F(CudaKernelsTest, DenseReluAndLossesMatchCpu) {
 
   std::vector<float> r(x.size());
   cpu_->reluForward(x.data(), int64_t(x.size()), r.data());
-  DeviceVector<float> dR(std::vector<float>(x.size()));
+  DeviceVector<float> dR{std::vector<float>(x.size())};
   gpu_->reluForward(dX.get(), int64_t(x.size()), dR.get());
   expectNear(r, dR.toHost(), 0.0f);
 
   std::vector<float> labels(batch * out);
   for (size_t i = 0; i < labels.size(); ++i) labels[i] = float(i % 3 == 0);
-  DeviceVector<float> dLabels(labels), dGrad(std::vector<float>(labels.size()));
+  DeviceVector<float> dLabels(labels), dGrad{std::vector<float>(labels.size())};
   std::vector<float> grad(labels.size());
   auto cpuLoss = cpu_->sigmoidCrossEntropy(y.data(), labels.data(), int64_t(labels.size()), grad.data());
   auto gpuLoss = gpu_->sigmoidCrossEntropy(dY.get(), dLabels.get(), int64_t(labels.size()), dGrad.get());

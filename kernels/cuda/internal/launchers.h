@@ -48,6 +48,13 @@ struct OptimizerParams {
 cudaError_t applyRowOptimizer(const OptimizerParams& p, float* const* rows, int64_t numRows,
                               int64_t dim, const float* grads, cudaStream_t stream);
 
+// ---- DLRM dot interaction (inputs / dInputs: device arrays of device pointers)
+cudaError_t dotInteractionForward(const float* const* inputs, int64_t numInputs, int64_t batch, int64_t dim,
+                                  float* out, int64_t outStride, cudaStream_t stream);
+cudaError_t dotInteractionBackward(const float* const* inputs, int64_t numInputs, int64_t batch, int64_t dim,
+                                   const float* dOut, int64_t dOutStride, float* const* dInputs,
+                                   cudaStream_t stream);
+
 // ---- elementwise, losses -------------------------------------------------------
 cudaError_t addBias(float* y, const float* bias, int64_t batch, int64_t out, cudaStream_t stream);
 cudaError_t columnSums(const float* dy, int64_t batch, int64_t out, float* dbias, bool accumulate,

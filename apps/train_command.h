@@ -1,0 +1,13 @@
+// `troupe train`: trains the configured model on the configured data, in one
+// process with every role an actor, and reports test metrics (next to the
+// oracle's for synthetic data). Keeps a run directory with the config used,
+// metrics.csv (one row per evaluation), train.log and summary.json.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace troupe::apps {
+
+void addTrainCommand(CLI::App* app, int* result);
+
+}  // namespace troupe::apps

@@ -1,0 +1,111 @@
+#include "ps/embedding_table.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/check.h"
+#include "common/hash.h"
+#include "kernels/kernels.h"
+
+namespace troupe::ps {
+
+void EmbeddingTable::FreeDeleter::operator()(float* p) const { std::free(p); }
+
+EmbeddingTable::EmbeddingTable(const EmbeddingTableOptions& options)
+    : options_(options),
+      rowFloats_(kernels::optimizerRowFloats(options.optimizer.kind, options.dim)),
+      initScale_(options.initScale > 0 ? options.initScale : float(1.0 / std::sqrt(double(options.dim)))) {
+  if (options.dim < 1) TROUPE_SETUP_ERROR("embedding table {}: dim must be >= 1, got {}", options.tableId, options.dim);
+  int64_t capacity = 16;
+  while (capacity * 7 / 10 < options.initialCapacity) capacity *= 2;
+  slots_.assign(size_t(capacity), Slot{0, -1});
+  mask_ = uint64_t(capacity - 1);
+}
+
+EmbeddingTable::~EmbeddingTable() = default;
+
+size_t EmbeddingTable::memoryBytes() const {
+  return slots_.size() * sizeof(Slot) + chunks_.size() * size_t(kChunkRows * rowFloats_) * sizeof(float);
+}
+
+void EmbeddingTable::initialWeights(uint64_t seed, int tableId, uint64_t key, float scale, float* out,
+                                    int64_t dim) {
+  Rng rng(hashCombine(seed, uint64_t(tableId) + 0x7461626c65ULL, key));
+  for (int64_t i = 0; i < dim; ++i) out[i] = float((2.0 * rng.uniform() - 1.0) * scale);
+}
+
+int64_t EmbeddingTable::newRow(uint64_t key) {
+  const int64_t row = rows_++;
+  if (row / kChunkRows >= int64_t(chunks_.size())) {
+    const size_t bytes = size_t(kChunkRows * rowFloats_) * sizeof(float);
+    void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    TROUPE_CHECK(p != nullptr, "embedding table {}: out of memory allocating {} bytes", options_.tableId, bytes);
+    chunks_.emplace_back(static_cast<float*>(p));
+  }
+  float* block = rowAt(row);
+  initialWeights(options_.seed, options_.tableId, key, initScale_, block, options_.dim);
+  kernels::initRowState(options_.optimizer, block, options_.dim);
+  return row;
+}
+
+void EmbeddingTable::grow() {
+  std::vector<Slot> old;
+  old.swap(slots_);
+  slots_.assign(old.size() * 2, Slot{0, -1});
+  mask_ = slots_.size() - 1;
+  for (const Slot& s : old) {
+    if (s.row < 0) continue;
+    uint64_t i = mix64(s.key) & mask_;
+    while (slots_[i].row >= 0) i = (i + 1) & mask_;
+    slots_[i] = s;
+  }
+}
+
+float* EmbeddingTable::findOrCreate(uint64_t key) {
+  if ((rows_ + 1) * 10 > int64_t(slots_.size()) * 7) grow();
+  uint64_t i = mix64(key) & mask_;
+  for (;;) {
+    Slot& s = slots_[i];
+    if (s.row < 0) {
+      s.key = key;
+      s.row = newRow(key);
+      return rowAt(s.row);
+    }
+    if (s.key == key) return rowAt(s.row);
+    i = (i + 1) & mask_;
+  }
+}
+
+const float* EmbeddingTable::find(uint64_t key) const {
+  uint64_t i = mix64(key) & mask_;
+  for (;;) {
+    const Slot& s = slots_[i];
+    if (s.row < 0) return nullptr;
+    if (s.key == key) return rowAt(s.row);
+    i = (i + 1) & mask_;
+  }
+}
+
+void EmbeddingTable::pull(const uint64_t* keys, int64_t n, float* out) {
+  const size_t rowBytes = size_t(options_.dim) * sizeof(float);
+  for (int64_t i = 0; i < n; ++i) std::memcpy(out + i * options_.dim, findOrCreate(keys[i]), rowBytes);
+}
+
+Status EmbeddingTable::push(const uint64_t* keys, const float* grads, int64_t n, int64_t step,
+                            kernels::Kernels& kernels) {
+  if (n == 0) return Status::ok();
+  const int64_t dim = options_.dim;
+  uniqueKeys_.resize(size_t(n));
+  summed_.resize(size_t(n * dim));
+  inverse_.resize(size_t(n));
+  auto unique = kernels.dedupGradients(keys, grads, n, dim, uniqueKeys_.data(), summed_.data(), inverse_.data());
+  if (!unique.hasValue()) return unique.status();
+  rowPtrs_.resize(size_t(*unique));
+  for (int64_t u = 0; u < *unique; ++u) rowPtrs_[u] = findOrCreate(uniqueKeys_[u]);
+  kernels::OptimizerConfig config = options_.optimizer;
+  config.step = step;
+  return kernels.applyRowOptimizer(config, rowPtrs_.data(), *unique, dim, summed_.data());
+}
+
+}  // namespace troupe::ps

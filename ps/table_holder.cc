@@ -1,0 +1,95 @@
+#include "ps/table_holder.h"
+
+#include <map>
+#include <memory>
+
+#include <caf/all.hpp>
+
+#include "common/logging.h"
+#include "kernels/kernels.h"
+#include "ps/messages.h"
+
+namespace troupe::ps {
+namespace {
+
+struct TableHolderState {
+  std::vector<std::unique_ptr<EmbeddingTable>> tables;
+  std::unique_ptr<kernels::Kernels> kernels;
+  std::map<int64_t, int64_t> lastSequence;  // per worker
+  static inline const char* name = "table_holder";
+};
+
+caf::error invalid(std::string what) {
+  return caf::make_error(caf::sec::invalid_argument, std::move(what));
+}
+
+caf::behavior tableHolder(caf::stateful_actor<TableHolderState>* self, TableHolderOptions options) {
+  for (const auto& t : options.tables) self->state.tables.push_back(std::make_unique<EmbeddingTable>(t));
+  self->state.kernels = kernels::createKernels({kernels::Device::kCpu, options.threads});
+  return {
+      [=](pull_atom, const PullRequestPtr& req) -> caf::result<PullReplyPtr> {
+        auto& tables = self->state.tables;
+        if (!req || req->keys.size() != tables.size()) {
+          return invalid(fmt::format("pull: {} key lists for {} tables", req ? req->keys.size() : 0, tables.size()));
+        }
+        auto reply = std::make_shared<PullReply>();
+        reply->rows.resize(tables.size());
+        for (size_t t = 0; t < tables.size(); ++t) {
+          const auto& keys = req->keys[t];
+          const int64_t dim = tables[t]->dim();
+          auto& rows = reply->rows[t];
+          rows.resize(keys.size() * size_t(dim));
+          if (req->create) {
+            tables[t]->pull(keys.data(), int64_t(keys.size()), rows.data());
+          } else {
+            const auto& o = tables[t]->options();
+            const float scale = o.initScale > 0 ? o.initScale : float(1.0 / std::sqrt(double(dim)));
+            for (size_t i = 0; i < keys.size(); ++i) {
+              const float* row = tables[t]->find(keys[i]);
+              float* out = rows.data() + i * size_t(dim);
+              if (row) {
+                std::copy_n(row, dim, out);
+              } else {
+                EmbeddingTable::initialWeights(o.seed, o.tableId, keys[i], scale, out, dim);
+              }
+            }
+          }
+        }
+        return PullReplyPtr(std::move(reply));
+      },
+      [=](push_atom, const PushRequestPtr& req) -> caf::result<int64_t> {
+        auto& tables = self->state.tables;
+        if (!req || req->keys.size() != tables.size() || req->grads.size() != tables.size()) {
+          return invalid("push: the key and gradient lists do not match the tables");
+        }
+        for (size_t t = 0; t < tables.size(); ++t) {
+          if (req->grads[t].size() != req->keys[t].size() * size_t(tables[t]->dim())) {
+            return invalid(fmt::format("push: table {} has {} keys but {} gradient floats (dim {})", t,
+                                       req->keys[t].size(), req->grads[t].size(), tables[t]->dim()));
+          }
+        }
+        auto [it, fresh] = self->state.lastSequence.emplace(req->worker, -1);
+        if (req->sequence <= it->second) return req->sequence;  // a duplicate: applied already
+        for (size_t t = 0; t < tables.size(); ++t) {
+          Status s = tables[t]->push(req->keys[t].data(), req->grads[t].data(), int64_t(req->keys[t].size()),
+                                     req->step, *self->state.kernels);
+          if (!s.isOk()) return caf::make_error(caf::sec::runtime_error, s.toString());
+        }
+        it->second = req->sequence;
+        return req->sequence;
+      },
+      [=](stats_atom) -> int64_t {
+        int64_t rows = 0;
+        for (const auto& t : self->state.tables) rows += t->size();
+        return rows;
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawnTableHolder(caf::actor_system& system, const TableHolderOptions& options) {
+  return system.spawn<caf::detached>(tableHolder, options);
+}
+
+}  // namespace troupe::ps

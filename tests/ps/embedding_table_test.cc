@@ -1,0 +1,147 @@
+#include "ps/embedding_table.h"
+
+#include <cmath>
+#include <map>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "common/hash.h"
+#include "kernels/kernels.h"
+
+namespace troupe::ps {
+namespace {
+
+using kernels::OptimizerKind;
+
+EmbeddingTableOptions options(OptimizerKind kind, int64_t dim = 8) {
+  EmbeddingTableOptions o;
+  o.tableId = 3;
+  o.dim = dim;
+  o.optimizer.kind = kind;
+  o.optimizer.learningRate = 0.1f;
+  o.seed = 11;
+  o.initialCapacity = 4;  // forces several grows
+  return o;
+}
+
+TEST(EmbeddingTableTest, RowsAreCreatedOnceAndDeterministically) {
+  EmbeddingTable a(options(OptimizerKind::kAdagrad)), b(options(OptimizerKind::kAdagrad));
+  std::vector<float*> first;
+  for (uint64_t k = 0; k < 5000; ++k) first.push_back(a.findOrCreate(mix64(k)));
+  EXPECT_EQ(a.size(), 5000);
+  // Same key, same block, across index growth; a second table agrees.
+  for (uint64_t k = 0; k < 5000; ++k) {
+    ASSERT_EQ(a.findOrCreate(mix64(k)), first[k]);
+    ASSERT_EQ(a.find(mix64(k)), first[k]);
+  }
+  for (uint64_t k = 4999; k < 5000; --k) {
+    const float* rb = b.findOrCreate(mix64(k));
+    for (int i = 0; i < 8; ++i) ASSERT_EQ(rb[i], first[k][i]);
+  }
+  EXPECT_EQ(a.size(), 5000);
+  EXPECT_EQ(a.find(mix64(123456)), nullptr);
+  EXPECT_EQ(a.size(), 5000);  // find does not create
+  // Weights within the init scale, Adagrad state initialised, keys differ.
+  const float scale = 1.0f / std::sqrt(8.0f);
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_LE(std::fabs(first[0][i]), scale);
+    EXPECT_EQ(first[0][8 + i], 0.1f);  // default initial accumulator
+  }
+  EXPECT_NE(first[0][0], first[1][0]);
+}
+
+TEST(EmbeddingTableTest, OtherTableOrSeedGivesOtherRows) {
+  auto o = options(OptimizerKind::kSgd);
+  EmbeddingTable a(o);
+  o.tableId = 4;
+  EmbeddingTable b(o);
+  o.tableId = 3;
+  o.seed = 12;
+  EmbeddingTable c(o);
+  EXPECT_NE(a.findOrCreate(7)[0], b.findOrCreate(7)[0]);
+  EXPECT_NE(a.findOrCreate(7)[0], c.findOrCreate(7)[0]);
+}
+
+TEST(EmbeddingTableTest, KeyZeroAndAllOnesAreOrdinaryKeys) {
+  EmbeddingTable t(options(OptimizerKind::kSgd));
+  float* z = t.findOrCreate(0);
+  float* m = t.findOrCreate(~0ull);
+  EXPECT_NE(z, m);
+  EXPECT_EQ(t.find(0), z);
+  EXPECT_EQ(t.find(~0ull), m);
+  EXPECT_EQ(t.size(), 2);
+}
+
+TEST(EmbeddingTableTest, PullCopiesWeightsAndCreatesRows) {
+  EmbeddingTable t(options(OptimizerKind::kAdam, 5));
+  std::vector<uint64_t> keys{9, 4, 9, 100};
+  std::vector<float> out(keys.size() * 5);
+  t.pull(keys.data(), int64_t(keys.size()), out.data());
+  EXPECT_EQ(t.size(), 3);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    std::vector<float> expect(5);
+    EmbeddingTable::initialWeights(11, 3, keys[i], 1.0f / std::sqrt(5.0f), expect.data(), 5);
+    for (int d = 0; d < 5; ++d) EXPECT_EQ(out[i * 5 + d], expect[d]);
+  }
+}
+
+TEST(EmbeddingTableTest, PushSumsRepeatedKeysAndAppliesTheOptimizerOnce) {
+  auto k = kernels::createKernels({kernels::Device::kCpu, 2});
+  EmbeddingTable t(options(OptimizerKind::kSgd, 3));
+  std::vector<float> before(3);
+  std::copy_n(t.findOrCreate(42), 3, before.begin());
+  std::vector<uint64_t> keys{42, 7, 42};
+  std::vector<float> grads{1, 2, 3, /*7*/ 0, 0, 0, /*42*/ 10, 20, 30};
+  ASSERT_TRUE(t.push(keys.data(), grads.data(), 3, 1, *k).isOk());
+  const float* row = t.find(42);
+  for (int d = 0; d < 3; ++d) EXPECT_FLOAT_EQ(row[d], before[d] - 0.1f * (grads[d] + grads[6 + d]));
+  ASSERT_NE(t.find(7), nullptr);  // pushed keys are created too
+  EXPECT_EQ(t.size(), 2);
+}
+
+TEST(EmbeddingTableTest, ManyPushesMatchAReferenceMap) {
+  auto k = kernels::createKernels({kernels::Device::kCpu, 2});
+  EmbeddingTable t(options(OptimizerKind::kAdagrad, 4));
+  std::map<uint64_t, std::vector<double>> ref;  // weights and accumulator, in double
+  Rng rng(5);
+  for (int step = 1; step <= 50; ++step) {
+    std::vector<uint64_t> keys(64);
+    std::vector<float> grads(64 * 4);
+    for (auto& key : keys) key = rng.below(200);
+    for (auto& g : grads) g = float(rng.normal());
+    std::map<uint64_t, std::vector<double>> sum;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      auto& s = sum[keys[i]];
+      s.resize(4);
+      for (int d = 0; d < 4; ++d) s[d] += grads[i * 4 + d];
+      if (!ref.count(keys[i])) {
+        std::vector<float> w(4);
+        EmbeddingTable::initialWeights(11, 3, keys[i], 0.5f, w.data(), 4);
+        ref[keys[i]] = {w[0], w[1], w[2], w[3], 0.1, 0.1, 0.1, 0.1};
+      }
+    }
+    for (auto& [key, g] : sum) {
+      auto& r = ref[key];
+      for (int d = 0; d < 4; ++d) {
+        r[4 + d] += g[d] * g[d];
+        r[d] -= 0.1 * g[d] / (std::sqrt(r[4 + d]) + 1e-8);
+      }
+    }
+    ASSERT_TRUE(t.push(keys.data(), grads.data(), 64, step, *k).isOk());
+  }
+  EXPECT_EQ(t.size(), int64_t(ref.size()));
+  int seen = 0;
+  t.forEach([&](uint64_t key, const float* row) {
+    ++seen;
+    for (int d = 0; d < 8; ++d) ASSERT_NEAR(row[d], ref.at(key)[d], 1e-4) << key << " " << d;
+  });
+  EXPECT_EQ(seen, t.size());
+}
+
+TEST(EmbeddingTableTest, RejectsZeroDim) {
+  EXPECT_THROW(EmbeddingTable(options(OptimizerKind::kSgd, 0)), std::exception);
+}
+
+}  // namespace
+}  // namespace troupe::ps

@@ -1,0 +1,142 @@
+#include "workers/batch_source.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "common/check.h"
+#include "common/hash.h"
+#include "data/criteo_reader.h"
+#include "data/idx_reader.h"
+
+namespace troupe::workers {
+namespace {
+
+class CriteoSource final : public BatchSource {
+ public:
+  CriteoSource(const CriteoSourceOptions& options, std::unique_ptr<data::CriteoReader> reader, int64_t rows)
+      : options_(options), reader_(std::move(reader)), rowsPerEpoch_(rows) {}
+
+  Status startEpoch(int64_t) override {
+    index_ = 0;
+    firstRow_ = 0;
+    if (cacheComplete_) return Status::ok();
+    cache_.clear();
+    return reader_->rewind();
+  }
+
+  Expected<BatchPtr> next() override {
+    if (cacheComplete_) {
+      if (index_ >= int64_t(cache_.size())) return BatchPtr();
+      return cache_[size_t(index_++)];  // shared, not copied
+    }
+    auto got = reader_->next(size_t(options_.batchSize), &scratch_);
+    if (!got.hasValue()) return got.status();
+    if (*got == 0) {
+      if (options_.inMemory) cacheComplete_ = true;
+      rowsPerEpoch_ = firstRow_;
+      return BatchPtr();
+    }
+    auto b = std::make_shared<Batch>();
+    b->index = index_++;
+    b->firstRow = firstRow_;
+    b->rows = int64_t(*got);
+    firstRow_ += b->rows;
+    b->labels = std::move(scratch_.labels);
+    b->denseWidth = data::kCriteoIntFeatures;
+    b->dense = std::move(scratch_.dense);
+    b->numTables = options_.numCategorical;
+    b->keys = std::move(scratch_.keys);
+    scratch_ = data::CriteoBatch{};
+    scratch_.numCategorical = options_.numCategorical;
+    BatchPtr ptr(std::move(b));
+    if (options_.inMemory) cache_.push_back(ptr);
+    return ptr;
+  }
+
+  int64_t rowsPerEpoch() const override { return rowsPerEpoch_; }
+  int64_t badLines() const override { return reader_->badLines(); }
+
+ private:
+  CriteoSourceOptions options_;
+  std::unique_ptr<data::CriteoReader> reader_;
+  int64_t rowsPerEpoch_;
+  data::CriteoBatch scratch_;
+  std::vector<BatchPtr> cache_;
+  bool cacheComplete_ = false;
+  int64_t index_ = 0, firstRow_ = 0;
+};
+
+class MnistSource final : public BatchSource {
+ public:
+  MnistSource(const MnistSourceOptions& options, data::IdxDataset dataset)
+      : options_(options), data_(std::move(dataset)), order_(size_t(data_.count)) {
+    std::iota(order_.begin(), order_.end(), 0);
+  }
+
+  Status startEpoch(int64_t epoch) override {
+    index_ = 0;
+    std::iota(order_.begin(), order_.end(), 0);
+    if (options_.shuffle) {
+      Rng rng(hashCombine(options_.seed, 0x73687566ULL, uint64_t(epoch)));
+      for (size_t i = order_.size(); i > 1; --i) std::swap(order_[i - 1], order_[rng.below(i)]);
+    }
+    return Status::ok();
+  }
+
+  Expected<BatchPtr> next() override {
+    const int64_t first = index_ * options_.batchSize;
+    if (first >= data_.count) return BatchPtr();
+    const int64_t rows = std::min(options_.batchSize, data_.count - first);
+    const int64_t width = int64_t(data_.rows) * data_.cols;
+    auto b = std::make_shared<Batch>();
+    b->index = index_++;
+    b->firstRow = first;
+    b->rows = rows;
+    b->denseWidth = width;
+    b->dense.resize(size_t(rows * width));
+    b->classes.resize(size_t(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t src = order_[size_t(first + r)];
+      std::memcpy(b->dense.data() + r * width, data_.images.data() + src * width, size_t(width) * sizeof(float));
+      b->classes[size_t(r)] = data_.labels[size_t(src)];
+    }
+    return BatchPtr(std::move(b));
+  }
+
+  int64_t rowsPerEpoch() const override { return data_.count; }
+
+ private:
+  MnistSourceOptions options_;
+  data::IdxDataset data_;
+  std::vector<int64_t> order_;
+  int64_t index_ = 0;
+};
+
+}  // namespace
+
+Expected<std::unique_ptr<BatchSource>> openCriteoSource(const CriteoSourceOptions& options) {
+  if (options.batchSize < 1) TROUPE_SETUP_ERROR("batch size must be >= 1, got {}", options.batchSize);
+  data::CriteoReaderOptions ro;
+  ro.path = options.path;
+  ro.numCategorical = options.numCategorical;
+  ro.skipBadLines = options.skipBadLines;
+  ro.maxRows = options.maxRows;
+  auto reader = data::CriteoReader::open(ro);
+  if (!reader.hasValue()) return reader.status();
+  auto rows = data::countTextRows(options.path);
+  if (!rows.hasValue()) return rows.status();
+  int64_t n = *rows;
+  if (options.maxRows >= 0) n = std::min(n, options.maxRows);
+  return std::unique_ptr<BatchSource>(new CriteoSource(options, std::move(*reader), n));
+}
+
+Expected<std::unique_ptr<BatchSource>> openMnistSource(const MnistSourceOptions& options) {
+  if (options.batchSize < 1) TROUPE_SETUP_ERROR("batch size must be >= 1, got {}", options.batchSize);
+  auto dataset = data::readIdxDataset(options.imagesPath, options.labelsPath);
+  if (!dataset.hasValue()) return dataset.status();
+  return std::unique_ptr<BatchSource>(new MnistSource(options, std::move(*dataset)));
+}
+
+}  // namespace troupe::workers

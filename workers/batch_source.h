@@ -1,0 +1,57 @@
+// BatchSource: where a loader gets its batches. Implementations read Criteo TSV
+// (keeping parsed batches in memory after the first pass when asked) or
+// Fashion-MNIST idx files (reshuffled each epoch by a seeded permutation).
+//
+// Threading: one owner (the loader actor). Blocking I/O happens in next().
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "workers/batch.h"
+
+namespace troupe::workers {
+
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  BatchSource(const BatchSource&) = delete;
+  BatchSource& operator=(const BatchSource&) = delete;
+
+  // Starts epoch `epoch` (0-based) from its first batch.
+  virtual Status startEpoch(int64_t epoch) = 0;
+  // The next batch of the epoch; nullptr at its end. Errors name file and line.
+  virtual Expected<BatchPtr> next() = 0;
+  // Rows in one epoch.
+  virtual int64_t rowsPerEpoch() const = 0;
+  // Lines skipped as malformed so far (skip-bad-lines mode).
+  virtual int64_t badLines() const { return 0; }
+
+ protected:
+  BatchSource() = default;
+};
+
+struct CriteoSourceOptions {
+  std::string path;
+  int64_t batchSize = 256;
+  int numCategorical = 26;
+  bool skipBadLines = false;
+  // Keep parsed batches after the first pass; later epochs replay them.
+  bool inMemory = true;
+  int64_t maxRows = -1;  // negative: the whole file
+};
+
+struct MnistSourceOptions {
+  std::string imagesPath;
+  std::string labelsPath;
+  int64_t batchSize = 128;
+  bool shuffle = true;
+  uint64_t seed = 1;
+};
+
+Expected<std::unique_ptr<BatchSource>> openCriteoSource(const CriteoSourceOptions& options);
+Expected<std::unique_ptr<BatchSource>> openMnistSource(const MnistSourceOptions& options);
+
+}  // namespace troupe::workers

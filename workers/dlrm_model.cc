@@ -1,0 +1,99 @@
+#include "workers/dlrm_model.h"
+
+#include <cstring>
+
+#include "common/check.h"
+#include "common/hash.h"
+#include "kernels/kernels.h"
+
+namespace troupe::workers {
+namespace {
+
+std::vector<int64_t> bottomWidths(const DlrmShape& s) {
+  std::vector<int64_t> w{s.numDense};
+  w.insert(w.end(), s.bottom.begin(), s.bottom.end());
+  return w;
+}
+
+int64_t pairs(const DlrmShape& s) {
+  const int64_t f = s.numTables + 1;
+  return f * (f - 1) / 2;
+}
+
+std::vector<int64_t> topWidths(const DlrmShape& s) {
+  std::vector<int64_t> w{s.embeddingDim + pairs(s)};
+  w.insert(w.end(), s.top.begin(), s.top.end());
+  w.push_back(1);
+  return w;
+}
+
+int64_t totalParameters(const DlrmShape& s) {
+  if (s.bottom.empty() || s.bottom.back() != s.embeddingDim) {
+    TROUPE_SETUP_ERROR("DLRM: the bottom MLP must end at the embedding dim {}, got widths [{}]", s.embeddingDim,
+                       fmt::join(s.bottom, ", "));
+  }
+  if (s.numTables < 1 || s.numDense < 1) {
+    TROUPE_SETUP_ERROR("DLRM: need >= 1 table and >= 1 dense feature, got {} and {}", s.numTables, s.numDense);
+  }
+  return Mlp::parameterCount(bottomWidths(s)) + Mlp::parameterCount(topWidths(s));
+}
+
+}  // namespace
+
+DlrmModel::DlrmModel(const DlrmShape& shape, const kernels::OptimizerConfig& denseOptimizer, uint64_t seed)
+    : shape_(shape), params_(totalParameters(shape), denseOptimizer), topInWidth_(shape.embeddingDim + pairs(shape)) {
+  bottom_ = std::make_unique<Mlp>(bottomWidths(shape_), true, &params_, 0);
+  top_ = std::make_unique<Mlp>(topWidths(shape_), false, &params_, Mlp::parameterCount(bottomWidths(shape_)));
+  bottom_->initialize(hashCombine(seed, 1));
+  top_->initialize(hashCombine(seed, 2));
+}
+
+int64_t DlrmModel::macsPerSample() const {
+  return bottom_->macsPerSample() + top_->macsPerSample() + pairs(shape_) * shape_.embeddingDim;
+}
+
+Status DlrmModel::forward(kernels::Kernels& k, const float* dense, const float* const* embeddings, int64_t batch,
+                          float* logits) {
+  batch_ = batch;
+  const int64_t dim = shape_.embeddingDim;
+  Status s = bottom_->forward(k, dense, batch);
+  if (!s.isOk()) return s;
+  const float* x = bottom_->output();
+  z_.assign(1, x);
+  z_.insert(z_.end(), embeddings, embeddings + shape_.numTables);
+
+  topIn_.resize(size_t(batch * topInWidth_));
+  for (int64_t b = 0; b < batch; ++b) {
+    std::memcpy(topIn_.data() + b * topInWidth_, x + b * dim, size_t(dim) * sizeof(float));
+  }
+  s = k.dotInteractionForward(z_.data(), int64_t(z_.size()), batch, dim, topIn_.data() + dim, topInWidth_);
+  if (!s.isOk()) return s;
+  s = top_->forward(k, topIn_.data(), batch);
+  if (!s.isOk()) return s;
+  std::memcpy(logits, top_->output(), size_t(batch) * sizeof(float));
+  return Status::ok();
+}
+
+Status DlrmModel::backward(kernels::Kernels& k, const float* dLogits, float* const* dEmbeddings) {
+  const int64_t batch = batch_, dim = shape_.embeddingDim;
+  dTopIn_.resize(size_t(batch * topInWidth_));
+  Status s = top_->backward(k, dLogits, dTopIn_.data());
+  if (!s.isOk()) return s;
+  dInteractionX_.resize(size_t(batch * dim));
+  dZ_.assign(1, dInteractionX_.data());
+  dZ_.insert(dZ_.end(), dEmbeddings, dEmbeddings + shape_.numTables);
+  s = k.dotInteractionBackward(z_.data(), int64_t(z_.size()), batch, dim, dTopIn_.data() + dim, topInWidth_,
+                               dZ_.data());
+  if (!s.isOk()) return s;
+  // x feeds the top MLP directly and through the interaction: add both.
+  dX_.resize(size_t(batch * dim));
+  for (int64_t b = 0; b < batch; ++b) {
+    const float* direct = dTopIn_.data() + b * topInWidth_;
+    const float* viaPairs = dInteractionX_.data() + b * dim;
+    float* out = dX_.data() + b * dim;
+    for (int64_t d = 0; d < dim; ++d) out[d] = direct[d] + viaPairs[d];
+  }
+  return bottom_->backward(k, dX_.data(), nullptr);
+}
+
+}  // namespace troupe::workers

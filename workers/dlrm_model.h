@@ -1,0 +1,69 @@
+// DlrmModel: the dense part of a DLRM-style recommendation model (Naumov et
+// al. 2019). Embedding look-ups are not here: the worker pulls rows from the
+// tables (ps/), pools them with the embedding-bag kernel and hands the pooled
+// vectors in; backward hands their gradients back.
+//
+//   dense [B x numDense] -> bottom MLP (ReLU after every layer) -> x [B x dim]
+//   Z = {x, e_1, ..., e_T}                       (T pooled embeddings [B x dim])
+//   top input = [x | <z_i, z_j> for i > j]       (dim + F(F-1)/2 wide, F = T + 1)
+//   top MLP (ReLU between layers) -> logit [B]
+//
+// Every dense weight lives in one DenseParameters buffer (bottom MLP, then top).
+// Threading: one owner.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/status.h"
+#include "kernels/row_optimizer.h"
+#include "workers/dense_parameters.h"
+#include "workers/mlp.h"
+
+namespace troupe::workers {
+
+struct DlrmShape {
+  int64_t numDense = 13;
+  int numTables = 26;
+  int64_t embeddingDim = 16;
+  std::vector<int64_t> bottom = {64, 16};  // hidden widths; the last must equal embeddingDim
+  std::vector<int64_t> top = {128, 64};    // hidden widths; a final width of 1 is added
+};
+
+class DlrmModel final {
+ public:
+  // Throws SetupError on an inconsistent shape.
+  DlrmModel(const DlrmShape& shape, const kernels::OptimizerConfig& denseOptimizer, uint64_t seed);
+
+  const DlrmShape& shape() const { return shape_; }
+  DenseParameters& parameters() { return params_; }
+  // Width of the top MLP's input.
+  int64_t interactionWidth() const { return topInWidth_; }
+  // Multiply-adds per sample in the dense layers and the interaction.
+  int64_t macsPerSample() const;
+
+  // dense [batch x numDense]; embeddings: numTables pointers to [batch x dim].
+  // Writes logits [batch]. Inputs must stay valid until backward returns.
+  Status forward(kernels::Kernels& k, const float* dense, const float* const* embeddings, int64_t batch,
+                 float* logits);
+
+  // dLogits [batch]; writes the dense gradients into parameters().grads() and
+  // the embeddings' gradients into dEmbeddings (numTables pointers to
+  // [batch x dim], overwritten).
+  Status backward(kernels::Kernels& k, const float* dLogits, float* const* dEmbeddings);
+
+ private:
+  DlrmShape shape_;
+  DenseParameters params_;
+  std::unique_ptr<Mlp> bottom_;
+  std::unique_ptr<Mlp> top_;
+  int64_t topInWidth_;
+  int64_t batch_ = 0;
+  std::vector<const float*> z_;  // {x, e_1..e_T} of the last forward
+  std::vector<float> topIn_, dTopIn_, dX_;
+  std::vector<float*> dZ_;
+  std::vector<float> dInteractionX_;
+};
+
+}  // namespace troupe::workers

@@ -1,0 +1,34 @@
+#include "workers/trainer.h"
+
+#include <caf/all.hpp>
+
+#include "common/logging.h"
+#include "workers/loader_actor.h"
+#include "workers/messages.h"
+
+namespace troupe::workers {
+
+Expected<TrainReport> runInProcess(const InProcessJob& job) {
+  caf::actor_system_config cfg;
+  cfg.set("scheduler.max-threads", std::max(1, job.schedulerThreads));
+  caf::actor_system system{cfg};
+  auto trainLoader = spawnLoader(system, job.train, job.prefetch);
+  auto testLoader = spawnLoader(system, job.test, job.prefetch);
+  caf::actor tables;
+  if (job.worker.core.kind == ModelKind::kDlrm) tables = ps::spawnTableHolder(system, job.tables);
+  auto worker = spawnWorker(system, job.worker, trainLoader, testLoader, tables);
+
+  Expected<TrainReport> result = Status::internal("training ended without a report");
+  {
+    caf::scoped_actor self{system};
+    self->request(worker, caf::infinite, run_atom::value)
+        .receive([&](TrainReportPtr report) { result = *report; },
+                 [&](caf::error& err) { result = Status::internal(system.render(err)); });
+    for (const auto& a : {trainLoader, testLoader, tables, worker}) {
+      if (a) self->send_exit(a, caf::exit_reason::user_shutdown);
+    }
+  }
+  return result;
+}
+
+}  // namespace troupe::workers

@@ -1,0 +1,27 @@
+// runInProcess: a whole training job in one process, every role an actor:
+// a loader per data split, the table holder (when the model has tables) and
+// the worker. Returns the worker's report once training and the last
+// evaluation are done, or the error that stopped the job.
+#pragma once
+
+#include <memory>
+
+#include "common/status.h"
+#include "ps/table_holder.h"
+#include "workers/batch_source.h"
+#include "workers/worker_actor.h"
+
+namespace troupe::workers {
+
+struct InProcessJob {
+  WorkerOptions worker;
+  std::shared_ptr<BatchSource> train;
+  std::shared_ptr<BatchSource> test;
+  ps::TableHolderOptions tables;  // ignored by models without tables
+  int prefetch = 4;               // batches the loader reads ahead
+  int schedulerThreads = 1;       // CAF scheduler threads (the heavy actors are detached)
+};
+
+Expected<TrainReport> runInProcess(const InProcessJob& job);
+
+}  // namespace troupe::workers

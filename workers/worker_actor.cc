@@ -1,0 +1,211 @@
+#include "workers/worker_actor.h"
+
+#include <chrono>
+
+#include <caf/all.hpp>
+
+#include "common/logging.h"
+#include "ps/messages.h"
+#include "workers/messages.h"
+
+namespace troupe::workers {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+struct WorkerState {
+  WorkerOptions options;
+  std::unique_ptr<WorkerCore> core;
+  caf::actor trainLoader, testLoader, tables;
+  caf::typed_response_promise<TrainReportPtr> done;
+  std::shared_ptr<TrainReport> report = std::make_shared<TrainReport>();
+  int64_t epoch = 0;
+  int64_t epochRows = 0;
+  int64_t rowsPerEpoch = 0;
+  double trainSeconds = 0;
+  Clock::time_point stepStart;
+  EvalResult eval;
+  Clock::time_point evalStart;
+  bool finished = false;
+  static inline const char* name = "worker";
+};
+
+using Self = caf::stateful_actor<WorkerState>;
+
+void fail(Self* self, const caf::error& err) {
+  auto& st = self->state;
+  if (st.finished) return;
+  st.finished = true;
+  st.done.deliver(err);
+  self->quit(err);
+}
+
+void fail(Self* self, const Status& s) { fail(self, caf::make_error(caf::sec::runtime_error, s.toString())); }
+
+void startEpoch(Self* self);
+void nextTrainBatch(Self* self);
+void evaluate(Self* self);
+
+void finish(Self* self) {
+  auto& st = self->state;
+  st.finished = true;
+  st.report->steps = st.core->steps();
+  st.report->trainSeconds = st.trainSeconds;
+  const float* w = st.core->denseWeights();
+  st.report->denseWeights.assign(w, w + st.core->denseParameters());
+  st.done.deliver(TrainReportPtr(st.report));
+  self->quit();
+}
+
+void afterStep(Self* self, const Batch& batch) {
+  auto& st = self->state;
+  st.trainSeconds += secondsSince(st.stepStart);
+  st.report->samples += batch.rows;
+  st.epochRows += batch.rows;
+  const int64_t step = st.core->steps();
+  if (st.options.onEvent && step % st.options.progressEverySteps == 0) {
+    WorkerEvent e;
+    e.epoch = st.epoch;
+    e.step = step;
+    e.epochRows = st.epochRows;
+    e.rowsPerEpoch = st.rowsPerEpoch;
+    e.meanLoss = st.core->takeMeanLoss();
+    e.elapsedSec = st.trainSeconds;
+    e.samplesPerSec = st.trainSeconds > 0 ? double(st.report->samples) / st.trainSeconds : 0;
+    st.options.onEvent(e);
+  }
+  if (st.options.maxSteps > 0 && step >= st.options.maxSteps) {
+    evaluate(self);
+  } else {
+    nextTrainBatch(self);
+  }
+}
+
+void trainOn(Self* self, BatchPtr batch, ps::PullReplyPtr rows) {
+  auto& st = self->state;
+  auto push = st.core->trainStep(*batch, rows);
+  if (!push.hasValue()) return fail(self, push.status());
+  if (*push) {
+    // The holder applies pushes and pulls in arrival order, so the next pull
+    // sees this update; the acknowledgement is only counted.
+    self->request(st.tables, st.options.requestTimeout, ps::push_atom::value, *push)
+        .then([=](int64_t) { ++self->state.report->pushesAcked; }, [=](caf::error& err) { fail(self, err); });
+  }
+  afterStep(self, *batch);
+}
+
+void nextTrainBatch(Self* self) {
+  auto& st = self->state;
+  self->request(st.trainLoader, st.options.requestTimeout, next_atom::value)
+      .then(
+          [=](BatchPtr batch) {
+            auto& st = self->state;
+            if (!batch) return evaluate(self);
+            st.stepStart = Clock::now();
+            if (!st.core->hasTables()) return trainOn(self, batch, nullptr);
+            auto pull = st.core->prepare(*batch, true);
+            if (!pull.hasValue()) return fail(self, pull.status());
+            self->request(st.tables, st.options.requestTimeout, ps::pull_atom::value, *pull)
+                .then([=](ps::PullReplyPtr rows) { trainOn(self, batch, rows); },
+                      [=](caf::error& err) { fail(self, err); });
+          },
+          [=](caf::error& err) { fail(self, err); });
+}
+
+void evalBatch(Self* self, BatchPtr batch, ps::PullReplyPtr rows);
+
+void nextEvalBatch(Self* self) {
+  auto& st = self->state;
+  self->request(st.testLoader, st.options.requestTimeout, next_atom::value)
+      .then(
+          [=](BatchPtr batch) {
+            auto& st = self->state;
+            if (!batch) {
+              st.core->finishEval(&st.eval);
+              st.report->evalSeconds += secondsSince(st.evalStart);
+              st.report->evals.push_back(std::move(st.eval));
+              st.eval = EvalResult{};
+              if (st.options.onEvent) {
+                WorkerEvent e;
+                e.kind = WorkerEvent::Kind::kEval;
+                e.epoch = st.epoch;
+                e.step = st.core->steps();
+                e.elapsedSec = st.trainSeconds;
+                e.eval = &st.report->evals.back();
+                st.options.onEvent(e);
+              }
+              const bool stepsDone = st.options.maxSteps > 0 && st.core->steps() >= st.options.maxSteps;
+              if (++st.epoch < st.options.epochs && !stepsDone) return startEpoch(self);
+              return finish(self);
+            }
+            if (!st.core->hasTables()) return evalBatch(self, batch, nullptr);
+            auto pull = st.core->prepare(*batch, false);
+            if (!pull.hasValue()) return fail(self, pull.status());
+            self->request(st.tables, st.options.requestTimeout, ps::pull_atom::value, *pull)
+                .then([=](ps::PullReplyPtr rows) { evalBatch(self, batch, rows); },
+                      [=](caf::error& err) { fail(self, err); });
+          },
+          [=](caf::error& err) { fail(self, err); });
+}
+
+void evalBatch(Self* self, BatchPtr batch, ps::PullReplyPtr rows) {
+  Status s = self->state.core->evalStep(*batch, rows, &self->state.eval);
+  if (!s.isOk()) return fail(self, s);
+  nextEvalBatch(self);
+}
+
+void evaluate(Self* self) {
+  auto& st = self->state;
+  const bool last = st.epoch + 1 >= st.options.epochs ||
+                    (st.options.maxSteps > 0 && st.core->steps() >= st.options.maxSteps);
+  if (!st.options.evaluateEachEpoch && !last) {
+    ++st.epoch;
+    return startEpoch(self);
+  }
+  st.evalStart = Clock::now();
+  self->request(st.testLoader, st.options.requestTimeout, epoch_atom::value, st.epoch)
+      .then([=](int64_t) { nextEvalBatch(self); }, [=](caf::error& err) { fail(self, err); });
+}
+
+void startEpoch(Self* self) {
+  auto& st = self->state;
+  st.epochRows = 0;
+  self->request(st.trainLoader, st.options.requestTimeout, epoch_atom::value, st.epoch)
+      .then(
+          [=](int64_t rows) {
+            self->state.rowsPerEpoch = rows;
+            nextTrainBatch(self);
+          },
+          [=](caf::error& err) { fail(self, err); });
+}
+
+caf::behavior worker(Self* self, WorkerOptions options, caf::actor trainLoader, caf::actor testLoader,
+                     caf::actor tables) {
+  auto& st = self->state;
+  st.options = std::move(options);
+  if (st.options.progressEverySteps < 1) st.options.progressEverySteps = 1;
+  st.core = std::make_unique<WorkerCore>(st.options.core);
+  st.trainLoader = std::move(trainLoader);
+  st.testLoader = std::move(testLoader);
+  st.tables = std::move(tables);
+  return {
+      [=](run_atom) -> caf::typed_response_promise<TrainReportPtr> {
+        auto& st = self->state;
+        st.done = self->make_response_promise<TrainReportPtr>();
+        startEpoch(self);
+        return st.done;
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawnWorker(caf::actor_system& system, const WorkerOptions& options, caf::actor trainLoader,
+                       caf::actor testLoader, caf::actor tables) {
+  return system.spawn<caf::detached>(worker, options, std::move(trainLoader), std::move(testLoader),
+                                     std::move(tables));
+}
+
+}  // namespace troupe::workers

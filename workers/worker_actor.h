@@ -1,0 +1,61 @@
+// The worker: an actor that drives training. It asks the loader for batches,
+// pulls the rows of their keys from the table holder, runs a WorkerCore step,
+// pushes the embedding gradients back, and after each epoch evaluates on the
+// test loader.
+//
+//   (run_atom) -> TrainReportPtr   answered when training ends (or with the error
+//                                  that stopped it)
+//
+// Progress and evaluations are reported through WorkerOptions::onEvent, called
+// on the worker's thread. Runs detached: compute blocks only its own thread.
+// Every request it makes carries requestTimeout; a timeout fails the run.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/fwd.hpp>
+
+#include "workers/worker_core.h"
+
+namespace troupe::workers {
+
+struct WorkerEvent {
+  enum class Kind { kProgress, kEval } kind = Kind::kProgress;
+  int64_t epoch = 0;
+  int64_t step = 0;           // global step
+  int64_t epochRows = 0;      // rows done in this epoch
+  int64_t rowsPerEpoch = 0;
+  double meanLoss = 0;        // training loss since the last progress event
+  double samplesPerSec = 0;   // training throughput since the start
+  double elapsedSec = 0;      // training time so far (evaluations excluded)
+  const EvalResult* eval = nullptr;  // kEval
+};
+
+struct TrainReport {
+  int64_t steps = 0;
+  int64_t samples = 0;
+  int64_t pushesAcked = 0;
+  double trainSeconds = 0;  // training only
+  double evalSeconds = 0;
+  std::vector<EvalResult> evals;  // one per evaluation, last one last
+  std::vector<float> denseWeights;
+};
+
+struct WorkerOptions {
+  WorkerCoreOptions core;
+  int64_t epochs = 1;
+  int64_t maxSteps = 0;          // 0: no limit
+  int64_t progressEverySteps = 50;
+  bool evaluateEachEpoch = true;  // otherwise only after the last
+  std::chrono::seconds requestTimeout{600};
+  std::function<void(const WorkerEvent&)> onEvent;
+};
+
+caf::actor spawnWorker(caf::actor_system& system, const WorkerOptions& options, caf::actor trainLoader,
+                       caf::actor testLoader, caf::actor tables);
+
+}  // namespace troupe::workers

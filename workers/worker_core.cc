@@ -1,0 +1,209 @@
+#include "workers/worker_core.h"
+
+#include <cmath>
+#include <numeric>
+
+#include "common/check.h"
+#include "kernels/kernels.h"
+#include "kernels/metrics.h"
+#include "workers/dense_parameters.h"
+#include "workers/mlp.h"
+
+namespace troupe::workers {
+
+WorkerCore::WorkerCore(const WorkerCoreOptions& options)
+    : options_(options), kernels_(kernels::createKernels({kernels::Device::kCpu, options.threads})) {
+  if (options_.kind == ModelKind::kDlrm) {
+    dlrm_ = std::make_unique<DlrmModel>(options_.dlrm, options_.denseOptimizer, options_.seed);
+  } else {
+    mlpParams_ = std::make_unique<DenseParameters>(Mlp::parameterCount(options_.mlpWidths), options_.denseOptimizer);
+    mlp_ = std::make_unique<Mlp>(options_.mlpWidths, false, mlpParams_.get(), 0);
+    mlp_->initialize(options_.seed);
+  }
+}
+
+WorkerCore::~WorkerCore() = default;
+
+int64_t WorkerCore::macsPerSample() const { return dlrm_ ? dlrm_->macsPerSample() : mlp_->macsPerSample(); }
+int64_t WorkerCore::denseParameters() const { return dlrm_ ? dlrm_->parameters().size() : mlpParams_->size(); }
+const float* WorkerCore::denseWeights() const {
+  return dlrm_ ? dlrm_->parameters().weights() : mlpParams_->weights();
+}
+
+double WorkerCore::takeMeanLoss() {
+  const double mean = lossCount_ ? lossSum_ / double(lossCount_) : std::nan("");
+  lossSum_ = 0;
+  lossCount_ = 0;
+  return mean;
+}
+
+Expected<ps::PullRequestPtr> WorkerCore::prepare(const Batch& batch, bool create) {
+  const int tables = options_.dlrm.numTables;
+  if (batch.numTables != tables || int64_t(batch.keys.size()) != batch.rows * tables) {
+    return Status::invalidArgument(
+        fmt::format("batch has {} tables ({} keys for {} rows), the model {}", batch.numTables, batch.keys.size(),
+                    batch.rows, tables));
+  }
+  auto req = std::make_shared<ps::PullRequest>();
+  req->create = create;
+  req->keys.resize(size_t(tables));
+  uniqueKeys_.resize(size_t(tables));
+  inverse_.resize(size_t(tables));
+  column_.resize(size_t(batch.rows));
+  for (int t = 0; t < tables; ++t) {
+    for (int64_t r = 0; r < batch.rows; ++r) column_[size_t(r)] = batch.keys[size_t(r * tables + t)];
+    auto& unique = uniqueKeys_[size_t(t)];
+    unique.resize(size_t(batch.rows));
+    inverse_[size_t(t)].resize(size_t(batch.rows));
+    auto n = kernels_->uniqueKeys(column_.data(), batch.rows, unique.data(), inverse_[size_t(t)].data());
+    if (!n.hasValue()) return n.status();
+    unique.resize(size_t(*n));
+    req->keys[size_t(t)] = unique;
+  }
+  return ps::PullRequestPtr(std::move(req));
+}
+
+Status WorkerCore::embed(const Batch& batch, const ps::PullReply& reply) {
+  const int tables = options_.dlrm.numTables;
+  const int64_t dim = options_.dlrm.embeddingDim;
+  if (int(reply.rows.size()) != tables) {
+    return Status::invalidArgument(fmt::format("pull reply has {} tables, the model {}", reply.rows.size(), tables));
+  }
+  offsets_.resize(size_t(batch.rows + 1));
+  std::iota(offsets_.begin(), offsets_.end(), int64_t{0});
+  pooled_.resize(size_t(tables));
+  pooledPtrs_.resize(size_t(tables));
+  for (int t = 0; t < tables; ++t) {
+    const auto& rows = reply.rows[size_t(t)];
+    const int64_t numRows = int64_t(uniqueKeys_[size_t(t)].size());
+    if (int64_t(rows.size()) != numRows * dim) {
+      return Status::invalidArgument(fmt::format("pull reply for table {} has {} floats, expected {} x {}", t,
+                                                 rows.size(), numRows, dim));
+    }
+    auto& out = pooled_[size_t(t)];
+    out.resize(size_t(batch.rows * dim));
+    kernels::EmbeddingBags bags;
+    bags.indices = kernels::BagIndices::of(inverse_[size_t(t)].data(), batch.rows);
+    bags.offsets = offsets_.data();
+    bags.batch = batch.rows;
+    Status s = kernels_->embeddingBagForward(rows.data(), numRows, dim, bags, out.data());
+    if (!s.isOk()) return s;
+    pooledPtrs_[size_t(t)] = out.data();
+  }
+  return Status::ok();
+}
+
+Status WorkerCore::forward(const Batch& batch, const ps::PullReplyPtr& rows) {
+  logits_.resize(size_t(batch.rows * (dlrm_ ? 1 : options_.mlpWidths.back())));
+  if (dlrm_) {
+    if (!rows) return Status::invalidArgument("a DLRM step needs the pulled rows");
+    if (batch.denseWidth != options_.dlrm.numDense) {
+      return Status::invalidArgument(
+          fmt::format("batch has {} dense features, the model {}", batch.denseWidth, options_.dlrm.numDense));
+    }
+    Status s = embed(batch, *rows);
+    if (!s.isOk()) return s;
+    return dlrm_->forward(*kernels_, batch.dense.data(), pooledPtrs_.data(), batch.rows, logits_.data());
+  }
+  if (batch.denseWidth != mlp_->inputWidth()) {
+    return Status::invalidArgument(
+        fmt::format("batch has {} features, the MLP takes {}", batch.denseWidth, mlp_->inputWidth()));
+  }
+  Status s = mlp_->forward(*kernels_, batch.dense.data(), batch.rows);
+  if (!s.isOk()) return s;
+  std::copy_n(mlp_->output(), logits_.size(), logits_.begin());
+  return Status::ok();
+}
+
+Expected<ps::PushRequestPtr> WorkerCore::trainStep(const Batch& batch, const ps::PullReplyPtr& rows) {
+  Status s = forward(batch, rows);
+  if (!s.isOk()) return s;
+  ++steps_;
+  dLogits_.resize(logits_.size());
+  if (dlrm_) {
+    auto loss = kernels_->sigmoidCrossEntropy(logits_.data(), batch.labels.data(), batch.rows, dLogits_.data());
+    if (!loss.hasValue()) return loss.status();
+    lossSum_ += *loss;
+    ++lossCount_;
+    const int tables = options_.dlrm.numTables;
+    const int64_t dim = options_.dlrm.embeddingDim;
+    dPooled_.resize(size_t(tables));
+    dPooledPtrs_.resize(size_t(tables));
+    for (int t = 0; t < tables; ++t) {
+      dPooled_[size_t(t)].resize(size_t(batch.rows * dim));
+      dPooledPtrs_[size_t(t)] = dPooled_[size_t(t)].data();
+    }
+    s = dlrm_->backward(*kernels_, dLogits_.data(), dPooledPtrs_.data());
+    if (!s.isOk()) return s;
+    auto push = std::make_shared<ps::PushRequest>();
+    push->worker = options_.worker;
+    push->sequence = sequence_++;
+    push->step = steps_;
+    push->keys.resize(size_t(tables));
+    push->grads.resize(size_t(tables));
+    for (int t = 0; t < tables; ++t) {
+      const int64_t numRows = int64_t(uniqueKeys_[size_t(t)].size());
+      auto& grads = push->grads[size_t(t)];
+      grads.assign(size_t(numRows * dim), 0.0f);
+      kernels::EmbeddingBags bags;
+      bags.indices = kernels::BagIndices::of(inverse_[size_t(t)].data(), batch.rows);
+      bags.offsets = offsets_.data();
+      bags.batch = batch.rows;
+      s = kernels_->embeddingBagBackward(dPooled_[size_t(t)].data(), dim, bags, grads.data(), numRows);
+      if (!s.isOk()) return s;
+      push->keys[size_t(t)] = uniqueKeys_[size_t(t)];
+    }
+    s = dlrm_->parameters().apply(*kernels_, steps_);
+    if (!s.isOk()) return s;
+    return ps::PushRequestPtr(std::move(push));
+  }
+  auto loss = kernels_->softmaxCrossEntropy(logits_.data(), batch.classes.data(), batch.rows,
+                                            options_.mlpWidths.back(), dLogits_.data());
+  if (!loss.hasValue()) return loss.status();
+  lossSum_ += *loss;
+  ++lossCount_;
+  s = mlp_->backward(*kernels_, dLogits_.data(), nullptr);
+  if (!s.isOk()) return s;
+  s = mlpParams_->apply(*kernels_, steps_);
+  if (!s.isOk()) return s;
+  return ps::PushRequestPtr();
+}
+
+Status WorkerCore::evalStep(const Batch& batch, const ps::PullReplyPtr& rows, EvalResult* eval) {
+  Status s = forward(batch, rows);
+  if (!s.isOk()) return s;
+  if (dlrm_) {
+    for (int64_t i = 0; i < batch.rows; ++i) {
+      const double z = logits_[size_t(i)];
+      eval->predictions.push_back(float(1.0 / (1.0 + std::exp(-z))));
+      eval->labels.push_back(batch.labels[size_t(i)]);
+    }
+  } else {
+    const int64_t classes = options_.mlpWidths.back();
+    auto loss = kernels_->softmaxCrossEntropy(logits_.data(), batch.classes.data(), batch.rows, classes, nullptr);
+    if (!loss.hasValue()) return loss.status();
+    eval->loss += *loss * double(batch.rows);  // summed; finishEval divides
+    for (int64_t i = 0; i < batch.rows; ++i) {
+      const float* z = logits_.data() + i * classes;
+      eval->predictions.push_back(float(std::max_element(z, z + classes) - z));
+      eval->labels.push_back(float(batch.classes[size_t(i)]));
+    }
+  }
+  eval->rows += batch.rows;
+  return Status::ok();
+}
+
+void WorkerCore::finishEval(EvalResult* eval) const {
+  const int64_t n = int64_t(eval->labels.size());
+  if (dlrm_) {
+    eval->auc = kernels::rocAuc(eval->predictions.data(), eval->labels.data(), n);
+    eval->loss = kernels::logLoss(eval->predictions.data(), eval->labels.data(), n);
+  } else {
+    int64_t correct = 0;
+    for (int64_t i = 0; i < n; ++i) correct += eval->predictions[size_t(i)] == eval->labels[size_t(i)];
+    eval->accuracy = n ? double(correct) / double(n) : std::nan("");
+    eval->loss = n ? eval->loss / double(n) : std::nan("");
+  }
+}
+
+}  // namespace troupe::workers

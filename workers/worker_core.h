@@ -1,0 +1,112 @@
+// WorkerCore: the compute of one worker, free of actors so it can be tested
+// alone. The worker actor sequences it: for a model with embedding tables,
+//   request = core.prepare(batch)            keys to pull, de-duplicated per table
+//   reply   = table holder answers the pull
+//   push    = core.trainStep(batch, reply)   forward, loss, backward, dense update
+//   table holder applies push
+// and for a dense-only model (no tables) trainStep(batch, nullptr) does it all.
+//
+// Embedding gradients are per unique key (summed over the batch), of the mean
+// loss over the batch. Dense parameters are updated in place with the dense
+// optimizer; embedding rows are updated by whoever applies the push.
+//
+// Threading: one owner. Kernels run on the core's own compute pool.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "kernels/row_optimizer.h"
+#include "ps/messages.h"
+#include "workers/batch.h"
+#include "workers/dlrm_model.h"
+
+namespace troupe::kernels {
+class Kernels;
+}
+
+namespace troupe::workers {
+
+class Mlp;
+
+enum class ModelKind { kDlrm, kMlp };
+
+struct WorkerCoreOptions {
+  ModelKind kind = ModelKind::kDlrm;
+  DlrmShape dlrm;                               // kDlrm
+  std::vector<int64_t> mlpWidths{784, 256, 128, 10};  // kMlp: input ... classes
+  kernels::OptimizerConfig denseOptimizer;
+  uint64_t seed = 1;
+  int threads = 1;
+  int64_t worker = 0;  // this worker's id in push requests
+};
+
+// Metrics of one pass over an evaluation set.
+struct EvalResult {
+  int64_t rows = 0;
+  double loss = 0;      // mean log-loss (binary) or cross-entropy (classes)
+  double auc = 0;       // binary models
+  double accuracy = 0;  // classifiers
+  std::vector<float> labels;       // true label (binary) or class
+  std::vector<float> predictions;  // click probability or predicted class
+};
+
+class WorkerCore final {
+ public:
+  explicit WorkerCore(const WorkerCoreOptions& options);
+  ~WorkerCore();
+  WorkerCore(const WorkerCore&) = delete;
+  WorkerCore& operator=(const WorkerCore&) = delete;
+
+  bool hasTables() const { return options_.kind == ModelKind::kDlrm; }
+  const WorkerCoreOptions& options() const { return options_; }
+
+  // The pull for a batch (tables only). create=false for evaluation.
+  Expected<ps::PullRequestPtr> prepare(const Batch& batch, bool create);
+
+  // One training step on the batch prepared last (rows: the pull's reply, or
+  // nullptr without tables). Returns the push (nullptr without tables).
+  Expected<ps::PushRequestPtr> trainStep(const Batch& batch, const ps::PullReplyPtr& rows);
+
+  // Forward only; appends labels and predictions to *eval (call finishEval at the end).
+  Status evalStep(const Batch& batch, const ps::PullReplyPtr& rows, EvalResult* eval);
+  // Computes the metrics of the accumulated predictions.
+  void finishEval(EvalResult* eval) const;
+
+  int64_t steps() const { return steps_; }
+  // Mean training loss since the last call (and resets it).
+  double takeMeanLoss();
+  // Multiply-adds per sample of the dense layers (for FLOP accounting).
+  int64_t macsPerSample() const;
+  int64_t denseParameters() const;
+  // Dense weights (for determinism checks and checkpoints).
+  const float* denseWeights() const;
+
+ private:
+  Status embed(const Batch& batch, const ps::PullReply& rows);
+  Status forward(const Batch& batch, const ps::PullReplyPtr& rows);
+
+  WorkerCoreOptions options_;
+  std::unique_ptr<kernels::Kernels> kernels_;
+  std::unique_ptr<DlrmModel> dlrm_;
+  std::unique_ptr<DenseParameters> mlpParams_;
+  std::unique_ptr<Mlp> mlp_;
+  int64_t steps_ = 0;
+  int64_t sequence_ = 0;
+  double lossSum_ = 0;
+  int64_t lossCount_ = 0;
+  // Per-batch scratch.
+  std::vector<std::vector<uint64_t>> uniqueKeys_;
+  std::vector<std::vector<int64_t>> inverse_;
+  std::vector<int64_t> offsets_;
+  std::vector<uint64_t> column_;
+  std::vector<std::vector<float>> pooled_, dPooled_;
+  std::vector<const float*> pooledPtrs_;
+  std::vector<float*> dPooledPtrs_;
+  std::vector<float> logits_, dLogits_, probs_;
+};
+
+}  // namespace troupe::workers
