@@ -257,6 +257,13 @@ int runTrain(const TrainFlags& flags) {
   field("batch_size", std::to_string(config.getInt("train.batch_size")));
   field("threads", std::to_string(threads));
   field("dense_parameters", std::to_string(report->denseWeights.size()));
+  field("dense_macs_per_sample", std::to_string(report->macsPerSample));
+  if (binary) {
+    field("embedding_rows_per_sample",
+          jsonNumber(report->samples ? double(report->pulledRows) / double(report->samples) : 0.0));
+    field("embedding_dim", std::to_string(worker.core.dlrm.embeddingDim));
+    field("embedding_optimizer", fmt::format("\"{}\"", config.getString("train.embedding_optimizer")));
+  }
   json += fmt::format("  \"run_dir\": \"{}\"\n}}\n", runDir);
   { std::ofstream(runDir + "/summary.json") << json; }
   if (!flags.summaryJson.empty()) {

@@ -9,6 +9,7 @@
 namespace troupe::workers {
 
 Expected<TrainReport> runInProcess(const InProcessJob& job) {
+  auto core = std::make_unique<WorkerCore>(job.worker.core);  // throws SetupError on a bad model
   caf::actor_system_config cfg;
   cfg.set("scheduler.max-threads", std::max(1, job.schedulerThreads));
   caf::actor_system system{cfg};
@@ -16,7 +17,7 @@ Expected<TrainReport> runInProcess(const InProcessJob& job) {
   auto testLoader = spawnLoader(system, job.test, job.prefetch);
   caf::actor tables;
   if (job.worker.core.kind == ModelKind::kDlrm) tables = ps::spawnTableHolder(system, job.tables);
-  auto worker = spawnWorker(system, job.worker, trainLoader, testLoader, tables);
+  auto worker = spawnWorker(system, job.worker, std::move(core), trainLoader, testLoader, tables);
 
   Expected<TrainReport> result = Status::internal("training ended without a report");
   {

@@ -1,7 +1,8 @@
 // runInProcess: a whole training job in one process, every role an actor:
 // a loader per data split, the table holder (when the model has tables) and
 // the worker. Returns the worker's report once training and the last
-// evaluation are done, or the error that stopped the job.
+// evaluation are done, or the error that stopped the job. Throws SetupError
+// (before any actor starts) on a model that cannot be built.
 #pragma once
 
 #include <memory>

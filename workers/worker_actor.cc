@@ -17,7 +17,7 @@ double secondsSince(Clock::time_point t) { return std::chrono::duration<double>(
 
 struct WorkerState {
   WorkerOptions options;
-  std::unique_ptr<WorkerCore> core;
+  std::shared_ptr<WorkerCore> core;
   caf::actor trainLoader, testLoader, tables;
   caf::typed_response_promise<TrainReportPtr> done;
   std::shared_ptr<TrainReport> report = std::make_shared<TrainReport>();
@@ -53,6 +53,8 @@ void finish(Self* self) {
   st.finished = true;
   st.report->steps = st.core->steps();
   st.report->trainSeconds = st.trainSeconds;
+  st.report->pulledRows = st.core->pulledRows();
+  st.report->macsPerSample = st.core->macsPerSample();
   const float* w = st.core->denseWeights();
   st.report->denseWeights.assign(w, w + st.core->denseParameters());
   st.done.deliver(TrainReportPtr(st.report));
@@ -181,12 +183,12 @@ void startEpoch(Self* self) {
           [=](caf::error& err) { fail(self, err); });
 }
 
-caf::behavior worker(Self* self, WorkerOptions options, caf::actor trainLoader, caf::actor testLoader,
-                     caf::actor tables) {
+caf::behavior worker(Self* self, WorkerOptions options, std::shared_ptr<WorkerCore> core, caf::actor trainLoader,
+                     caf::actor testLoader, caf::actor tables) {
   auto& st = self->state;
   st.options = std::move(options);
   if (st.options.progressEverySteps < 1) st.options.progressEverySteps = 1;
-  st.core = std::make_unique<WorkerCore>(st.options.core);
+  st.core = std::move(core);
   st.trainLoader = std::move(trainLoader);
   st.testLoader = std::move(testLoader);
   st.tables = std::move(tables);
@@ -202,10 +204,10 @@ caf::behavior worker(Self* self, WorkerOptions options, caf::actor trainLoader, 
 
 }  // namespace
 
-caf::actor spawnWorker(caf::actor_system& system, const WorkerOptions& options, caf::actor trainLoader,
-                       caf::actor testLoader, caf::actor tables) {
-  return system.spawn<caf::detached>(worker, options, std::move(trainLoader), std::move(testLoader),
-                                     std::move(tables));
+caf::actor spawnWorker(caf::actor_system& system, const WorkerOptions& options, std::unique_ptr<WorkerCore> core,
+                       caf::actor trainLoader, caf::actor testLoader, caf::actor tables) {
+  return system.spawn<caf::detached>(worker, options, std::shared_ptr<WorkerCore>(std::move(core)),
+                                     std::move(trainLoader), std::move(testLoader), std::move(tables));
 }
 
 }  // namespace troupe::workers

@@ -39,6 +39,8 @@ struct TrainReport {
   int64_t steps = 0;
   int64_t samples = 0;
   int64_t pushesAcked = 0;
+  int64_t pulledRows = 0;  // unique embedding rows pulled for training
+  int64_t macsPerSample = 0;
   double trainSeconds = 0;  // training only
   double evalSeconds = 0;
   std::vector<EvalResult> evals;  // one per evaluation, last one last
@@ -55,7 +57,9 @@ struct WorkerOptions {
   std::function<void(const WorkerEvent&)> onEvent;
 };
 
-caf::actor spawnWorker(caf::actor_system& system, const WorkerOptions& options, caf::actor trainLoader,
-                       caf::actor testLoader, caf::actor tables);
+// The core is built by the caller (so set-up errors, thrown as SetupError,
+// surface there) and owned by the worker from then on.
+caf::actor spawnWorker(caf::actor_system& system, const WorkerOptions& options, std::unique_ptr<WorkerCore> core,
+                       caf::actor trainLoader, caf::actor testLoader, caf::actor tables);
 
 }  // namespace troupe::workers

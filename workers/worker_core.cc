@@ -58,6 +58,7 @@ Expected<ps::PullRequestPtr> WorkerCore::prepare(const Batch& batch, bool create
     auto n = kernels_->uniqueKeys(column_.data(), batch.rows, unique.data(), inverse_[size_t(t)].data());
     if (!n.hasValue()) return n.status();
     unique.resize(size_t(*n));
+    if (create) pulledRows_ += *n;
     req->keys[size_t(t)] = unique;
   }
   return ps::PullRequestPtr(std::move(req));

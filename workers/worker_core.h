@@ -77,6 +77,8 @@ class WorkerCore final {
   void finishEval(EvalResult* eval) const;
 
   int64_t steps() const { return steps_; }
+  // Unique embedding rows pulled for training steps so far (all tables).
+  int64_t pulledRows() const { return pulledRows_; }
   // Mean training loss since the last call (and resets it).
   double takeMeanLoss();
   // Multiply-adds per sample of the dense layers (for FLOP accounting).
@@ -95,6 +97,7 @@ class WorkerCore final {
   std::unique_ptr<DenseParameters> mlpParams_;
   std::unique_ptr<Mlp> mlp_;
   int64_t steps_ = 0;
+  int64_t pulledRows_ = 0;
   int64_t sequence_ = 0;
   double lossSum_ = 0;
   int64_t lossCount_ = 0;

@@ -103,7 +103,7 @@ TEST(CliTest, ConfigShowAppliesFileThenOverrides) {
 }
 
 TEST(CliTest, ShippedConfigsLoad) {
-  for (const char* name : {"configs/dlrm-synthetic.toml"}) {
+  for (const char* name : {"configs/dlrm-synthetic.toml", "configs/mlp-fashion-mnist.toml"}) {
     auto r = troupe({"config", "show", "--config", std::string(TROUPE_SOURCE_ROOT) + "/" + name});
     EXPECT_EQ(r.exitCode, 0) << name << ": " << r.err;
   }

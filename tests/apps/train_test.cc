@@ -1,0 +1,149 @@
+// `troupe train` as a user runs it: small DLRM and MLP jobs that must learn,
+// bit-for-bit determinism, the run directory, and bad configurations.
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tests/common/subprocess.h"
+#include "tests/common/temp_dir.h"
+
+namespace troupe {
+namespace {
+
+using testing::ProcessResult;
+using testing::readFile;
+using testing::runProcess;
+using testing::TempDir;
+using testing::writeFile;
+
+ProcessResult troupe(std::vector<std::string> args) {
+  args.insert(args.begin(), TROUPE_BINARY);
+  return runProcess(args, std::chrono::seconds(150));
+}
+
+// A number field of a summary.json; NaN when absent.
+double field(const std::string& json, const std::string& key) {
+  auto pos = json.find("\"" + key + "\": ");
+  if (pos == std::string::npos) return std::nan("");
+  return std::strtod(json.c_str() + pos + key.size() + 4, nullptr);
+}
+
+std::vector<std::string> smallDlrm(const TempDir& dir, const std::string& run) {
+  return {"train", "--config", std::string(TROUPE_SOURCE_ROOT) + "/configs/dlrm-synthetic.toml",
+          "--set", "data.synthetic.rows=40000", "--set", "data.synthetic.test_rows=8000",
+          "--set", "data.synthetic.tables=8", "--set", "data.synthetic.max_vocab=2000",
+          "--set", "data.cache_dir=" + dir.file("cache"), "--set", "run.dir=" + dir.file("runs"),
+          "--set", "run.name=" + run, "--set", "train.epochs=2", "--set", "train.batch_size=128",
+          "--summary-json", dir.file(run + ".json"), "--predictions", dir.file(run + ".tsv")};
+}
+
+TEST(TrainTest, SmallDlrmLearnsAndKeepsARunDirectory) {
+  TempDir dir;
+  auto r = troupe(smallDlrm(dir, "a"));
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  const std::string json = readFile(dir.file("a.json"));
+  const double auc = field(json, "test_auc"), oracle = field(json, "oracle_auc");
+  // An untrained model scores ~0.5; the planted model is the ceiling.
+  EXPECT_GT(auc, 0.70) << json;
+  EXPECT_LT(auc, oracle + 0.01) << json;
+  // Better than predicting the base rate (log-loss of a constant ~0.56 at CTR 0.25).
+  EXPECT_LT(field(json, "test_logloss"), 0.54) << json;
+  EXPECT_EQ(field(json, "steps"), 2 * (40000 / 128 + 1)) << json;
+  EXPECT_GT(field(json, "samples_per_sec"), 0) << json;
+  EXPECT_GT(field(json, "wall_seconds"), 0) << json;
+  // One prediction line per test row: label, tab, probability.
+  const std::string preds = readFile(dir.file("a.tsv"));
+  size_t lines = 0;
+  for (char c : preds) lines += c == '\n';
+  EXPECT_EQ(lines, 8000u);
+  EXPECT_TRUE(preds.rfind("0\t", 0) == 0 || preds.rfind("1\t", 0) == 0) << preds.substr(0, 40);
+  // Run directory: the config used, one metrics row per evaluation, the log.
+  const std::string run = dir.file("runs/a");
+  EXPECT_NE(readFile(run + "/config.toml").find("max_vocab = 2000"), std::string::npos);
+  const std::string metrics = readFile(run + "/metrics.csv");
+  size_t rows = 0;
+  for (char c : metrics) rows += c == '\n';
+  EXPECT_EQ(rows, 3u) << metrics;  // header + 2 epochs
+  EXPECT_NE(readFile(run + "/train.log").find("eval after epoch 2"), std::string::npos);
+  EXPECT_EQ(readFile(run + "/summary.json"), json);
+}
+
+TEST(TrainTest, SameConfigAndSeedGiveTheSameBits) {
+  TempDir dir;
+  auto a = troupe(smallDlrm(dir, "a"));
+  ASSERT_EQ(a.exitCode, 0) << a.err;
+  auto b = troupe(smallDlrm(dir, "b"));
+  ASSERT_EQ(b.exitCode, 0) << b.err;
+  EXPECT_EQ(readFile(dir.file("a.tsv")), readFile(dir.file("b.tsv")));
+  EXPECT_EQ(field(readFile(dir.file("a.json")), "test_auc"), field(readFile(dir.file("b.json")), "test_auc"));
+  // Another seed trains another model.
+  auto args = smallDlrm(dir, "c");
+  args.insert(args.end(), {"--set", "run.seed=2"});
+  auto c = troupe(args);
+  ASSERT_EQ(c.exitCode, 0) << c.err;
+  EXPECT_NE(readFile(dir.file("a.tsv")), readFile(dir.file("c.tsv")));
+}
+
+TEST(TrainTest, SmallMlpOnFashionMnistLearns) {
+  TempDir dir;
+  auto r = troupe({"train", "--config", std::string(TROUPE_SOURCE_ROOT) + "/configs/mlp-fashion-mnist.toml",
+                   "--set", "train.max_steps=300", "--set", "run.dir=" + dir.file("runs"), "--summary-json",
+                   dir.file("s.json"), "--predictions", dir.file("p.tsv")});
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  const std::string json = readFile(dir.file("s.json"));
+  EXPECT_GT(field(json, "test_accuracy"), 0.75) << json;  // 10 classes: untrained ~0.1
+  EXPECT_EQ(field(json, "steps"), 300) << json;
+  EXPECT_EQ(field(json, "test_rows"), 10000) << json;
+  const std::string preds = readFile(dir.file("p.tsv"));
+  EXPECT_EQ(preds.find('.'), std::string::npos) << "classes, not probabilities";
+}
+
+TEST(TrainTest, BadConfigurationsAreOneLineErrors) {
+  TempDir dir;
+  struct Case {
+    std::vector<std::string> sets;
+    std::string needle;
+  };
+  const std::vector<Case> cases = {
+      {{"model.kind=mlp"}, "data.kind 'criteo-synthetic' needs model.kind 'dlrm'"},
+      {{"train.dense_optimizer=rmsprop"}, "train.dense_optimizer = 'rmsprop' is not an optimizer"},
+      {{"model.bottom_mlp=[64, 8]"}, "the bottom MLP must end at the embedding dim 16"},
+      {{"train.batch_size=0"}, "train.batch_size must be >= 1"},
+      {{"data.kind=criteo"}, "data.kind 'criteo' needs data.train and data.test"},
+      {{"data.kind=criteo", "data.train=/nonexistent/t.tsv", "data.test=/nonexistent/t.tsv"}, "/nonexistent/t.tsv"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args = {"train", "--config",
+                                     std::string(TROUPE_SOURCE_ROOT) + "/configs/dlrm-synthetic.toml", "--set",
+                                     "run.dir=" + dir.file("runs"), "--set", "data.cache_dir=" + dir.file("cache"),
+                                     "--set", "data.synthetic.rows=1000"};
+    for (const auto& s : c.sets) args.insert(args.end(), {"--set", s});
+    auto r = troupe(args);
+    EXPECT_EQ(r.exitCode, 2) << c.needle << ": " << r.err;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << "wanted '" << c.needle << "' in: " << r.err;
+    EXPECT_NE(r.err.find("troupe: error: "), std::string::npos) << r.err;
+  }
+}
+
+TEST(TrainTest, MalformedTrainingDataNamesFileAndLine) {
+  TempDir dir;
+  writeFile(dir.file("train.tsv"), "1\t1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t13\ta\n0\t1\t2\n");
+  writeFile(dir.file("test.tsv"), "1\t1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t13\ta\n");
+  auto r = troupe({"train", "--set", "data.kind=criteo", "--set", "data.categorical=1", "--set",
+                   "data.train=" + dir.file("train.tsv"), "--set", "data.test=" + dir.file("test.tsv"), "--set",
+                   "run.dir=" + dir.file("runs")});
+  EXPECT_EQ(r.exitCode, 1) << r.err;
+  EXPECT_NE(r.err.find(dir.file("train.tsv") + ":2"), std::string::npos) << r.err;
+  // With skip_bad_lines the same file trains.
+  r = troupe({"train", "--set", "data.kind=criteo", "--set", "data.categorical=1", "--set",
+              "data.train=" + dir.file("train.tsv"), "--set", "data.test=" + dir.file("test.tsv"), "--set",
+              "run.dir=" + dir.file("runs"), "--set", "data.skip_bad_lines=true"});
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+}
+
+}  // namespace
+}  // namespace troupe
