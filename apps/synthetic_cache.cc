@@ -28,6 +28,11 @@ data::SyntheticCriteoOptions optionsFrom(const Config& c) {
   o.zipf = c.getFloat("data.synthetic.zipf");
   o.factorDim = int(c.getInt("data.synthetic.factor_dim"));
   o.ctr = c.getFloat("data.synthetic.ctr");
+  o.weightScale = c.getFloat("data.synthetic.weight_scale");
+  o.factorScale = c.getFloat("data.synthetic.factor_scale");
+  o.denseScale = c.getFloat("data.synthetic.dense_scale");
+  o.rareRank = c.getFloat("data.synthetic.rare_rank");
+  o.rareShrink = c.getFloat("data.synthetic.rare_shrink");
   return o;
 }
 

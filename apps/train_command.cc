@@ -118,11 +118,13 @@ workers::WorkerCoreOptions modelOptions(const Config& c, int threads) {
   o.denseOptimizer.kind = optimizerKind(c.getString("train.dense_optimizer"), "train.dense_optimizer");
   o.denseOptimizer.learningRate = float(c.getFloat("train.dense_lr"));
   o.denseOptimizer.weightDecay = float(c.getFloat("train.weight_decay"));
+  o.denseOptimizer.initialAccumulator = float(c.getFloat("train.adagrad_initial_accumulator"));
   if (kind == "dlrm") {
     o.kind = workers::ModelKind::kDlrm;
     o.dlrm.embeddingDim = positive(c, "model.embedding_dim");
     o.dlrm.bottom = c.getIntList("model.bottom_mlp");
     o.dlrm.top = c.getIntList("model.top_mlp");
+    o.dlrm.concatEmbeddings = c.getBool("model.concat_embeddings");
     o.dlrm.numTables = int(c.getString("data.kind") == "criteo-synthetic" ? c.getInt("data.synthetic.tables")
                                                                            : c.getInt("data.categorical"));
     o.dlrm.numDense = data::kCriteoIntFeatures;
@@ -162,6 +164,10 @@ int runTrain(const TrainFlags& flags) {
   worker.maxSteps = config.getInt("train.max_steps");
   worker.progressEverySteps = positive(config, "train.progress_every");
   worker.evaluateEachEpoch = config.getBool("train.eval_each_epoch");
+  worker.lrDecayPerEpoch = config.getFloat("train.lr_decay");
+  if (!(worker.lrDecayPerEpoch > 0 && worker.lrDecayPerEpoch <= 1)) {
+    TROUPE_SETUP_ERROR("config: train.lr_decay must be in (0, 1], got {}", worker.lrDecayPerEpoch);
+  }
   const kernels::OptimizerKind embeddingKind =
       optimizerKind(config.getString("train.embedding_optimizer"), "train.embedding_optimizer");
 
@@ -183,8 +189,10 @@ int runTrain(const TrainFlags& flags) {
       table.tableId = t;
       table.dim = worker.core.dlrm.embeddingDim;
       table.seed = worker.core.seed;
+      table.initScale = float(config.getFloat("model.embedding_init_scale"));
       table.optimizer.kind = embeddingKind;
       table.optimizer.learningRate = float(config.getFloat("train.embedding_lr"));
+      table.optimizer.initialAccumulator = float(config.getFloat("train.adagrad_initial_accumulator"));
       job.tables.tables.push_back(table);
     }
     job.tables.threads = threads;

@@ -32,6 +32,10 @@ std::vector<Config::Key> troupeConfigSchema() {
        "DLRM bottom MLP widths after the dense input; the last must equal embedding_dim"},
       {"model.top_mlp", T::kIntList, std::vector<int64_t>{128, 64},
        "DLRM top MLP hidden widths (a final width of 1 is added)"},
+      {"model.embedding_init_scale", T::kFloat, 0.0,
+       "new embedding rows are uniform in +-scale; 0 = 1/sqrt(embedding_dim)"},
+      {"model.concat_embeddings", T::kBool, true,
+       "DLRM: also feed the embeddings themselves to the top MLP (first-order terms)"},
       {"model.hidden", T::kIntList, std::vector<int64_t>{256, 128}, "MLP classifier hidden widths"},
       {"model.classes", T::kInt, int64_t{10}, "MLP classifier classes"},
       // ---- training ----
@@ -42,12 +46,15 @@ std::vector<Config::Key> troupeConfigSchema() {
       {"train.dense_lr", T::kFloat, 0.001, "dense learning rate"},
       {"train.embedding_optimizer", T::kString, std::string("adagrad"),
        "sgd, adagrad, adam or ftrl (embedding rows, applied by the table holder)"},
-      {"train.embedding_lr", T::kFloat, 0.05, "embedding learning rate"},
+      {"train.embedding_lr", T::kFloat, 0.5, "embedding learning rate"},
+      {"train.adagrad_initial_accumulator", T::kFloat, 1e-3,
+       "Adagrad's starting accumulator (dense and embedding rows), a prior of about this much squared gradient"},
+      {"train.lr_decay", T::kFloat, 1.0, "dense learning rate multiplied by this after every epoch"},
       {"train.weight_decay", T::kFloat, 0.0, "L2 (sgd) or decoupled (adam) weight decay of dense weights"},
       {"train.eval_each_epoch", T::kBool, true, "evaluate on the test set after every epoch, not only the last"},
       {"train.progress_every", T::kInt, int64_t{100}, "steps between progress reports"},
       // ---- synthetic Criteo generator ----
-      {"data.synthetic.rows", T::kInt, int64_t{2'000'000}, "training rows"},
+      {"data.synthetic.rows", T::kInt, int64_t{3'000'000}, "training rows"},
       {"data.synthetic.test_rows", T::kInt, int64_t{0}, "test rows; 0 = rows / 10"},
       {"data.synthetic.seed", T::kInt, int64_t{1}, "generator seed (same seed, same bytes)"},
       {"data.synthetic.tables", T::kInt, int64_t{26}, "categorical tables (columns)"},
@@ -56,6 +63,12 @@ std::vector<Config::Key> troupeConfigSchema() {
       {"data.synthetic.zipf", T::kFloat, 1.1, "Zipf exponent of categorical values"},
       {"data.synthetic.factor_dim", T::kInt, int64_t{4}, "dimension of the planted pairwise factors"},
       {"data.synthetic.ctr", T::kFloat, 0.25, "target click-through rate"},
+      {"data.synthetic.weight_scale", T::kFloat, 0.45, "std of a frequent value's planted weight"},
+      {"data.synthetic.factor_scale", T::kFloat, 0.65, "scale of the planted pairwise factors"},
+      {"data.synthetic.dense_scale", T::kFloat, 0.2, "std of each integer feature's planted term"},
+      {"data.synthetic.rare_rank", T::kFloat, 20.0,
+       "values past this rank carry less signal, by (1 + rank / rare_rank)^-rare_shrink"},
+      {"data.synthetic.rare_shrink", T::kFloat, 2.0, "how fast signal fades with rank (see rare_rank)"},
   };
 }
 

@@ -49,7 +49,7 @@ namespace troupe::data {
 // Options of the synthetic data set; the first block mirrors the config keys
 // data.synthetic.* (common/config_schema.cc), the second tunes the model.
 struct SyntheticCriteoOptions {
-  int64_t rows = 2'000'000;      // training rows
+  int64_t rows = 3'000'000;      // training rows
   int64_t testRows = 0;          // 0 = rows / 10
   uint64_t seed = 1;
   int tables = 26;
@@ -59,11 +59,11 @@ struct SyntheticCriteoOptions {
   int factorDim = 4;
   double ctr = 0.25;
 
-  double weightScale = 0.25;  // std of a frequent value's weight
-  double factorScale = 0.5;   // sets the std of a frequent pair term (~factorScale^2)
+  double weightScale = 0.45;  // std of a frequent value's weight
+  double factorScale = 0.65;  // sets the std of a frequent pair term (~factorScale^2)
   double denseScale = 0.2;    // std of a_j * d_j
-  double rareRank = 500;      // ranks past this carry less signal ...
-  double rareShrink = 1.0;    // ... by (1 + r / rareRank)^-rareShrink
+  double rareRank = 20;       // ranks past this carry less signal ...
+  double rareShrink = 2.0;    // ... by (1 + r / rareRank)^-rareShrink
   int64_t blockRows = 65536;  // rows per generated block (part of the output's identity)
 };
 

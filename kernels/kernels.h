@@ -9,8 +9,8 @@
 // Threading: a Kernels object runs each call on its own compute threads
 // (options.threads, the caller included) and returns when the result is
 // complete. Calls from several threads on one object are safe; they are
-// serialised. The CPU implementation also sets OpenBLAS's thread count, which
-// is process-wide.
+// serialised. The CPU implementation runs OpenBLAS single-threaded (a
+// process-wide setting) and splits GEMMs over its own threads.
 //
 // Errors: inputs that can be wrong at run time (indices, offsets, labels,
 // sizes) are validated before anything is read out of bounds and reported as
@@ -19,9 +19,8 @@
 // (TROUPE_CHECK aborts).
 //
 // Determinism: for the same inputs every method returns bit-identical results
-// whatever the thread count, except the dense layer, whose GEMMs are as
-// reproducible as the BLAS underneath (OpenBLAS: same result for the same
-// thread count).
+// whatever the thread count, except the dense layer, whose GEMMs are split
+// into row blocks by thread count (same inputs and thread count, same bits).
 #pragma once
 
 #include <cstdint>

@@ -32,6 +32,8 @@ class DenseParameters final {
   float* grads() { return grads_.data(); }
   const float* grads() const { return grads_.data(); }
   const kernels::OptimizerConfig& optimizer() const { return optimizer_; }
+  // Learning rate of later updates (a schedule sets it, e.g. per epoch).
+  void setLearningRate(float lr) { optimizer_.learningRate = lr; }
 
   // One optimizer update with the current grads at global step `step` (>= 1).
   Status apply(kernels::Kernels& kernels, int64_t step);

@@ -20,8 +20,12 @@ int64_t pairs(const DlrmShape& s) {
   return f * (f - 1) / 2;
 }
 
+int64_t topInput(const DlrmShape& s) {
+  return s.embeddingDim + pairs(s) + (s.concatEmbeddings ? s.numTables * s.embeddingDim : 0);
+}
+
 std::vector<int64_t> topWidths(const DlrmShape& s) {
-  std::vector<int64_t> w{s.embeddingDim + pairs(s)};
+  std::vector<int64_t> w{topInput(s)};
   w.insert(w.end(), s.top.begin(), s.top.end());
   w.push_back(1);
   return w;
@@ -41,7 +45,7 @@ int64_t totalParameters(const DlrmShape& s) {
 }  // namespace
 
 DlrmModel::DlrmModel(const DlrmShape& shape, const kernels::OptimizerConfig& denseOptimizer, uint64_t seed)
-    : shape_(shape), params_(totalParameters(shape), denseOptimizer), topInWidth_(shape.embeddingDim + pairs(shape)) {
+    : shape_(shape), params_(totalParameters(shape), denseOptimizer), topInWidth_(topInput(shape)) {
   bottom_ = std::make_unique<Mlp>(bottomWidths(shape_), true, &params_, 0);
   top_ = std::make_unique<Mlp>(topWidths(shape_), false, &params_, Mlp::parameterCount(bottomWidths(shape_)));
   bottom_->initialize(hashCombine(seed, 1));
@@ -68,6 +72,15 @@ Status DlrmModel::forward(kernels::Kernels& k, const float* dense, const float* 
   }
   s = k.dotInteractionForward(z_.data(), int64_t(z_.size()), batch, dim, topIn_.data() + dim, topInWidth_);
   if (!s.isOk()) return s;
+  if (shape_.concatEmbeddings) {
+    const int64_t first = dim + pairs(shape_);
+    for (int64_t b = 0; b < batch; ++b) {
+      float* row = topIn_.data() + b * topInWidth_ + first;
+      for (int t = 0; t < shape_.numTables; ++t) {
+        std::memcpy(row + t * dim, embeddings[t] + b * dim, size_t(dim) * sizeof(float));
+      }
+    }
+  }
   s = top_->forward(k, topIn_.data(), batch);
   if (!s.isOk()) return s;
   std::memcpy(logits, top_->output(), size_t(batch) * sizeof(float));
@@ -85,6 +98,16 @@ Status DlrmModel::backward(kernels::Kernels& k, const float* dLogits, float* con
   s = k.dotInteractionBackward(z_.data(), int64_t(z_.size()), batch, dim, dTopIn_.data() + dim, topInWidth_,
                                dZ_.data());
   if (!s.isOk()) return s;
+  if (shape_.concatEmbeddings) {
+    const int64_t first = dim + pairs(shape_);
+    for (int64_t b = 0; b < batch; ++b) {
+      const float* row = dTopIn_.data() + b * topInWidth_ + first;
+      for (int t = 0; t < shape_.numTables; ++t) {
+        float* g = dEmbeddings[t] + b * dim;
+        for (int64_t d = 0; d < dim; ++d) g[d] += row[t * dim + d];
+      }
+    }
+  }
   // x feeds the top MLP directly and through the interaction: add both.
   dX_.resize(size_t(batch * dim));
   for (int64_t b = 0; b < batch; ++b) {

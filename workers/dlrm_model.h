@@ -6,6 +6,7 @@
 //   dense [B x numDense] -> bottom MLP (ReLU after every layer) -> x [B x dim]
 //   Z = {x, e_1, ..., e_T}                       (T pooled embeddings [B x dim])
 //   top input = [x | <z_i, z_j> for i > j]       (dim + F(F-1)/2 wide, F = T + 1)
+//               [ | e_1 | ... | e_T]             (with concatEmbeddings: T x dim more)
 //   top MLP (ReLU between layers) -> logit [B]
 //
 // Every dense weight lives in one DenseParameters buffer (bottom MLP, then top).
@@ -29,6 +30,9 @@ struct DlrmShape {
   int64_t embeddingDim = 16;
   std::vector<int64_t> bottom = {64, 16};  // hidden widths; the last must equal embeddingDim
   std::vector<int64_t> top = {128, 64};    // hidden widths; a final width of 1 is added
+  // Also feed the pooled embeddings themselves to the top MLP (first-order
+  // terms of each value, as in Wide & Deep / DeepFM), after the pairs.
+  bool concatEmbeddings = false;
 };
 
 class DlrmModel final {

@@ -1,6 +1,7 @@
 #include "workers/worker_actor.h"
 
 #include <chrono>
+#include <cmath>
 
 #include <caf/all.hpp>
 
@@ -174,6 +175,7 @@ void evaluate(Self* self) {
 void startEpoch(Self* self) {
   auto& st = self->state;
   st.epochRows = 0;
+  st.core->setDenseLearningRateScale(std::pow(st.options.lrDecayPerEpoch, double(st.epoch)));
   self->request(st.trainLoader, st.options.requestTimeout, epoch_atom::value, st.epoch)
       .then(
           [=](int64_t rows) {

@@ -53,6 +53,7 @@ struct WorkerOptions {
   int64_t maxSteps = 0;          // 0: no limit
   int64_t progressEverySteps = 50;
   bool evaluateEachEpoch = true;  // otherwise only after the last
+  double lrDecayPerEpoch = 1.0;   // dense learning rate x this^epoch
   std::chrono::seconds requestTimeout{600};
   std::function<void(const WorkerEvent&)> onEvent;
 };

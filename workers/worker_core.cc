@@ -30,6 +30,11 @@ const float* WorkerCore::denseWeights() const {
   return dlrm_ ? dlrm_->parameters().weights() : mlpParams_->weights();
 }
 
+void WorkerCore::setDenseLearningRateScale(double scale) {
+  const float lr = float(double(options_.denseOptimizer.learningRate) * scale);
+  (dlrm_ ? dlrm_->parameters() : *mlpParams_).setLearningRate(lr);
+}
+
 double WorkerCore::takeMeanLoss() {
   const double mean = lossCount_ ? lossSum_ / double(lossCount_) : std::nan("");
   lossSum_ = 0;

@@ -77,6 +77,8 @@ class WorkerCore final {
   void finishEval(EvalResult* eval) const;
 
   int64_t steps() const { return steps_; }
+  // Scales the dense learning rate of later steps (1 = as configured).
+  void setDenseLearningRateScale(double scale);
   // Unique embedding rows pulled for training steps so far (all tables).
   int64_t pulledRows() const { return pulledRows_; }
   // Mean training loss since the last call (and resets it).

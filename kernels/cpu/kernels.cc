@@ -9,7 +9,9 @@
 
 namespace troupe::kernels::cpu {
 
-Kernels::Kernels(int threads) : pool_(threads) { openblas_set_num_threads(threads); }
+// OpenBLAS stays single-threaded: the dense layer splits its GEMMs over pool_
+// (see cpu/dense_layer.h).
+Kernels::Kernels(int threads) : pool_(threads) { openblas_set_num_threads(1); }
 
 Status Kernels::embeddingBagForward(const float* rows, int64_t numRows, int64_t dim,
                                     const EmbeddingBags& bags, float* out) {
@@ -45,14 +47,14 @@ Status Kernels::applyRowOptimizer(const OptimizerConfig& config, float* const* r
 Status Kernels::denseForward(const float* x, const float* w, const float* bias, int64_t batch,
                              int64_t in, int64_t out, float* y) {
   std::lock_guard lock(mu_);
-  return cpu::denseForward(x, w, bias, batch, in, out, y);
+  return cpu::denseForward(pool_, x, w, bias, batch, in, out, y);
 }
 
 Status Kernels::denseBackward(const float* x, const float* w, const float* dy, int64_t batch,
                               int64_t in, int64_t out, float* dx, float* dw, float* dbias,
                               bool accumulate) {
   std::lock_guard lock(mu_);
-  return cpu::denseBackward(x, w, dy, batch, in, out, dx, dw, dbias, accumulate);
+  return cpu::denseBackward(pool_, x, w, dy, batch, in, out, dx, dw, dbias, accumulate);
 }
 
 void Kernels::reluForward(const float* x, int64_t n, float* y) {

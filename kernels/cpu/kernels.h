@@ -1,7 +1,7 @@
 // cpu::Kernels: the CPU implementation of troupe::kernels::Kernels. Owns a
 // ComputePool of `threads` threads (the caller counts as one) and the scratch
 // buffers of the backward and dedup passes; sets OpenBLAS's process-wide
-// thread count to `threads` on construction. A mutex serialises calls, so one
+// thread count to 1 on construction (the dense layer splits GEMMs over the pool). A mutex serialises calls, so one
 // object may be shared by several threads (each call then runs alone).
 #pragma once
 
