@@ -1,12 +1,40 @@
 #include "common/compute_pool.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "common/check.h"
 
 namespace troupe {
 namespace {
+
 thread_local const ComputePool* tCurrentPool = nullptr;
+
+// How long an idle thread keeps checking for the next call before it sleeps.
+// Kernel calls of a training step come back to back; a short spin saves the
+// futex wake-up and context switch (~10 us each) per call, and an idle pool
+// still sleeps within this bound.
+constexpr auto kSpin = std::chrono::microseconds(30);
+
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Spins until pred() holds or kSpin passes; returns pred().
+template <typename Pred>
+bool spinFor(const Pred& pred) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpin;
+  for (int i = 0;; ++i) {
+    if (pred()) return true;
+    cpuRelax();
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() >= deadline) return pred();
+  }
+}
+
 }  // namespace
 
 ComputePool::ComputePool(int threads) : threads_(threads) {
@@ -18,7 +46,10 @@ ComputePool::ComputePool(int threads) : threads_(threads) {
 ComputePool::~ComputePool() {
   {
     std::lock_guard lock(mu_);
-    stop_ = true;
+    stop_.store(true);
+    call_ = Call{};
+    call_.generation = generation_.load() + 1;
+    generation_.store(call_.generation);
   }
   wake_.notify_all();
   for (auto& t : workers_) t.join();
@@ -26,6 +57,25 @@ ComputePool::~ComputePool() {
 
 int ComputePool::hardwareThreads() {
   return std::max(1u, std::thread::hardware_concurrency());
+}
+
+bool ComputePool::runOneChunk(const Call& call) {
+  // claim_ packs (generation << 32 | next chunk); a claim succeeds only for the
+  // call it was made for, so a late thread never runs a chunk of another call.
+  uint64_t v = claim_.load(std::memory_order_acquire);
+  for (;;) {
+    if ((v >> 32) != (call.generation & 0xffffffffu)) return false;
+    const int64_t c = int64_t(v & 0xffffffffu);
+    if (c >= call.chunks) return false;
+    if (claim_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel)) {
+      (*call.fn)(c * call.chunk, std::min(call.n, (c + 1) * call.chunk));
+      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        std::lock_guard lock(mu_);
+        if (callerSleeping_) done_.notify_one();
+      }
+      return true;
+    }
+  }
 }
 
 void ComputePool::parallelFor(int64_t n, int64_t grain,
@@ -39,49 +89,57 @@ void ComputePool::parallelFor(int64_t n, int64_t grain,
   std::lock_guard callLock(callMu_);
   const int64_t maxChunks = std::min<int64_t>(int64_t(threads_) * 4, n / grain);
   const int64_t chunk = (n + maxChunks - 1) / maxChunks;
-  std::unique_lock lock(mu_);
-  fn_ = &fn;
-  n_ = n;
-  chunk_ = chunk;
-  chunks_ = (n + chunk - 1) / chunk;
-  nextChunk_ = 0;
-  pending_ = chunks_;
-  ++generation_;
-  lock.unlock();
-  wake_.notify_all();
+  bool wake = false;
+  Call call;
+  {
+    std::lock_guard lock(mu_);
+    call.fn = &fn;
+    call.n = n;
+    call.chunk = chunk;
+    call.chunks = (n + chunk - 1) / chunk;
+    call.generation = generation_.load() + 1;
+    call_ = call;
+    pending_.store(call.chunks, std::memory_order_relaxed);
+    claim_.store((call.generation & 0xffffffffu) << 32, std::memory_order_release);
+    generation_.store(call.generation, std::memory_order_release);
+    wake = sleepers_ > 0;
+  }
+  if (wake) wake_.notify_all();
 
   tCurrentPool = this;
-  for (;;) {
-    lock.lock();
-    if (nextChunk_ >= chunks_) break;
-    const int64_t c = nextChunk_++;
-    lock.unlock();
-    fn(c * chunk, std::min(n, (c + 1) * chunk));
-    lock.lock();
-    --pending_;
-    lock.unlock();
+  while (runOneChunk(call)) {
   }
   tCurrentPool = nullptr;
-  done_.wait(lock, [this] { return pending_ == 0; });
-  fn_ = nullptr;
+  if (!spinFor([&] { return pending_.load(std::memory_order_acquire) == 0; })) {
+    std::unique_lock lock(mu_);
+    callerSleeping_ = true;
+    done_.wait(lock, [this] { return pending_.load() == 0; });
+    callerSleeping_ = false;
+  }
 }
 
 void ComputePool::workerLoop(int) {
   tCurrentPool = this;
+  // 0: a call published before this thread started is still picked up, and
+  // stop_ is checked too, so a pool destroyed before its threads ran them ends.
   uint64_t seen = 0;
-  std::unique_lock lock(mu_);
   for (;;) {
-    wake_.wait(lock, [&] { return stop_ || (generation_ != seen && nextChunk_ < chunks_); });
-    if (stop_) return;
-    seen = generation_;
-    while (nextChunk_ < chunks_) {
-      const int64_t c = nextChunk_++;
-      const auto* fn = fn_;
-      const int64_t begin = c * chunk_, end = std::min(n_, (c + 1) * chunk_);
-      lock.unlock();
-      (*fn)(begin, end);
-      lock.lock();
-      if (--pending_ == 0) done_.notify_all();
+    auto ready = [&] { return stop_.load() || generation_.load(std::memory_order_acquire) != seen; };
+    if (!spinFor(ready)) {
+      std::unique_lock lock(mu_);
+      ++sleepers_;
+      wake_.wait(lock, ready);
+      --sleepers_;
+    }
+    if (stop_.load()) return;
+    Call call;
+    {
+      // The call's parameters, read under the lock that published them.
+      std::lock_guard lock(mu_);
+      call = call_;
+      seen = call.generation;
+    }
+    while (runOneChunk(call)) {
     }
   }
 }

@@ -3,9 +3,10 @@
 
 Same model: one embedding table per categorical column (sum-pooled bags of
 one), bottom MLP with ReLU after every layer, pairwise dot-product
-interaction of {bottom output, embeddings}, top MLP, sigmoid + BCE. Same
-optimizers: sparse Adagrad on the embedding rows, Adam on dense weights, same
-learning rates, batch size and threads. Categorical tokens are mapped to row
+interaction of {bottom output, embeddings}, the embeddings themselves also fed
+to the top MLP (troupe's model.concat_embeddings), top MLP, sigmoid + BCE.
+Same optimizers: sparse Adagrad on the embedding rows (same learning rate and
+initial accumulator), Adam on dense weights, same batch size and threads. Categorical tokens are mapped to row
 numbers per table with a dictionary built while reading (not timed); test
 tokens never seen in training share one row per table, which, like troupe's
 fresh rows, was never trained. Times the training loop only. Prints one JSON
@@ -55,23 +56,27 @@ def mlp(widths, relu_last):
 
 
 class Dlrm(torch.nn.Module):
-    def __init__(self, sizes, dim, bottom, top):
+    def __init__(self, sizes, dim, bottom, top, concat):
         super().__init__()
+        self.concat = concat
         self.emb = torch.nn.ModuleList([torch.nn.EmbeddingBag(n, dim, mode="sum", sparse=True) for n in sizes])
         for e in self.emb:
             torch.nn.init.uniform_(e.weight, -1 / dim ** 0.5, 1 / dim ** 0.5)
         self.bottom = mlp([13] + bottom, True)
         f = len(sizes) + 1
-        self.top = mlp([dim + f * (f - 1) // 2] + top + [1], False)
+        width = dim + f * (f - 1) // 2 + (len(sizes) * dim if concat else 0)
+        self.top = mlp([width] + top + [1], False)
         self.li, self.lj = torch.tril_indices(f, f, offset=-1)
 
     def forward(self, dense, cats):
         x = self.bottom(dense)
         b = dense.shape[0]
         offsets = torch.arange(b)
-        z = torch.stack([x] + [e(cats[:, t], offsets) for t, e in enumerate(self.emb)], dim=1)
+        embs = [e(cats[:, t], offsets) for t, e in enumerate(self.emb)]
+        z = torch.stack([x] + embs, dim=1)
         inter = torch.bmm(z, z.transpose(1, 2))[:, self.li, self.lj]
-        return self.top(torch.cat([x, inter], dim=1)).squeeze(1)
+        parts = [x, inter] + (embs if self.concat else [])
+        return self.top(torch.cat(parts, dim=1)).squeeze(1)
 
 
 def auc(scores, labels):
@@ -100,7 +105,9 @@ def main():
     p.add_argument("--top", default="128,64")
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--dense-lr", type=float, default=1e-3)
-    p.add_argument("--embedding-lr", type=float, default=0.05)
+    p.add_argument("--embedding-lr", type=float, default=0.5)
+    p.add_argument("--adagrad-initial-accumulator", type=float, default=1e-3)
+    p.add_argument("--no-concat-embeddings", action="store_true")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--max-rows", type=int, default=-1)
     p.add_argument("--seed", type=int, default=1)
@@ -113,8 +120,9 @@ def main():
     ty, txd, txc = load(f"{a.dir}/test.tsv", a.tables, vocab, False, -1)
     load_seconds = time.perf_counter() - t0
     model = Dlrm([len(v) + 1 for v in vocab], a.dim, [int(w) for w in a.bottom.split(",")],
-                 [int(w) for w in a.top.split(",")])
-    sparse = torch.optim.Adagrad([e.weight for e in model.emb], lr=a.embedding_lr, initial_accumulator_value=0.1)
+                 [int(w) for w in a.top.split(",")], not a.no_concat_embeddings)
+    sparse = torch.optim.Adagrad([e.weight for e in model.emb], lr=a.embedding_lr,
+                                 initial_accumulator_value=a.adagrad_initial_accumulator, eps=1e-8)
     dense = torch.optim.Adam(list(model.bottom.parameters()) + list(model.top.parameters()), lr=a.dense_lr)
     loss_fn = torch.nn.BCEWithLogitsLoss()
     n = y.shape[0]

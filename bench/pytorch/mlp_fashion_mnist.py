@@ -1,7 +1,8 @@
 """PyTorch reference for troupe's MLP on Fashion-MNIST (bench/compare_pytorch.sh).
 
 Same model (784-256-128-10, ReLU, softmax cross-entropy), same data files,
-same batch size, optimizer (Adam) and learning rate, same thread count. Times
+same batch size, optimizer (Adam), learning rate and per-epoch decay, same
+thread count. Times
 the training loop only (evaluation excluded), as troupe's samples_per_sec does.
 Prints one JSON line.
 """
@@ -29,6 +30,7 @@ def main():
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--lr-decay", type=float, default=0.9, help="learning rate x this after every epoch")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=1)
     a = p.parse_args()
@@ -41,6 +43,7 @@ def main():
     model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 128),
                                 torch.nn.ReLU(), torch.nn.Linear(128, 10))
     opt = torch.optim.Adam(model.parameters(), lr=a.lr)
+    sched = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=a.lr_decay)
     loss_fn = torch.nn.CrossEntropyLoss()
     n = x.shape[0]
     train_seconds = 0.0
@@ -57,6 +60,7 @@ def main():
             opt.step()
             samples += idx.shape[0]
         train_seconds += time.perf_counter() - start
+        sched.step()
     with torch.no_grad():
         acc = (model(tx).argmax(1) == ty).float().mean().item()
     weights = sum(p.numel() for p in model.parameters())

@@ -1,6 +1,8 @@
 #include "common/compute_pool.h"
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -48,6 +50,23 @@ TEST_P(ComputePoolTest, NestedCallRunsInline) {
     }
   });
   EXPECT_EQ(count.load(), 80);
+}
+
+TEST_P(ComputePoolTest, CreatedAndDestroyedAtOnceEnds) {
+  // Threads that start after the destructor began must still see the stop.
+  for (int i = 0; i < 200; ++i) ComputePool pool(GetParam());
+}
+
+TEST_P(ComputePoolTest, CallsFarApartWakeSleepingThreads) {
+  ComputePool pool(GetParam());
+  for (int round = 0; round < 3; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // past the spin: threads sleep
+    std::vector<std::atomic<int>> hits(1000);
+    pool.parallelFor(1000, 10, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
+    });
+    for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, ComputePoolTest, ::testing::Values(1, 2, 3));
