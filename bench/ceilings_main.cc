@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
   }
   if (threads < 1) threads = 1;
   const double memcpy = troupe::bench::measureMemcpyBandwidth(threads);
-  const double sgemm = troupe::bench::measureSgemmFlops(threads);
+  const double sgemm = troupe::bench::measureSgemmFlops(threads, 2048, 6);
   std::printf("{\"threads\": %d, \"memcpy_gbps\": %.3f, \"sgemm_gflops\": %.3f}\n", threads, memcpy / 1e9,
               sgemm / 1e9);
   return 0;

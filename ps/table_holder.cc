@@ -14,7 +14,7 @@ namespace {
 
 struct TableHolderState {
   std::vector<std::unique_ptr<EmbeddingTable>> tables;
-  std::unique_ptr<kernels::Kernels> kernels;
+  std::shared_ptr<kernels::Kernels> kernels;
   std::map<int64_t, int64_t> lastSequence;  // per worker
   static inline const char* name = "table_holder";
 };
@@ -25,7 +25,9 @@ caf::error invalid(std::string what) {
 
 caf::behavior tableHolder(caf::stateful_actor<TableHolderState>* self, TableHolderOptions options) {
   for (const auto& t : options.tables) self->state.tables.push_back(std::make_unique<EmbeddingTable>(t));
-  self->state.kernels = kernels::createKernels({kernels::Device::kCpu, options.threads});
+  self->state.kernels = options.kernels ? options.kernels
+                                        : std::shared_ptr<kernels::Kernels>(
+                                              kernels::createKernels({kernels::Device::kCpu, options.threads}));
   return {
       [=](pull_atom, const PullRequestPtr& req) -> caf::result<PullReplyPtr> {
         auto& tables = self->state.tables;

@@ -11,10 +11,10 @@
 // without being applied twice. A malformed request (wrong table count, sizes
 // that do not match) is answered with an error and changes nothing.
 //
-// Runs detached (its own thread); the optimizer uses a compute pool of
-// `threads` threads.
+// Runs detached (its own thread); the optimizer runs on the given kernels.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include <caf/fwd.hpp>
@@ -26,6 +26,10 @@ namespace troupe::ps {
 struct TableHolderOptions {
   std::vector<EmbeddingTableOptions> tables;
   int threads = 1;
+  // Kernels to share with other actors of the process (one compute pool per
+  // process keeps the thread budget); when null the holder makes its own
+  // with `threads` threads.
+  std::shared_ptr<kernels::Kernels> kernels;
 };
 
 caf::actor spawnTableHolder(caf::actor_system& system, const TableHolderOptions& options);

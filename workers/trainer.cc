@@ -3,20 +3,28 @@
 #include <caf/all.hpp>
 
 #include "common/logging.h"
+#include "kernels/kernels.h"
 #include "workers/loader_actor.h"
 #include "workers/messages.h"
 
 namespace troupe::workers {
 
 Expected<TrainReport> runInProcess(const InProcessJob& job) {
-  auto core = std::make_unique<WorkerCore>(job.worker.core);  // throws SetupError on a bad model
+  // One compute pool for the process: the worker and the table holder share it.
+  std::shared_ptr<kernels::Kernels> kernels =
+      kernels::createKernels({kernels::Device::kCpu, job.worker.core.threads});
+  WorkerCoreOptions coreOptions = job.worker.core;
+  coreOptions.kernels = kernels;
+  auto core = std::make_unique<WorkerCore>(coreOptions);  // throws SetupError on a bad model
+  ps::TableHolderOptions tableOptions = job.tables;
+  tableOptions.kernels = kernels;
   caf::actor_system_config cfg;
   cfg.set("scheduler.max-threads", std::max(1, job.schedulerThreads));
   caf::actor_system system{cfg};
   auto trainLoader = spawnLoader(system, job.train, job.prefetch);
   auto testLoader = spawnLoader(system, job.test, job.prefetch);
   caf::actor tables;
-  if (job.worker.core.kind == ModelKind::kDlrm) tables = ps::spawnTableHolder(system, job.tables);
+  if (job.worker.core.kind == ModelKind::kDlrm) tables = ps::spawnTableHolder(system, tableOptions);
   auto worker = spawnWorker(system, job.worker, std::move(core), trainLoader, testLoader, tables);
 
   Expected<TrainReport> result = Status::internal("training ended without a report");

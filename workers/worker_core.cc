@@ -12,7 +12,10 @@
 namespace troupe::workers {
 
 WorkerCore::WorkerCore(const WorkerCoreOptions& options)
-    : options_(options), kernels_(kernels::createKernels({kernels::Device::kCpu, options.threads})) {
+    : options_(options),
+      kernels_(options.kernels ? options.kernels
+                               : std::shared_ptr<kernels::Kernels>(
+                                     kernels::createKernels({kernels::Device::kCpu, options.threads}))) {
   if (options_.kind == ModelKind::kDlrm) {
     dlrm_ = std::make_unique<DlrmModel>(options_.dlrm, options_.denseOptimizer, options_.seed);
   } else {

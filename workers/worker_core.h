@@ -42,6 +42,9 @@ struct WorkerCoreOptions {
   uint64_t seed = 1;
   int threads = 1;
   int64_t worker = 0;  // this worker's id in push requests
+  // Kernels shared with other actors of the process; when null the core
+  // makes its own with `threads` threads.
+  std::shared_ptr<kernels::Kernels> kernels;
 };
 
 // Metrics of one pass over an evaluation set.
@@ -94,7 +97,7 @@ class WorkerCore final {
   Status forward(const Batch& batch, const ps::PullReplyPtr& rows);
 
   WorkerCoreOptions options_;
-  std::unique_ptr<kernels::Kernels> kernels_;
+  std::shared_ptr<kernels::Kernels> kernels_;
   std::unique_ptr<DlrmModel> dlrm_;
   std::unique_ptr<DenseParameters> mlpParams_;
   std::unique_ptr<Mlp> mlp_;

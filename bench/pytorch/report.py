@@ -21,6 +21,12 @@ def load(path):
 
 def main(out):
     c = load(f"{out}/ceilings.json")
+    try:  # measured again at the end of the run: keep the better figure of each
+        e = load(f"{out}/ceilings_end.json")
+        c = {"threads": c["threads"], "memcpy_gbps": max(c["memcpy_gbps"], e["memcpy_gbps"]),
+             "sgemm_gflops": max(c["sgemm_gflops"], e["sgemm_gflops"])}
+    except FileNotFoundError:
+        pass
     tm, pm = load(f"{out}/troupe_mlp.json"), load(f"{out}/pytorch_mlp.json")
     td, pd = load(f"{out}/troupe_dlrm.json"), load(f"{out}/pytorch_dlrm.json")
     sgemm = c["sgemm_gflops"] * 1e9
