@@ -75,31 +75,46 @@ Expected<ps::PullRequestPtr> WorkerCore::prepare(const Batch& batch, bool create
 Status WorkerCore::embed(const Batch& batch, const ps::PullReply& reply) {
   const int tables = options_.dlrm.numTables;
   const int64_t dim = options_.dlrm.embeddingDim;
+  const int64_t rows = batch.rows;
   if (int(reply.rows.size()) != tables) {
     return Status::invalidArgument(fmt::format("pull reply has {} tables, the model {}", reply.rows.size(), tables));
   }
-  offsets_.resize(size_t(batch.rows + 1));
-  std::iota(offsets_.begin(), offsets_.end(), int64_t{0});
-  pooled_.resize(size_t(tables));
-  pooledPtrs_.resize(size_t(tables));
+  // Every table in one embedding-bag call: the pulled rows of all tables one
+  // after another, bags ordered table-major (table t's bags are
+  // [t * rows, (t + 1) * rows)), so table t's pooled output is one block.
+  rowOffset_.assign(size_t(tables) + 1, 0);
   for (int t = 0; t < tables; ++t) {
-    const auto& rows = reply.rows[size_t(t)];
     const int64_t numRows = int64_t(uniqueKeys_[size_t(t)].size());
-    if (int64_t(rows.size()) != numRows * dim) {
+    if (int64_t(reply.rows[size_t(t)].size()) != numRows * dim) {
       return Status::invalidArgument(fmt::format("pull reply for table {} has {} floats, expected {} x {}", t,
-                                                 rows.size(), numRows, dim));
+                                                 reply.rows[size_t(t)].size(), numRows, dim));
     }
-    auto& out = pooled_[size_t(t)];
-    out.resize(size_t(batch.rows * dim));
-    kernels::EmbeddingBags bags;
-    bags.indices = kernels::BagIndices::of(inverse_[size_t(t)].data(), batch.rows);
-    bags.offsets = offsets_.data();
-    bags.batch = batch.rows;
-    Status s = kernels_->embeddingBagForward(rows.data(), numRows, dim, bags, out.data());
-    if (!s.isOk()) return s;
-    pooledPtrs_[size_t(t)] = out.data();
+    rowOffset_[size_t(t) + 1] = rowOffset_[size_t(t)] + numRows;
   }
-  return Status::ok();
+  const int64_t totalRows = rowOffset_.back();
+  allRows_.resize(size_t(totalRows * dim));
+  allIndices_.resize(size_t(tables * rows));
+  for (int t = 0; t < tables; ++t) {
+    const auto& src = reply.rows[size_t(t)];
+    std::copy(src.begin(), src.end(), allRows_.begin() + rowOffset_[size_t(t)] * dim);
+    const int64_t* inverse = inverse_[size_t(t)].data();
+    int64_t* indices = allIndices_.data() + t * rows;
+    for (int64_t b = 0; b < rows; ++b) indices[b] = inverse[b] + rowOffset_[size_t(t)];
+  }
+  offsets_.resize(size_t(tables * rows + 1));
+  std::iota(offsets_.begin(), offsets_.end(), int64_t{0});
+  pooled_.resize(size_t(tables * rows * dim));
+  pooledPtrs_.resize(size_t(tables));
+  for (int t = 0; t < tables; ++t) pooledPtrs_[size_t(t)] = pooled_.data() + t * rows * dim;
+  return kernels_->embeddingBagForward(allRows_.data(), totalRows, dim, allBags(rows), pooled_.data());
+}
+
+kernels::EmbeddingBags WorkerCore::allBags(int64_t rows) const {
+  kernels::EmbeddingBags bags;
+  bags.indices = kernels::BagIndices::of(allIndices_.data(), int64_t(allIndices_.size()));
+  bags.offsets = offsets_.data();
+  bags.batch = int64_t(options_.dlrm.numTables) * rows;
+  return bags;
 }
 
 Status WorkerCore::forward(const Batch& batch, const ps::PullReplyPtr& rows) {
@@ -136,13 +151,15 @@ Expected<ps::PushRequestPtr> WorkerCore::trainStep(const Batch& batch, const ps:
     ++lossCount_;
     const int tables = options_.dlrm.numTables;
     const int64_t dim = options_.dlrm.embeddingDim;
-    dPooled_.resize(size_t(tables));
+    dPooled_.resize(size_t(tables * batch.rows * dim));
     dPooledPtrs_.resize(size_t(tables));
-    for (int t = 0; t < tables; ++t) {
-      dPooled_[size_t(t)].resize(size_t(batch.rows * dim));
-      dPooledPtrs_[size_t(t)] = dPooled_[size_t(t)].data();
-    }
+    for (int t = 0; t < tables; ++t) dPooledPtrs_[size_t(t)] = dPooled_.data() + t * batch.rows * dim;
     s = dlrm_->backward(*kernels_, dLogits_.data(), dPooledPtrs_.data());
+    if (!s.isOk()) return s;
+    // One embedding-bag backward for every table (layout of embed()).
+    const int64_t totalRows = rowOffset_.back();
+    gradRows_.assign(size_t(totalRows * dim), 0.0f);
+    s = kernels_->embeddingBagBackward(dPooled_.data(), dim, allBags(batch.rows), gradRows_.data(), totalRows);
     if (!s.isOk()) return s;
     auto push = std::make_shared<ps::PushRequest>();
     push->worker = options_.worker;
@@ -151,16 +168,9 @@ Expected<ps::PushRequestPtr> WorkerCore::trainStep(const Batch& batch, const ps:
     push->keys.resize(size_t(tables));
     push->grads.resize(size_t(tables));
     for (int t = 0; t < tables; ++t) {
-      const int64_t numRows = int64_t(uniqueKeys_[size_t(t)].size());
-      auto& grads = push->grads[size_t(t)];
-      grads.assign(size_t(numRows * dim), 0.0f);
-      kernels::EmbeddingBags bags;
-      bags.indices = kernels::BagIndices::of(inverse_[size_t(t)].data(), batch.rows);
-      bags.offsets = offsets_.data();
-      bags.batch = batch.rows;
-      s = kernels_->embeddingBagBackward(dPooled_[size_t(t)].data(), dim, bags, grads.data(), numRows);
-      if (!s.isOk()) return s;
       push->keys[size_t(t)] = uniqueKeys_[size_t(t)];
+      push->grads[size_t(t)].assign(gradRows_.begin() + rowOffset_[size_t(t)] * dim,
+                                    gradRows_.begin() + rowOffset_[size_t(t) + 1] * dim);
     }
     s = dlrm_->parameters().apply(*kernels_, steps_);
     if (!s.isOk()) return s;

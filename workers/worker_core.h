@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "kernels/embedding_bag.h"
 #include "kernels/row_optimizer.h"
 #include "ps/messages.h"
 #include "workers/batch.h"
@@ -94,6 +95,8 @@ class WorkerCore final {
 
  private:
   Status embed(const Batch& batch, const ps::PullReply& rows);
+  // The bags of all tables of the last embed(), table-major.
+  kernels::EmbeddingBags allBags(int64_t rows) const;
   Status forward(const Batch& batch, const ps::PullReplyPtr& rows);
 
   WorkerCoreOptions options_;
@@ -111,7 +114,10 @@ class WorkerCore final {
   std::vector<std::vector<int64_t>> inverse_;
   std::vector<int64_t> offsets_;
   std::vector<uint64_t> column_;
-  std::vector<std::vector<float>> pooled_, dPooled_;
+  std::vector<int64_t> rowOffset_;   // first row of each table in allRows_
+  std::vector<float> allRows_;       // pulled rows of every table, [sum U_t x dim]
+  std::vector<int64_t> allIndices_;  // [tables x rows], into allRows_
+  std::vector<float> pooled_, dPooled_, gradRows_;
   std::vector<const float*> pooledPtrs_;
   std::vector<float*> dPooledPtrs_;
   std::vector<float> logits_, dLogits_, probs_;
