@@ -1,0 +1,139 @@
+// The table-holder actor through its messages: pulls, pushes applied once per
+// (worker, sequence) even when delivered twice, and malformed requests refused
+// without changing anything.
+#include "ps/table_holder.h"
+
+#include <chrono>
+#include <cmath>
+#include <memory>
+
+#include <caf/all.hpp>
+#include <gtest/gtest.h>
+
+#include "ps/messages.h"
+
+namespace troupe::ps {
+namespace {
+
+constexpr auto kTimeout = std::chrono::seconds(10);
+
+class TableHolderTest : public ::testing::Test {
+ protected:
+  TableHolderTest() : system_(cfg_), self_(system_) {
+    TableHolderOptions o;
+    for (int t = 0; t < 2; ++t) {
+      EmbeddingTableOptions table;
+      table.tableId = t;
+      table.dim = t == 0 ? 4 : 8;
+      table.seed = 3;
+      table.optimizer.kind = kernels::OptimizerKind::kSgd;
+      table.optimizer.learningRate = 0.5f;
+      o.tables.push_back(table);
+    }
+    holder_ = spawnTableHolder(system_, o);
+  }
+  ~TableHolderTest() override { self_->send_exit(holder_, caf::exit_reason::user_shutdown); }
+
+  PullReplyPtr pull(std::vector<std::vector<uint64_t>> keys, bool create = true) {
+    auto req = std::make_shared<PullRequest>();
+    req->keys = std::move(keys);
+    req->create = create;
+    PullReplyPtr out;
+    self_->request(holder_, kTimeout, pull_atom::value, PullRequestPtr(req))
+        .receive([&](PullReplyPtr r) { out = r; }, [&](caf::error& e) { ADD_FAILURE() << system_.render(e); });
+    return out;
+  }
+
+  // The acknowledged sequence number, or -1 with *error set.
+  int64_t push(int64_t worker, int64_t seq, std::vector<std::vector<uint64_t>> keys,
+               std::vector<std::vector<float>> grads, std::string* error = nullptr) {
+    auto req = std::make_shared<PushRequest>();
+    req->worker = worker;
+    req->sequence = seq;
+    req->keys = std::move(keys);
+    req->grads = std::move(grads);
+    int64_t ack = -1;
+    self_->request(holder_, kTimeout, push_atom::value, PushRequestPtr(req))
+        .receive([&](int64_t a) { ack = a; },
+                 [&](caf::error& e) {
+                   if (error) *error = system_.render(e);
+                 });
+    return ack;
+  }
+
+  int64_t rows() {
+    int64_t n = -1;
+    self_->request(holder_, kTimeout, stats_atom::value).receive([&](int64_t r) { n = r; }, [](caf::error&) {});
+    return n;
+  }
+
+  caf::actor_system_config cfg_;
+  caf::actor_system system_;
+  caf::scoped_actor self_;
+  caf::actor holder_;
+};
+
+TEST_F(TableHolderTest, PullGivesInitialRowsAndPushAppliesOnce) {
+  auto first = pull({{7, 9}, {7}});
+  ASSERT_TRUE(first);
+  ASSERT_EQ(first->rows.size(), 2u);
+  ASSERT_EQ(first->rows[0].size(), 8u);
+  ASSERT_EQ(first->rows[1].size(), 8u);
+  std::vector<float> expect(4);
+  EmbeddingTable::initialWeights(3, 0, 9, 0.5f, expect.data(), 4);  // 1/sqrt(4)
+  for (int d = 0; d < 4; ++d) EXPECT_EQ(first->rows[0][4 + d], expect[d]);
+  EXPECT_NE(first->rows[0][0], first->rows[1][0]);  // same key, other table
+  EXPECT_EQ(rows(), 3);
+
+  std::vector<float> g0{1, 2, 3, 4}, g1(8, 1.0f);
+  EXPECT_EQ(push(0, 0, {{9}, {7}}, {g0, g1}), 0);
+  auto after = pull({{9}, {7}});
+  for (int d = 0; d < 4; ++d) EXPECT_FLOAT_EQ(after->rows[0][d], expect[d] - 0.5f * g0[d]);
+  for (int d = 0; d < 8; ++d) EXPECT_FLOAT_EQ(after->rows[1][d], first->rows[1][d] - 0.5f);
+
+  // The same push delivered again: acknowledged, not applied twice.
+  EXPECT_EQ(push(0, 0, {{9}, {7}}, {g0, g1}), 0);
+  auto again = pull({{9}, {7}});
+  EXPECT_EQ(again->rows[0], after->rows[0]);
+  EXPECT_EQ(again->rows[1], after->rows[1]);
+  // The next sequence number is applied; another worker has its own sequence.
+  EXPECT_EQ(push(0, 1, {{9}, {}}, {g0, {}}), 1);
+  EXPECT_EQ(push(5, 0, {{9}, {}}, {g0, {}}), 0);
+  auto twice = pull({{9}, {}});
+  for (int d = 0; d < 4; ++d) EXPECT_FLOAT_EQ(twice->rows[0][d], expect[d] - 1.5f * g0[d]);
+}
+
+TEST_F(TableHolderTest, EvaluationPullsDoNotGrowTheTables) {
+  pull({{1}, {1}});
+  EXPECT_EQ(rows(), 2);
+  auto r = pull({{1, 2, 3}, {4}}, false);
+  ASSERT_TRUE(r);
+  std::vector<float> expect(4);
+  EmbeddingTable::initialWeights(3, 0, 3, 0.5f, expect.data(), 4);
+  for (int d = 0; d < 4; ++d) EXPECT_EQ(r->rows[0][8 + d], expect[d]);
+  EXPECT_EQ(rows(), 2);
+}
+
+TEST_F(TableHolderTest, MalformedRequestsAreRefusedAndChangeNothing) {
+  auto before = pull({{9}, {7}});
+  std::string error;
+  EXPECT_EQ(push(0, 0, {{9}}, {{1, 2, 3, 4}}, &error), -1);  // one table of two
+  EXPECT_NE(error.find("do not match the tables"), std::string::npos) << error;
+  error.clear();
+  EXPECT_EQ(push(0, 0, {{9}, {}}, {{1, 2, 3}, {}}, &error), -1);  // 3 floats for dim 4
+  EXPECT_NE(error.find("table 0 has 1 keys but 3 gradient floats (dim 4)"), std::string::npos) << error;
+  auto req = std::make_shared<PullRequest>();
+  req->keys = {{1}};
+  bool failed = false;
+  self_->request(holder_, kTimeout, pull_atom::value, PullRequestPtr(req))
+      .receive([](PullReplyPtr) {}, [&](caf::error&) { failed = true; });
+  EXPECT_TRUE(failed);
+  auto after = pull({{9}, {7}});
+  EXPECT_EQ(after->rows[0], before->rows[0]);
+  EXPECT_EQ(after->rows[1], before->rows[1]);
+  // A refused push does not use up its sequence number.
+  EXPECT_EQ(push(0, 0, {{9}, {}}, {{1, 1, 1, 1}, {}}), 0);
+}
+
+}  // namespace
+}  // namespace troupe::ps
