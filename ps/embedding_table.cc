@@ -92,20 +92,29 @@ void EmbeddingTable::pull(const uint64_t* keys, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) std::memcpy(out + i * options_.dim, findOrCreate(keys[i]), rowBytes);
 }
 
-Status EmbeddingTable::push(const uint64_t* keys, const float* grads, int64_t n, int64_t step,
-                            kernels::Kernels& kernels) {
-  if (n == 0) return Status::ok();
+Expected<int64_t> EmbeddingTable::preparePush(const uint64_t* keys, const float* grads, int64_t n,
+                                              kernels::Kernels& kernels) {
   const int64_t dim = options_.dim;
   uniqueKeys_.resize(size_t(n));
   summed_.resize(size_t(n * dim));
   inverse_.resize(size_t(n));
+  rowPtrs_.clear();
+  if (n == 0) return int64_t{0};
   auto unique = kernels.dedupGradients(keys, grads, n, dim, uniqueKeys_.data(), summed_.data(), inverse_.data());
   if (!unique.hasValue()) return unique.status();
   rowPtrs_.resize(size_t(*unique));
   for (int64_t u = 0; u < *unique; ++u) rowPtrs_[u] = findOrCreate(uniqueKeys_[u]);
+  return *unique;
+}
+
+Status EmbeddingTable::push(const uint64_t* keys, const float* grads, int64_t n, int64_t step,
+                            kernels::Kernels& kernels) {
+  auto unique = preparePush(keys, grads, n, kernels);
+  if (!unique.hasValue()) return unique.status();
+  if (*unique == 0) return Status::ok();
   kernels::OptimizerConfig config = options_.optimizer;
   config.step = step;
-  return kernels.applyRowOptimizer(config, rowPtrs_.data(), *unique, dim, summed_.data());
+  return kernels.applyRowOptimizer(config, rowPtrs_.data(), *unique, options_.dim, summed_.data());
 }
 
 }  // namespace troupe::ps

@@ -72,6 +72,15 @@ class EmbeddingTable final {
   // correction). Fails only on a kernel error.
   Status push(const uint64_t* keys, const float* grads, int64_t n, int64_t step, kernels::Kernels& kernels);
 
+  // The first half of push, for callers that update several tables with one
+  // optimizer call: sums repeated keys and finds (or creates) their rows.
+  // Afterwards preparedRows() holds the unique rows' blocks and
+  // preparedGrads() their summed gradients [count x dim], valid until the
+  // next call. Returns the count.
+  Expected<int64_t> preparePush(const uint64_t* keys, const float* grads, int64_t n, kernels::Kernels& kernels);
+  float* const* preparedRows() const { return rowPtrs_.data(); }
+  const float* preparedGrads() const { return summed_.data(); }
+
   // Calls fn(key, rowBlock) for every row, in no particular order.
   template <typename Fn>
   void forEach(Fn&& fn) const {

@@ -12,8 +12,20 @@
 namespace troupe::ps {
 namespace {
 
+// Tables whose rows one optimizer call can update together: same dim, same
+// optimizer and hyperparameters.
+bool sameUpdate(const EmbeddingTableOptions& a, const EmbeddingTableOptions& b) {
+  const auto &x = a.optimizer, &y = b.optimizer;
+  return a.dim == b.dim && x.kind == y.kind && x.learningRate == y.learningRate && x.weightDecay == y.weightDecay &&
+         x.eps == y.eps && x.initialAccumulator == y.initialAccumulator && x.beta1 == y.beta1 &&
+         x.beta2 == y.beta2 && x.ftrlBeta == y.ftrlBeta && x.l1 == y.l1 && x.l2 == y.l2;
+}
+
 struct TableHolderState {
   std::vector<std::unique_ptr<EmbeddingTable>> tables;
+  bool uniform = false;  // every table sameUpdate as the first
+  std::vector<float*> rows;    // scratch of a uniform push
+  std::vector<float> grads;
   std::shared_ptr<kernels::Kernels> kernels;
   std::map<int64_t, int64_t> lastSequence;  // per worker
   static inline const char* name = "table_holder";
@@ -25,6 +37,8 @@ caf::error invalid(std::string what) {
 
 caf::behavior tableHolder(caf::stateful_actor<TableHolderState>* self, TableHolderOptions options) {
   for (const auto& t : options.tables) self->state.tables.push_back(std::make_unique<EmbeddingTable>(t));
+  self->state.uniform = !options.tables.empty();
+  for (const auto& t : options.tables) self->state.uniform &= sameUpdate(t, options.tables.front());
   self->state.kernels = options.kernels ? options.kernels
                                         : std::shared_ptr<kernels::Kernels>(
                                               kernels::createKernels({kernels::Device::kCpu, options.threads}));
@@ -72,10 +86,30 @@ caf::behavior tableHolder(caf::stateful_actor<TableHolderState>* self, TableHold
         }
         auto [it, fresh] = self->state.lastSequence.emplace(req->worker, -1);
         if (req->sequence <= it->second) return req->sequence;  // a duplicate: applied already
-        for (size_t t = 0; t < tables.size(); ++t) {
-          Status s = tables[t]->push(req->keys[t].data(), req->grads[t].data(), int64_t(req->keys[t].size()),
-                                     req->step, *self->state.kernels);
+        auto& st = self->state;
+        if (st.uniform) {
+          // One optimizer call for every table's rows (same dim and optimizer).
+          st.rows.clear();
+          st.grads.clear();
+          for (size_t t = 0; t < tables.size(); ++t) {
+            auto n = tables[t]->preparePush(req->keys[t].data(), req->grads[t].data(),
+                                            int64_t(req->keys[t].size()), *st.kernels);
+            if (!n.hasValue()) return caf::make_error(caf::sec::runtime_error, n.status().toString());
+            const float* g = tables[t]->preparedGrads();
+            st.rows.insert(st.rows.end(), tables[t]->preparedRows(), tables[t]->preparedRows() + *n);
+            st.grads.insert(st.grads.end(), g, g + *n * tables[t]->dim());
+          }
+          kernels::OptimizerConfig config = tables.front()->options().optimizer;
+          config.step = req->step;
+          Status s = st.kernels->applyRowOptimizer(config, st.rows.data(), int64_t(st.rows.size()),
+                                                   tables.front()->dim(), st.grads.data());
           if (!s.isOk()) return caf::make_error(caf::sec::runtime_error, s.toString());
+        } else {
+          for (size_t t = 0; t < tables.size(); ++t) {
+            Status s = tables[t]->push(req->keys[t].data(), req->grads[t].data(), int64_t(req->keys[t].size()),
+                                       req->step, *st.kernels);
+            if (!s.isOk()) return caf::make_error(caf::sec::runtime_error, s.toString());
+          }
         }
         it->second = req->sequence;
         return req->sequence;

@@ -135,5 +135,51 @@ TEST_F(TableHolderTest, MalformedRequestsAreRefusedAndChangeNothing) {
   EXPECT_EQ(push(0, 0, {{9}, {}}, {{1, 1, 1, 1}, {}}), 0);
 }
 
+TEST(TableHolderUniformTest, OneOptimizerCallUpdatesEveryTableExactly) {
+  // Tables of one dim and optimizer take the single-call path; duplicate keys
+  // within a table are summed first, keys in different tables stay apart.
+  caf::actor_system_config cfg;
+  caf::actor_system system{cfg};
+  caf::scoped_actor self{system};
+  TableHolderOptions o;
+  for (int t = 0; t < 3; ++t) {
+    EmbeddingTableOptions table;
+    table.tableId = t;
+    table.dim = 4;
+    table.optimizer.kind = kernels::OptimizerKind::kAdagrad;
+    table.optimizer.learningRate = 0.1f;
+    table.optimizer.initialAccumulator = 0.0f;
+    o.tables.push_back(table);
+  }
+  auto holder = spawnTableHolder(system, o);
+  auto pull = [&] {
+    auto req = std::make_shared<PullRequest>();
+    req->keys = {{5}, {5}, {6}};
+    PullReplyPtr out;
+    self->request(holder, kTimeout, pull_atom::value, PullRequestPtr(req))
+        .receive([&](PullReplyPtr r) { out = r; }, [](caf::error&) {});
+    return out;
+  };
+  auto before = pull();
+  ASSERT_TRUE(before);
+  auto push = std::make_shared<PushRequest>();
+  push->keys = {{5, 5}, {5}, {}};
+  push->grads = {{1, 1, 1, 1, 1, 2, 3, 4}, {-1, 0, 1, 2}, {}};
+  int64_t ack = -1;
+  self->request(holder, kTimeout, push_atom::value, PushRequestPtr(push))
+      .receive([&](int64_t a) { ack = a; }, [](caf::error&) {});
+  EXPECT_EQ(ack, 0);
+  auto after = pull();
+  const float sum0[4] = {2, 3, 4, 5}, g1[4] = {-1, 0, 1, 2};
+  for (int d = 0; d < 4; ++d) {
+    // Adagrad from a zero accumulator: w -= lr * g / (|g| + eps).
+    EXPECT_FLOAT_EQ(after->rows[0][d], before->rows[0][d] - 0.1f * sum0[d] / (std::fabs(sum0[d]) + 1e-8f));
+    const float step1 = g1[d] == 0 ? 0.0f : 0.1f * g1[d] / (std::fabs(g1[d]) + 1e-8f);
+    EXPECT_FLOAT_EQ(after->rows[1][d], before->rows[1][d] - step1);
+    EXPECT_EQ(after->rows[2][d], before->rows[2][d]);
+  }
+  self->send_exit(holder, caf::exit_reason::user_shutdown);
+}
+
 }  // namespace
 }  // namespace troupe::ps
