@@ -130,7 +130,9 @@ void Config::loadString(std::string_view text, std::string_view origin) {
   while (!stack.empty()) {
     auto [prefix, table] = stack.back();
     stack.pop_back();
-    for (const auto& [k, node] : *table) {
+    for (const auto& item : *table) {
+      const auto& k = item.first;
+      const toml::node& node = item.second;  // a plain reference: lambdas below capture it
       std::string name = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
       if (const auto* sub = node.as_table()) {
         stack.emplace_back(name, sub);

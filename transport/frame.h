@@ -1,0 +1,70 @@
+// Frames: how one message travels between processes. A frame is
+//
+//   u32 magic "TRP1" | u32 envelope bytes E (a multiple of 8) |
+//   E bytes of Cap'n Proto envelope (flat, unpacked) | the tensors' raw bytes, in order
+//
+// The envelope (internal/envelope.capnp) names source node and actor,
+// destination actor, request id, message kind, a small body, and the length
+// and type of each tensor that follows. Tensors are never lists of numbers
+// inside Cap'n Proto.
+//
+// decodeFrame checks everything before it trusts it: the magic, E against
+// the frame size and word alignment, the Cap'n Proto message (with a
+// traversal limit equal to its own size, so no amplification, and a nesting
+// limit), the tensor count and every tensor length against what is left.
+// Anything else is a corruption Status naming what was wrong; it never reads
+// out of bounds, throws or aborts.
+//
+// Threading: plain functions over caller-owned memory; safe from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace troupe::transport {
+
+enum class DType : uint8_t { kBytes = 0, kFloat32 = 1, kBFloat16 = 2, kFloat16 = 3, kInt32 = 4, kInt64 = 5, kUInt64 = 6 };
+
+inline constexpr uint32_t kFrameMagic = 0x31505254;  // "TRP1" little-endian
+inline constexpr size_t kFrameHeaderBytes = 8;
+// Largest envelope decodeFrame accepts (tensors are not counted).
+inline constexpr size_t kMaxEnvelopeBytes = size_t{1} << 20;
+inline constexpr size_t kMaxTensors = 4096;
+
+struct Envelope {
+  uint64_t sourceNode = 0;
+  uint64_t sourceActor = 0;
+  uint64_t destActor = 0;
+  uint64_t requestId = 0;
+  uint16_t kind = 0;
+  std::string body;  // opaque bytes of the message's own fields
+};
+
+// A tensor buffer: borrowed, the caller keeps it alive.
+struct TensorView {
+  const std::byte* data = nullptr;
+  uint64_t bytes = 0;
+  DType dtype = DType::kBytes;
+};
+
+// Envelope and tensors in one contiguous frame (the tensors are copied; the
+// zero-copy path sends them as separate UCX buffers beside the envelope).
+std::vector<std::byte> encodeFrame(const Envelope& envelope, const std::vector<TensorView>& tensors);
+
+// The envelope part alone (header + Cap'n Proto bytes), for senders that
+// pass the tensors as separate buffers.
+std::vector<std::byte> encodeEnvelope(const Envelope& envelope, const std::vector<TensorView>& tensors);
+
+struct DecodedFrame {
+  Envelope envelope;
+  std::vector<TensorView> tensors;  // point into the decoded buffer
+};
+
+// Decodes a whole frame. The TensorViews point into `data`.
+Expected<DecodedFrame> decodeFrame(const std::byte* data, size_t size);
+
+}  // namespace troupe::transport
