@@ -36,14 +36,14 @@ int runGenData(const GenDataFlags& flags) {
     return kExitFailure;
   }
   std::printf("criteo-synthetic: %lld train + %lld test rows, %lld tables, in %s\n",
-              static_cast<long long>(set->trainRows), static_cast<long long>(set->testRows),
+              static_cast<long long>(set->oracle.trainRows), static_cast<long long>(set->oracle.testRows),
               static_cast<long long>(config.getInt("data.synthetic.tables")), set->dir.c_str());
-  if (set->generated && set->seconds > 0) {
-    std::printf("generated in %.1f s (%.0f rows/s)\n", set->seconds,
-                double(set->trainRows + set->testRows) / set->seconds);
+  const auto& o = set->oracle;
+  if (set->generated && o.seconds > 0) {
+    std::printf("generated in %.1f s (%.0f rows/s)\n", o.seconds, double(o.trainRows + o.testRows) / o.seconds);
   }
   std::printf("oracle (the planted model on the test rows): AUC %.5f  log-loss %.5f  (CTR train %.4f, test %.4f)\n",
-              set->oracleAuc, set->oracleLogloss, set->ctrTrain, set->ctrTest);
+              o.auc, o.logloss, o.ctrTrain, o.ctrTest);
   return kExitOk;
 }
 

@@ -1,15 +1,12 @@
 #include "apps/synthetic_cache.h"
 
-#include <cmath>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "apps/progress_line.h"
 #include "common/compute_pool.h"
 #include "common/hash.h"
 #include "common/logging.h"
+#include "data/planted_criteo_model.h"
 #include "data/synthetic_criteo.h"
 
 namespace troupe::apps {
@@ -46,22 +43,6 @@ std::string settingsLine(const data::SyntheticCriteoOptions& o) {
       o.weightScale, o.factorScale, o.denseScale, o.rareRank, o.rareShrink, o.blockRows);
 }
 
-std::string readSmallFile(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) return "";
-  std::stringstream buf;
-  buf << in.rdbuf();
-  return buf.str();
-}
-
-double jsonNumber(const std::string& json, const std::string& key) {
-  auto pos = json.find("\"" + key + "\"");
-  if (pos == std::string::npos) return std::nan("");
-  pos = json.find(':', pos);
-  if (pos == std::string::npos) return std::nan("");
-  return std::strtod(json.c_str() + pos + 1, nullptr);
-}
-
 }  // namespace
 
 Expected<SyntheticDataSet> ensureSyntheticData(const Config& config, const std::string& out, bool force,
@@ -78,37 +59,24 @@ Expected<SyntheticDataSet> ensureSyntheticData(const Config& config, const std::
   set.dir = dir.string();
   set.trainPath = (dir / data::kSyntheticTrainFile).string();
   set.testPath = (dir / data::kSyntheticTestFile).string();
-  const fs::path oraclePath = dir / data::kSyntheticOracleFile;
-  const fs::path settingsPath = dir / "settings.txt";
-  if (!force && fs::exists(oraclePath) && readSmallFile(settingsPath) == settings + "\n") {
+  if (!force && data::syntheticCriteoMatches(options, set.dir)) {
     log->info("synthetic data: {} already holds this data set (same settings)", set.dir);
-  } else {
-    // Describing builds the planted model, which validates the options first.
-    const std::string description = data::describeSyntheticCriteo(options);
-    log->info("synthetic data: writing {} ({})", set.dir, settings);
-    log->debug("{}", description);
-    ComputePool pool(threads);
-    ProgressLine progress("gen-data", "rows");
-    auto result = data::generateSyntheticCriteo(
-        options, set.dir, pool, [&](int64_t done, int64_t total) { progress.update(done, total); });
-    progress.finish();
-    if (!result.hasValue()) return result.status();
-    std::ofstream settingsFile(settingsPath, std::ios::trunc);
-    settingsFile << settings << "\n";
-    if (!settingsFile) return Status::ioError(fmt::format("cannot write {}", settingsPath.string()));
-    set.generated = true;
-    set.seconds = result->seconds;
+    auto oracle = data::readSyntheticOracle(set.dir);
+    if (!oracle.hasValue()) return oracle.status();
+    set.oracle = *oracle;
+    return set;
   }
-  const std::string json = readSmallFile(oraclePath);
-  set.trainRows = int64_t(jsonNumber(json, "train_rows"));
-  set.testRows = int64_t(jsonNumber(json, "test_rows"));
-  set.oracleAuc = jsonNumber(json, "auc");
-  set.oracleLogloss = jsonNumber(json, "logloss");
-  set.ctrTrain = jsonNumber(json, "ctr_train");
-  set.ctrTest = jsonNumber(json, "ctr_test");
-  if (std::isnan(set.oracleAuc)) {
-    return Status::corruption(fmt::format("{}: no \"auc\" in the oracle file", oraclePath.string()));
-  }
+  const data::PlantedCriteoModel model(options);  // validates the options (SetupError)
+  log->info("synthetic data: writing {} ({})", set.dir, settings);
+  log->debug("{}", model.summary());
+  ComputePool pool(threads);
+  ProgressLine progress("gen-data", "rows");
+  auto result = data::generateSyntheticCriteo(
+      model, set.dir, pool, [&](int64_t done, int64_t total) { progress.update(done, total); });
+  progress.finish();
+  if (!result.hasValue()) return result.status();
+  set.generated = true;
+  set.oracle = *result;
   return set;
 }
 

@@ -1,12 +1,14 @@
 // The synthetic Criteo data set of a configuration, generated once into
 // data.cache_dir/criteo-synthetic-<hash of the settings> and reused while the
-// settings stay the same (settings.txt beside the data records them).
+// settings stay the same (data::syntheticCriteoMatches checks them against the
+// options recorded in oracle.json).
 #pragma once
 
 #include <string>
 
 #include "common/config.h"
 #include "common/status.h"
+#include "data/synthetic_criteo.h"
 
 namespace troupe::apps {
 
@@ -15,13 +17,7 @@ struct SyntheticDataSet {
   std::string trainPath;
   std::string testPath;
   bool generated = false;  // false: reused from the cache
-  double seconds = 0;      // generation time
-  int64_t trainRows = 0;
-  int64_t testRows = 0;
-  double oracleAuc = 0;
-  double oracleLogloss = 0;
-  double ctrTrain = 0;
-  double ctrTest = 0;
+  data::SyntheticCriteoOracle oracle;  // seconds: the generation's, 0 when reused
 };
 
 // Generates (or finds) the data set of config's data.synthetic.* keys. `out`

@@ -71,8 +71,8 @@ DataSources openData(const Config& c, int threads) {
       testPath = set->testPath;
       categorical = int(c.getInt("data.synthetic.tables"));
       d.synthetic = true;
-      d.oracleAuc = set->oracleAuc;
-      d.oracleLogloss = set->oracleLogloss;
+      d.oracleAuc = set->oracle.auc;
+      d.oracleLogloss = set->oracle.logloss;
     } else if (trainPath.empty() || testPath.empty()) {
       TROUPE_SETUP_ERROR("config: data.kind 'criteo' needs data.train and data.test");
     }

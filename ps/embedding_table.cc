@@ -92,6 +92,18 @@ void EmbeddingTable::pull(const uint64_t* keys, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) std::memcpy(out + i * options_.dim, findOrCreate(keys[i]), rowBytes);
 }
 
+void EmbeddingTable::peek(const uint64_t* keys, int64_t n, float* out) const {
+  const int64_t dim = options_.dim;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* row = find(keys[i]);
+    if (row) {
+      std::memcpy(out + i * dim, row, size_t(dim) * sizeof(float));
+    } else {
+      initialWeights(options_.seed, options_.tableId, keys[i], initScale_, out + i * dim, dim);
+    }
+  }
+}
+
 Expected<int64_t> EmbeddingTable::preparePush(const uint64_t* keys, const float* grads, int64_t n,
                                               kernels::Kernels& kernels) {
   const int64_t dim = options_.dim;

@@ -65,6 +65,9 @@ class EmbeddingTable final {
   // Copies the weights of keys[0..n) into out [n x dim], creating missing rows.
   // Keys may repeat.
   void pull(const uint64_t* keys, int64_t n, float* out);
+  // Like pull, but a key never touched gets its initial weights without
+  // being inserted (evaluation must not grow the table).
+  void peek(const uint64_t* keys, int64_t n, float* out) const;
 
   // Applies one optimizer step to the rows of keys[0..n) with grads [n x dim],
   // creating missing rows first. Repeated keys are summed first, so each row

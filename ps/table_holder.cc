@@ -58,17 +58,7 @@ caf::behavior tableHolder(caf::stateful_actor<TableHolderState>* self, TableHold
           if (req->create) {
             tables[t]->pull(keys.data(), int64_t(keys.size()), rows.data());
           } else {
-            const auto& o = tables[t]->options();
-            const float scale = o.initScale > 0 ? o.initScale : float(1.0 / std::sqrt(double(dim)));
-            for (size_t i = 0; i < keys.size(); ++i) {
-              const float* row = tables[t]->find(keys[i]);
-              float* out = rows.data() + i * size_t(dim);
-              if (row) {
-                std::copy_n(row, dim, out);
-              } else {
-                EmbeddingTable::initialWeights(o.seed, o.tableId, keys[i], scale, out, dim);
-              }
-            }
+            tables[t]->peek(keys.data(), int64_t(keys.size()), rows.data());
           }
         }
         return PullReplyPtr(std::move(reply));

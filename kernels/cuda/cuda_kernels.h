@@ -3,8 +3,9 @@
 //
 // Memory: every pointer passed to a method is device memory (cudaMalloc),
 // borrowed for the call; the pointer arrays of applyRowOptimizer and of the
-// dot interaction are device arrays of device pointers. Results are complete when a method returns (each
-// call synchronises its stream), so callers may read them at once.
+// dot interaction are device arrays of device pointers. Results are complete
+// when a method returns (each call synchronises its stream), so callers may
+// read them at once.
 //
 // Determinism: no atomics in any sum; reductions run in a fixed order, so the
 // same inputs give the same bits on the same GPU. Results may differ from the
