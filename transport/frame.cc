@@ -43,7 +43,7 @@ std::vector<std::byte> frameOf(const Envelope& e, const std::vector<TensorView>&
   const size_t envelopeBytes = words.size() * sizeof(capnp::word);
   size_t total = kFrameHeaderBytes + envelopeBytes;
   if (withTensors) {
-    for (const auto& t : tensors) total += t.bytes;
+    for (const auto& t : tensors) total += paddedTensorBytes(t.bytes);
   }
   std::vector<std::byte> out(total);
   putU32(out.data(), kFrameMagic);
@@ -53,7 +53,7 @@ std::vector<std::byte> frameOf(const Envelope& e, const std::vector<TensorView>&
     std::byte* p = out.data() + kFrameHeaderBytes + envelopeBytes;
     for (const auto& t : tensors) {
       if (t.bytes) std::memcpy(p, t.data, t.bytes);
-      p += t.bytes;
+      p += paddedTensorBytes(t.bytes);
     }
   }
   return out;
@@ -118,12 +118,12 @@ Expected<DecodedFrame> decodeFrame(const std::byte* data, size_t size) {
   }
   size_t offset = kFrameHeaderBytes + envelopeBytes;
   for (size_t i = 0; i < frame.tensors.size(); ++i) {
-    if (lengths[i] > size - offset) {
+    if (lengths[i] > size - offset || paddedTensorBytes(lengths[i]) > size - offset) {
       return Status::corruption(
           fmt::format("tensor {} of {} bytes runs past the frame ({} bytes left)", i, lengths[i], size - offset));
     }
     frame.tensors[i].data = data + offset;
-    offset += lengths[i];
+    offset += paddedTensorBytes(lengths[i]);
   }
   if (offset != size) {
     return Status::corruption(fmt::format("{} bytes after the last tensor", size - offset));

@@ -1,7 +1,11 @@
 // Frames: how one message travels between processes. A frame is
 //
 //   u32 magic "TRP1" | u32 envelope bytes E (a multiple of 8) |
-//   E bytes of Cap'n Proto envelope (flat, unpacked) | the tensors' raw bytes, in order
+//   E bytes of Cap'n Proto envelope (flat, unpacked) | the tensors' raw bytes, in order,
+//   each padded with zeros to a multiple of 8 bytes
+//
+// The padding keeps every tensor of a received frame 8-byte aligned, so the
+// receiver reads floats and keys in place.
 //
 // The envelope (internal/envelope.capnp) names source node and actor,
 // destination actor, request id, message kind, a small body, and the length
@@ -34,6 +38,8 @@ inline constexpr size_t kFrameHeaderBytes = 8;
 // Largest envelope decodeFrame accepts (tensors are not counted).
 inline constexpr size_t kMaxEnvelopeBytes = size_t{1} << 20;
 inline constexpr size_t kMaxTensors = 4096;
+
+inline constexpr uint64_t paddedTensorBytes(uint64_t bytes) { return (bytes + 7) & ~uint64_t{7}; }
 
 struct Envelope {
   uint64_t sourceNode = 0;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 
 #include "common/check.h"
 
@@ -68,6 +69,72 @@ ProcessResult runProcess(const std::vector<std::string>& argv, std::chrono::mill
     result.exitCode = WEXITSTATUS(status);
   } else if (WIFSIGNALED(status)) {
     result.signal = WTERMSIG(status);
+  }
+  return result;
+}
+
+Child::Child(const std::vector<std::string>& argv, const std::string& logPath) : logPath_(logPath) {
+  TROUPE_CHECK(!argv.empty(), "Child needs a program");
+  const pid_t pid = fork();
+  TROUPE_CHECK(pid >= 0, "fork failed");
+  if (pid == 0) {
+    const int fd = logPath.empty() ? open("/dev/null", O_WRONLY) : open(logPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    _exit(127);
+  }
+  pid_ = pid;
+}
+
+Child::~Child() {
+  if (!reaped_ && pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+}
+
+void Child::kill(int signal) {
+  if (!reaped_ && pid_ > 0) ::kill(pid_, signal);
+}
+
+ProcessResult Child::wait(std::chrono::milliseconds timeout) {
+  ProcessResult result;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  int status = 0;
+  while (true) {
+    const pid_t r = waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) break;
+    if (r < 0 && errno != EINTR) break;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      result.timedOut = true;
+      ::kill(pid_, SIGKILL);
+      while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+      }
+      break;
+    }
+    usleep(2000);
+  }
+  reaped_ = true;
+  if (WIFEXITED(status)) {
+    result.exitCode = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    result.signal = WTERMSIG(status);
+  }
+  if (!logPath_.empty()) {
+    if (FILE* f = fopen(logPath_.c_str(), "r")) {
+      char buf[4096];
+      size_t n;
+      while ((n = fread(buf, 1, sizeof buf, f)) > 0) result.err.append(buf, n);
+      fclose(f);
+    }
   }
   return result;
 }

@@ -21,4 +21,27 @@ ProcessResult runProcess(const std::vector<std::string>& argv,
                          std::chrono::milliseconds timeout = std::chrono::seconds(60),
                          const std::string& workingDir = "");
 
+// A child process running beside the test. Its stdout and stderr go to
+// `logPath` (or are discarded when empty). The destructor kills it (SIGKILL,
+// by PID) and reaps it if it is still running, so a failing test leaves no
+// process behind.
+class Child final {
+ public:
+  Child(const std::vector<std::string>& argv, const std::string& logPath = "");
+  ~Child();
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  int pid() const { return pid_; }
+  // Waits for the child to end, killing it after `timeout`.
+  ProcessResult wait(std::chrono::milliseconds timeout);
+  // Sends `signal` now (no-op once reaped).
+  void kill(int signal);
+
+ private:
+  int pid_ = -1;
+  bool reaped_ = false;
+  std::string logPath_;
+};
+
 }  // namespace troupe::testing

@@ -1,0 +1,300 @@
+// Multi-process tests of the transport on loopback: the test process is the
+// coordinator; peers are this binary run again with --peer (transport_peer.h).
+// Every child is bounded in time and killed by PID when a test ends.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/all.hpp>
+#include <gtest/gtest.h>
+
+#include "common/hash.h"
+#include "common/logging.h"
+#include "tests/common/subprocess.h"
+#include "tests/common/temp_dir.h"
+#include "tests/transport/transport_peer.h"
+#include "transport/remote_actors.h"
+
+namespace troupe::transport::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using troupe::testing::Child;
+using troupe::testing::TempDir;
+
+constexpr uint64_t kCoordinatorId = 1;
+
+std::string selfExe() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return std::string(buf, size_t(std::max<ssize_t>(n, 0)));
+}
+
+class TransportJob : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // The system keeps a reference to its config: it must outlive it.
+    config_ = std::make_unique<caf::actor_system_config>();
+    config_->set("scheduler.max-threads", 2);
+    system_ = std::make_unique<caf::actor_system>(*config_);
+    NodeOptions options;
+    options.nodeId = kCoordinatorId;
+    options.role = "coordinator";
+    options.isCoordinator = true;
+    options.token = "test-token";
+    options.heartbeatInterval = 100ms;
+    options.heartbeatTimeout = 1000ms;
+    auto remote = RemoteActors::start(*system_, options);
+    ASSERT_TRUE(remote.hasValue()) << remote.status().message();
+    remote_ = std::move(*remote);
+  }
+  void TearDown() override {
+    for (auto& c : children_) c->kill(SIGKILL);
+    children_.clear();
+    remote_.reset();
+    system_.reset();
+  }
+
+  std::string coordinatorAddress() const { return remote_->node().address(); }
+
+  Child& spawnPeer(const std::string& mode, uint64_t id, const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> argv = {selfExe(),          "--peer", mode, "--id", std::to_string(id),
+                                     "--coordinator", coordinatorAddress()};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    children_.push_back(std::make_unique<Child>(argv, dir_.file("peer-" + std::to_string(id) + ".log")));
+    return *children_.back();
+  }
+
+  // A request from a fresh scoped actor; the reply message or the error.
+  caf::message ask(const caf::actor& dest, caf::message msg, std::chrono::milliseconds timeout = 10s) {
+    caf::scoped_actor self{*system_};
+    caf::message out;
+    // CAF 0.17 hands a reply of a type the handler did not name to the error
+    // handler as unexpected_response with the reply as its context.
+    self->request(dest, timeout, std::move(msg))
+        .receive([&]() { out = caf::message(); },
+                 [&](caf::error& e) {
+                   out = e == caf::sec::unexpected_response ? e.context() : caf::make_message(std::move(e));
+                 });
+    return out;
+  }
+
+  std::unique_ptr<caf::actor_system_config> config_;
+  std::unique_ptr<caf::actor_system> system_;
+  std::unique_ptr<RemoteActors> remote_;
+  std::vector<std::unique_ptr<Child>> children_;
+  TempDir dir_;
+};
+
+TEST_F(TransportJob, RequestReplyAcrossProcesses) {
+  spawnPeer("echo", 2);
+  ASSERT_TRUE(remote_->node().waitForMembers(2, 20s).isOk());
+  auto echo = remote_->remoteActor(2, "echo");
+  auto reply = ask(echo, caf::make_message(add_atom::value, int64_t(40), int64_t(2)));
+  ASSERT_TRUE(reply.match_elements<int64_t>()) << caf::to_string(reply);
+  EXPECT_EQ(reply.get_as<int64_t>(0), 42);
+  reply = ask(echo, caf::make_message(whoami_atom::value));
+  ASSERT_TRUE(reply.match_elements<uint64_t>()) << caf::to_string(reply);
+  EXPECT_EQ(reply.get_as<uint64_t>(0), 2u);
+  // A message that has no handler there comes back as an error, not silence.
+  reply = ask(echo, caf::make_message(std::string("no handler for this")));
+  EXPECT_TRUE(reply.match_elements<caf::error>()) << caf::to_string(reply);
+  // A message that cannot cross processes fails at once.
+  struct Local {};
+  reply = ask(echo, caf::make_message(add_atom::value, std::vector<int>{1, 2}));
+  ASSERT_TRUE(reply.match_elements<caf::error>()) << caf::to_string(reply);
+  // A name nobody published fails the request instead of hanging.
+  reply = ask(remote_->remoteActor(2, "nobody"), caf::make_message(add_atom::value, int64_t(1), int64_t(2)));
+  EXPECT_TRUE(reply.match_elements<caf::error>()) << caf::to_string(reply);
+  EXPECT_EQ(caf::to_string(ask(echo, caf::make_message(quit_atom::value))), "(true)");
+  auto done = children_.back()->wait(10s);
+  EXPECT_EQ(done.exitCode, 0) << done.err;
+}
+
+TEST_F(TransportJob, LargeTensorsRoundTripByteForByte) {
+  spawnPeer("echo", 2);
+  ASSERT_TRUE(remote_->node().waitForMembers(2, 20s).isOk());
+  auto echo = remote_->remoteActor(2, "echo");
+  Rng rng(11);
+  for (uint64_t bytes : {uint64_t(0), uint64_t(1), uint64_t(4095), uint64_t(65536), uint64_t(1000003),
+                         uint64_t(16) << 20}) {
+    std::vector<uint8_t> data(bytes);
+    for (auto& b : data) b = uint8_t(rng.next());
+    Tensor sent = Tensor::copyOf(data.data(), bytes, DType::kBytes);
+    auto reply = ask(echo, caf::make_message(echo_atom::value, sent), 30s);
+    ASSERT_TRUE(reply.match_elements<Tensor>()) << bytes << ": " << caf::to_string(reply);
+    const Tensor& got = reply.get_as<Tensor>(0);
+    ASSERT_EQ(got.bytes, bytes);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(got.data) % 8, 0u) << "received tensors are 8-byte aligned";
+    EXPECT_TRUE(bytes == 0 || std::memcmp(got.data, data.data(), bytes) == 0) << bytes << " bytes differ";
+  }
+}
+
+TEST_F(TransportJob, MessagesFromOneSenderArriveInOrder) {
+  spawnPeer("echo", 2);
+  ASSERT_TRUE(remote_->node().waitForMembers(2, 20s).isOk());
+  auto echo = remote_->remoteActor(2, "echo");
+  caf::scoped_actor self{*system_};
+  constexpr int64_t kMessages = 3000;
+  for (int64_t i = 0; i < kMessages; ++i) {
+    if (i % 100 == 7) {
+      // Large ones go by rendezvous, small ones eagerly: order must hold across both.
+      std::vector<int64_t> payload((size_t(1) << 20) / 8, i);
+      self->send(echo, seq_atom::value, i, Tensor::adopt(std::move(payload), DType::kInt64));
+    } else {
+      self->send(echo, seq_atom::value, i);
+    }
+  }
+  auto reply = ask(echo, caf::make_message(seqcheck_atom::value), 30s);
+  ASSERT_TRUE((reply.match_elements<int64_t, bool>())) << caf::to_string(reply);
+  EXPECT_EQ(reply.get_as<int64_t>(0), kMessages);
+  EXPECT_TRUE(reply.get_as<bool>(1)) << "messages were reordered";
+}
+
+TEST_F(TransportJob, ThreeProcessesTalkPeerToPeer) {
+  spawnPeer("echo", 2);
+  spawnPeer("echo", 3);
+  ASSERT_TRUE(remote_->node().waitForMembers(3, 20s).isOk());
+  // 2 asks 3 directly (an endpoint it opens from the membership it learnt).
+  auto reply = ask(remote_->remoteActor(2, "echo"), caf::make_message(relay_atom::value, uint64_t(3), int64_t(20),
+                                                                      int64_t(22)));
+  ASSERT_TRUE(reply.match_elements<int64_t>()) << caf::to_string(reply);
+  EXPECT_EQ(reply.get_as<int64_t>(0), 42);
+  reply = ask(remote_->remoteActor(3, "echo"), caf::make_message(relay_atom::value, uint64_t(2), int64_t(1),
+                                                                 int64_t(2)));
+  ASSERT_TRUE(reply.match_elements<int64_t>()) << caf::to_string(reply);
+  EXPECT_EQ(reply.get_as<int64_t>(0), 3);
+  // Asking a node that is not in the job fails, it does not hang.
+  reply = ask(remote_->remoteActor(2, "echo"), caf::make_message(relay_atom::value, uint64_t(99), int64_t(1),
+                                                                 int64_t(2)));
+  EXPECT_TRUE(reply.match_elements<caf::error>()) << caf::to_string(reply);
+}
+
+TEST_F(TransportJob, KilledPeerIsSeenByMonitorsAndFailsPendingRequests) {
+  Child& child = spawnPeer("echo", 2);
+  ASSERT_TRUE(remote_->node().waitForMembers(2, 20s).isOk());
+  auto echo = remote_->remoteActor(2, "echo");
+  ASSERT_EQ(caf::to_string(ask(echo, caf::make_message(add_atom::value, int64_t(1), int64_t(1)))), "(2)");
+  caf::scoped_actor self{*system_};
+  self->monitor(echo);
+  // A request the peer holds forever; it must fail when the peer dies.
+  auto requester = system_->spawn([echo, client = caf::actor(self)](caf::event_based_actor* me) {
+    me->request(echo, std::chrono::seconds(60), hold_atom::value)
+        .then([=](caf::message&) { me->send(client, std::string("replied")); },
+              [=](caf::error& e) { me->send(client, e); });
+  });
+  std::this_thread::sleep_for(200ms);  // the hold is on its way / held
+  const auto killedAt = std::chrono::steady_clock::now();
+  child.kill(SIGKILL);
+  bool down = false, failed = false;
+  for (int i = 0; i < 2 && !(down && failed); ++i) {
+    self->receive([&](const caf::down_msg& m) { down = m.source == echo.address(); },
+                  [&](const caf::error& e) { failed = e == caf::sec::request_receiver_down; },
+                  [&](const std::string& s) { ADD_FAILURE() << s; },
+                  caf::after(std::chrono::seconds(4)) >> [] {});
+  }
+  const auto took = std::chrono::steady_clock::now() - killedAt;
+  EXPECT_TRUE(down) << "no down message for the killed peer's proxy";
+  EXPECT_TRUE(failed) << "the pending request did not fail with request_receiver_down";
+  // Within twice the heartbeat timeout (1 s).
+  EXPECT_LT(std::chrono::duration_cast<std::chrono::milliseconds>(took).count(), 2000);
+  // A request sent after the death fails at once.
+  auto reply = ask(echo, caf::make_message(add_atom::value, int64_t(1), int64_t(1)), 5s);
+  EXPECT_TRUE(reply.match_elements<caf::error>()) << caf::to_string(reply);
+  // The coordinator's membership forgets the dead node.
+  const auto deadline = std::chrono::steady_clock::now() + 3s;
+  while (remote_->node().members().size() != 1 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(remote_->node().members().size(), 1u);
+  caf::anon_send_exit(requester, caf::exit_reason::user_shutdown);
+}
+
+TEST_F(TransportJob, FrozenPeerIsDeclaredDownWhenHeartbeatsStop) {
+  Child& child = spawnPeer("echo", 2);
+  ASSERT_TRUE(remote_->node().waitForMembers(2, 20s).isOk());
+  auto echo = remote_->remoteActor(2, "echo");
+  ASSERT_EQ(caf::to_string(ask(echo, caf::make_message(add_atom::value, int64_t(1), int64_t(2)))), "(3)");
+  caf::scoped_actor self{*system_};
+  self->monitor(echo);
+  // SIGSTOP: the endpoint stays open, only the heartbeats stop.
+  const auto stoppedAt = std::chrono::steady_clock::now();
+  child.kill(SIGSTOP);
+  bool down = false;
+  self->receive([&](const caf::down_msg& m) { down = m.source == echo.address(); },
+                caf::after(std::chrono::seconds(4)) >> [] {});
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - stoppedAt);
+  EXPECT_TRUE(down);
+  // The heartbeat timeout is 1 s: seen after it, and within twice it.
+  EXPECT_GE(took.count(), 900);
+  EXPECT_LT(took.count(), 2000);
+  child.kill(SIGKILL);
+}
+
+TEST_F(TransportJob, WrongTokenIsRefusedAndTheCoordinatorKeepsServing) {
+  Child& bad = spawnPeer("badtoken", 5, {"--token", "not-the-token"});
+  auto r = bad.wait(20s);
+  EXPECT_EQ(r.exitCode, 0) << "a peer with the wrong token got in, or failed oddly:\n" << r.err;
+  EXPECT_GE(remote_->node().stats().handshakesRefused, 1u);
+  EXPECT_EQ(remote_->node().members().size(), 1u);
+  spawnPeer("echo", 2);
+  ASSERT_TRUE(remote_->node().waitForMembers(2, 20s).isOk());
+  EXPECT_EQ(caf::to_string(ask(remote_->remoteActor(2, "echo"),
+                               caf::make_message(add_atom::value, int64_t(2), int64_t(3)))),
+            "(5)");
+}
+
+TEST_F(TransportJob, GarbageIsCountedAndDroppedWithoutACrash) {
+  spawnPeer("echo", 2);
+  ASSERT_TRUE(remote_->node().waitForMembers(2, 20s).isOk());
+  auto echo = remote_->remoteActor(2, "echo");
+  // Raw bytes at the listening socket (not UCX at all).
+  for (int i = 0; i < 5; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in sin{};
+    sin.sin_family = AF_INET;
+    sin.sin_port = htons(remote_->node().port());
+    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&sin), sizeof sin) == 0) {
+      std::vector<uint8_t> junk(4096);
+      Rng rng(uint64_t(i) + 1);
+      for (auto& b : junk) b = uint8_t(rng.next());
+      [[maybe_unused]] ssize_t n = ::write(fd, junk.data(), junk.size());
+    }
+    ::close(fd);
+  }
+  // Malformed frames from an authenticated peer.
+  const uint64_t before = remote_->node().stats().malformedDropped + remote_->stats().undeliverable;
+  auto reply = ask(echo, caf::make_message(garbage_atom::value, kCoordinatorId));
+  ASSERT_TRUE(reply.match_elements<int64_t>()) << caf::to_string(reply);
+  const int64_t sent = reply.get_as<int64_t>(0);
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  uint64_t dropped = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    dropped = remote_->node().stats().malformedDropped + remote_->stats().undeliverable - before;
+    if (dropped >= uint64_t(sent)) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(dropped, uint64_t(sent));
+  // Still serving, both ways.
+  EXPECT_EQ(caf::to_string(ask(echo, caf::make_message(add_atom::value, int64_t(7), int64_t(8)))), "(15)");
+}
+
+}  // namespace
+}  // namespace troupe::transport::testing
+
+int main(int argc, char** argv) {
+  const int peer = troupe::transport::testing::runPeerIfAsked(argc, argv);
+  if (peer >= 0) return peer;
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

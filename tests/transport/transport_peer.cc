@@ -1,0 +1,184 @@
+#include "tests/transport/transport_peer.h"
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "common/hash.h"
+#include "common/logging.h"
+#include "transport/frame.h"
+#include "transport/remote_actors.h"
+
+namespace troupe::transport::testing {
+namespace {
+
+struct PeerArgs {
+  std::string mode;
+  uint64_t id = 0;
+  std::string coordinator;
+  std::string token = "test-token";
+  std::string listen = "127.0.0.1";
+  int lifetimeMs = 60000;
+  int heartbeatTimeoutMs = 1000;
+};
+
+struct EchoState {
+  int64_t next = 0;
+  int64_t count = 0;
+  bool ordered = true;
+  std::vector<caf::response_promise> held;
+};
+
+// Frames that must be counted and dropped by the receiver, never crash it.
+std::vector<std::vector<std::byte>> garbageFrames(uint64_t self) {
+  std::vector<std::vector<std::byte>> out;
+  Rng rng(7);
+  for (int i = 0; i < 20; ++i) {  // random bytes of random length
+    std::vector<std::byte> b(8 + rng.next() % 300);
+    for (auto& x : b) x = std::byte(rng.next());
+    out.push_back(std::move(b));
+  }
+  Envelope e;
+  e.sourceNode = self;
+  e.kind = kActorMessageKind;
+  e.destActor = publishedActorId("nobody");
+  e.body = "not a cap'n proto message";  // wrong length and content
+  out.push_back(encodeFrame(e, {}));
+  e.body.assign(64, '\xff');  // right length, garbage words
+  out.push_back(encodeFrame(e, {}));
+  std::vector<std::byte> tensor(100, std::byte{1});
+  auto frame = encodeFrame(e, {TensorView{tensor.data(), tensor.size(), DType::kBytes}});
+  out.push_back(std::vector<std::byte>(frame.begin(), frame.end() - 50));  // truncated tensor
+  frame[4] = std::byte{0xf8};  // envelope length lies
+  out.push_back(frame);
+  e.sourceNode = self + 1000;  // claims another sender
+  out.push_back(encodeFrame(e, {}));
+  return out;
+}
+
+caf::behavior echoActor(caf::stateful_actor<EchoState>* self, RemoteActors* remote, uint64_t selfId) {
+  return {
+      [=](echo_atom, const Tensor& t) { return t; },
+      [=](add_atom, int64_t a, int64_t b) { return a + b; },
+      [=](seq_atom, int64_t i) {
+        if (i != self->state.next) self->state.ordered = false;
+        self->state.next = i + 1;
+        self->state.count++;
+      },
+      [=](seq_atom, int64_t i, const Tensor& t) {
+        if (i != self->state.next || t.bytes == 0 || t.as<int64_t>()[0] != i) self->state.ordered = false;
+        self->state.next = i + 1;
+        self->state.count++;
+      },
+      [=](seqcheck_atom) { return caf::make_message(self->state.count, self->state.ordered); },
+      [=](hold_atom) { self->state.held.push_back(self->make_response_promise()); },
+      [=](whoami_atom) { return selfId; },
+      [=](relay_atom, uint64_t peer, int64_t a, int64_t b) {
+        auto rp = self->make_response_promise<int64_t>();
+        auto dest = remote->remoteActor(peer, "echo");
+        self->request(dest, std::chrono::seconds(10), add_atom::value, a, b)
+            .then([=](int64_t sum) mutable { rp.deliver(sum); }, [=](caf::error& e) mutable { rp.deliver(e); });
+        return rp;
+      },
+      [=](garbage_atom, uint64_t peer) {
+        auto frames = garbageFrames(selfId);
+        const int64_t n = int64_t(frames.size());
+        for (auto& f : frames) remote->node().sendRawFrame(peer, std::move(f));
+        return n;
+      },
+      [=](quit_atom) {
+        self->quit();
+        return true;
+      },
+  };
+}
+
+int runEcho(const PeerArgs& a) {
+  caf::actor_system_config cfg;
+  cfg.set("scheduler.max-threads", 2);
+  caf::actor_system system{cfg};
+  NodeOptions options;
+  options.nodeId = a.id;
+  options.role = "echo";
+  options.listenHost = a.listen;
+  options.token = a.token;
+  options.coordinator = a.coordinator;
+  options.heartbeatInterval = std::chrono::milliseconds(100);
+  options.heartbeatTimeout = std::chrono::milliseconds(a.heartbeatTimeoutMs);
+  auto remote = RemoteActors::start(system, options);
+  if (!remote.hasValue()) {
+    logger("tests")->error("peer: {}", remote.status().message());
+    return 2;
+  }
+  auto echo = system.spawn(echoActor, remote->get(), a.id);
+  (*remote)->publish(echo, "echo");
+  // Announce readiness only after publishing: join now.
+  Status joined = (*remote)->node().waitForMembers(2, std::chrono::seconds(10));
+  if (!joined.isOk()) {
+    logger("tests")->error("peer: {}", joined.message());
+    return 3;
+  }
+  caf::scoped_actor waiter{system};
+  waiter->monitor(echo);
+  int rc = 0;
+  waiter->receive([](const caf::down_msg&) {},
+                  caf::after(std::chrono::milliseconds(a.lifetimeMs)) >> [&] { rc = 4; });
+  // Let the reply to quit leave before the node goes.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
+  remote->reset();
+  return rc;
+}
+
+int runBadToken(const PeerArgs& a) {
+  caf::actor_system_config cfg;
+  cfg.set("scheduler.max-threads", 1);
+  caf::actor_system system{cfg};
+  NodeOptions options;
+  options.nodeId = a.id;
+  options.listenHost = a.listen;
+  options.token = a.token;
+  options.coordinator = a.coordinator;
+  auto remote = RemoteActors::start(system, options);
+  if (!remote.hasValue()) return 2;
+  Status joined = (*remote)->node().waitForMembers(2, std::chrono::seconds(10));
+  if (joined.isOk()) return 1;
+  logger("tests")->info("peer refused as expected: {}", joined.message());
+  return joined.message().find("could not join") != std::string::npos ? 0 : 5;
+}
+
+}  // namespace
+
+int runPeerIfAsked(int argc, char** argv) {
+  PeerArgs a;
+  bool asked = false;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--peer") {
+      a.mode = v;
+      asked = true;
+    } else if (k == "--id") {
+      a.id = std::stoull(v);
+    } else if (k == "--coordinator") {
+      a.coordinator = v;
+    } else if (k == "--token") {
+      a.token = v;
+    } else if (k == "--listen") {
+      a.listen = v;
+    } else if (k == "--lifetime-ms") {
+      a.lifetimeMs = std::stoi(v);
+    } else if (k == "--heartbeat-timeout-ms") {
+      a.heartbeatTimeoutMs = std::stoi(v);
+    }
+  }
+  if (!asked) return -1;
+  if (a.mode == "echo") return runEcho(a);
+  if (a.mode == "badtoken") return runBadToken(a);
+  return 64;
+}
+
+}  // namespace troupe::transport::testing

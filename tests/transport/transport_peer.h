@@ -1,0 +1,28 @@
+// The peer program of the multi-process transport tests: the test binary runs
+// itself with `--peer MODE ...` to get a second (third, ...) process.
+//
+//   echo      joins the coordinator, publishes an "echo" actor (see
+//             transport_peer.cc for what it answers) and runs until told to
+//             quit or for at most --lifetime-ms.
+//   badtoken  tries to join with the token it is given and exits 0 if the
+//             coordinator refused it, 1 if it got in.
+#pragma once
+
+#include <caf/atom.hpp>
+
+namespace troupe::transport::testing {
+
+using echo_atom = caf::atom_constant<caf::atom("echo")>;
+using add_atom = caf::atom_constant<caf::atom("add")>;
+using seq_atom = caf::atom_constant<caf::atom("seq")>;
+using seqcheck_atom = caf::atom_constant<caf::atom("seqcheck")>;
+using hold_atom = caf::atom_constant<caf::atom("hold")>;
+using relay_atom = caf::atom_constant<caf::atom("relay")>;
+using garbage_atom = caf::atom_constant<caf::atom("garbage")>;
+using quit_atom = caf::atom_constant<caf::atom("quit")>;
+using whoami_atom = caf::atom_constant<caf::atom("whoami")>;
+
+// Runs the peer named by argv if argv asks for one; returns -1 otherwise.
+int runPeerIfAsked(int argc, char** argv);
+
+}  // namespace troupe::transport::testing

@@ -1,0 +1,145 @@
+// Node: this process's place in a job's network. It owns one UCX context and
+// worker (shared memory on one host, TCP or RDMA verbs across hosts, as UCX
+// picks), a listener on the configured address, one endpoint per peer process,
+// and the one progress thread that drives them.
+//
+// What it guarantees:
+//  - A peer is usable only after the token handshake (transport/handshake.h);
+//    anything else it sends is counted and dropped, and a failed proof closes
+//    its endpoint and is logged.
+//  - Frames from one peer are delivered in the order that peer sent them.
+//  - Every frame is decoded bounds-checked; a malformed one is counted,
+//    logged and dropped, and the node keeps serving.
+//  - A peer is declared down, exactly once per connection, when its endpoint
+//    errors (UCX peer error handling), when nothing arrives from it for
+//    heartbeatTimeout, or when a send to it cannot be delivered.
+//  - Bootstrap: a node given the coordinator's host:port joins there and
+//    learns every member's role and listen address; the coordinator node
+//    keeps the membership and tells every member when it changes.
+//
+// Threading: every UCX call runs on the progress thread. send() and connect()
+// only queue work for it and wake it (eventfd), so they never block. The
+// handler's callbacks run on the progress thread; they must be short and
+// must not call back into blocking Node methods. The progress thread spins
+// for spinBeforeSleep after its last work, then arms the UCX worker and
+// sleeps in epoll, so an idle node costs no CPU.
+//
+// Ownership: send() keeps the tensors' owners alive until UCX has sent them;
+// received frames live in a buffer the handler may keep (`owner`).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "transport/frame.h"
+#include "transport/tensor.h"
+
+namespace troupe::transport {
+
+// Envelope kinds below this are the transport's own (handshake, heartbeat,
+// bootstrap); actor messages use kinds from it on.
+inline constexpr uint16_t kFirstUserKind = 16;
+
+struct NodeOptions {
+  uint64_t nodeId = 0;            // unique in the job, non-zero (0: random)
+  std::string role = "node";      // shown in membership and logs
+  std::string listenHost = "127.0.0.1";  // a concrete address peers can reach
+  uint16_t listenPort = 0;        // 0: any free port (see Node::port())
+  std::string token;              // the job's secret; must not be empty
+  bool isCoordinator = false;     // keeps the membership
+  std::string coordinator;        // "host:port" to join; empty for none
+  std::chrono::milliseconds heartbeatInterval{250};
+  std::chrono::milliseconds heartbeatTimeout{3000};
+  std::chrono::milliseconds handshakeTimeout{5000};
+  std::chrono::microseconds spinBeforeSleep{50};
+  uint64_t maxFrameBytes = uint64_t{1} << 32;  // larger incoming frames are dropped
+};
+
+struct Member {
+  uint64_t nodeId = 0;
+  std::string role;
+  std::string host;
+  uint16_t port = 0;
+};
+
+struct NodeStats {
+  uint64_t framesSent = 0;
+  uint64_t framesReceived = 0;
+  uint64_t bytesSent = 0;
+  uint64_t bytesReceived = 0;
+  uint64_t malformedDropped = 0;        // failed decode
+  uint64_t unauthenticatedDropped = 0;  // arrived before the handshake completed
+  uint64_t handshakesRefused = 0;       // bad or missing proof of the token
+  uint64_t heartbeatsSent = 0;
+  uint64_t peersDown = 0;
+};
+
+// Receives what the node delivers. Runs on the progress thread.
+class NodeHandler {
+ public:
+  virtual ~NodeHandler() = default;
+  // An authenticated frame of a user kind from `peer` (its sourceNode is
+  // checked to be `peer`). `owner` keeps the frame's bytes alive.
+  virtual void onFrame(uint64_t peer, DecodedFrame frame, std::shared_ptr<const void> owner) = 0;
+  // `peer` is gone (or could not be reached). Sends to it fail from now on.
+  virtual void onPeerDown(uint64_t peer, const Status& why) = 0;
+  // Membership changed (every member, this node included).
+  virtual void onMembers(const std::vector<Member>& members) { (void)members; }
+};
+
+class Node final {
+ public:
+  // Creates the UCX context, worker and listener and starts the progress
+  // thread; then, if options.coordinator is set, joins there. Fails with a
+  // Status naming what went wrong (bad address, port in use, no token, UCX).
+  // `handler` must outlive the node.
+  static Expected<std::unique_ptr<Node>> start(NodeOptions options, NodeHandler* handler);
+
+  // Stops the progress thread and closes every endpoint (bounded wait).
+  ~Node();
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  uint64_t id() const;
+  const std::string& role() const;
+  uint16_t port() const;  // the port the listener got
+  std::string address() const;  // "host:port"
+
+  // Queues a frame for `peer`; never blocks. The envelope's sourceNode is set
+  // to this node. If the peer is a member not yet connected, connects first.
+  // An undeliverable frame (unknown or dead peer, failed connection) leads
+  // to handler->onPeerDown(peer, why).
+  void send(uint64_t peer, Envelope envelope, std::vector<Tensor> tensors);
+
+  // Fault injection and tests: sends `frame` to `peer` exactly as given,
+  // unchecked (garbage, truncated or lying frames), over the authenticated
+  // endpoint. Dropped if there is no such endpoint.
+  void sendRawFrame(uint64_t peer, std::vector<std::byte> frame);
+
+  // Connects to a listener at host:port ahead of need (the peer's id is
+  // learnt in the handshake). Failures are logged.
+  void connect(const std::string& host, uint16_t port);
+
+  // The latest membership the coordinator sent (empty before the first).
+  std::vector<Member> members() const;
+  // Waits until at least `count` members are known; a timeout is an error.
+  Status waitForMembers(size_t count, std::chrono::milliseconds timeout) const;
+
+  NodeStats stats() const;
+
+  class Impl;
+
+ private:
+  explicit Node(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Parses "host:port" (IPv4 dotted quad or "localhost"); fails naming the text.
+Expected<std::pair<std::string, uint16_t>> parseHostPort(const std::string& text);
+
+}  // namespace troupe::transport

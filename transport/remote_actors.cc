@@ -1,0 +1,343 @@
+#include "transport/remote_actors.h"
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <caf/actor_cast.hpp>
+#include <caf/actor_config.hpp>
+#include <caf/actor_proxy.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/mailbox_element.hpp>
+#include <caf/make_actor.hpp>
+#include <caf/message_id.hpp>
+#include <caf/node_id.hpp>
+#include <caf/sec.hpp>
+
+#include "common/hash.h"
+#include "common/logging.h"
+#include "transport/message_codec.h"
+
+namespace troupe::transport {
+namespace {
+
+std::shared_ptr<spdlog::logger> log() {
+  static auto l = logger("transport");
+  return l;
+}
+
+caf::node_id nodeIdOf(uint64_t peer) {
+  caf::node_id::default_data::host_id_type host{};
+  host[0] = 'T';
+  for (int i = 0; i < 8; ++i) host[size_t(1 + i)] = uint8_t(peer >> (8 * i));
+  return caf::make_node_id(uint32_t(peer), host);
+}
+
+// The key of a request in the pending table: its id without the response
+// and answered flags (the priority bits stay, so the key is a request id).
+uint64_t requestKey(caf::message_id mid) {
+  return mid.integer_value() & ~(caf::message_id::response_flag_mask | caf::message_id::answered_flag_mask);
+}
+
+caf::message errorMessage(caf::sec code, std::string context) {
+  return caf::make_message(caf::make_error(code, std::move(context)));
+}
+
+}  // namespace
+
+uint64_t publishedActorId(const std::string& name) {
+  return hashBytes(name, 0x7472707065727331ull) | (uint64_t{1} << 63);
+}
+
+class RemoteActorProxy;
+
+class RemoteActors::Core final : public NodeHandler, public std::enable_shared_from_this<Core> {
+ public:
+  explicit Core(caf::actor_system& system) : system_(system) {}
+
+  // NodeHandler (progress thread).
+  void onFrame(uint64_t peer, DecodedFrame frame, std::shared_ptr<const void> owner) override;
+  void onPeerDown(uint64_t peer, const Status& why) override;
+
+  // From a proxy: encode and send. Fails when the message cannot cross
+  // processes or the node is gone.
+  Status forward(uint64_t peer, uint64_t destId, const caf::strong_actor_ptr& sender, caf::message_id mid,
+                 const caf::message& msg);
+
+  caf::strong_actor_ptr proxyFor(uint64_t peer, uint64_t actorId, bool* bornDead);
+  void publish(const caf::actor& actor, uint64_t id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    named_[id] = actor;
+  }
+  void shutdown();
+
+  caf::actor_system& system_;
+  std::unique_ptr<Node> node_;  // guarded by nodeMutex_ once running
+  std::mutex nodeMutex_;
+  struct {
+    std::atomic<uint64_t> delivered{0}, undeliverable{0}, refused{0}, peersDown{0};
+  } counters_;
+
+ private:
+  caf::strong_actor_ptr localActor(uint64_t id);
+  void replyError(uint64_t peer, const Envelope& request, caf::sec code, const std::string& context);
+  void sendEnvelope(uint64_t peer, Envelope e, std::vector<Tensor> tensors) {
+    std::lock_guard<std::mutex> lock(nodeMutex_);
+    if (node_) node_->send(peer, std::move(e), std::move(tensors));
+  }
+
+  std::mutex mutex_;
+  std::unordered_map<uint64_t, caf::actor> named_;
+  std::unordered_map<uint64_t, caf::weak_actor_ptr> exported_;
+  size_t exportedSweepAt_ = 1024;
+  std::map<std::pair<uint64_t, uint64_t>, caf::strong_actor_ptr> proxies_;
+  // Requests sent through proxies and not yet answered: (peer, request id).
+  std::map<std::pair<uint64_t, uint64_t>, caf::strong_actor_ptr> pending_;
+  std::unordered_set<uint64_t> down_;
+};
+
+class RemoteActorProxy final : public caf::actor_proxy {
+ public:
+  RemoteActorProxy(caf::actor_config& cfg, std::shared_ptr<RemoteActors::Core> core, uint64_t peer,
+                   uint64_t remoteId)
+      : caf::actor_proxy(cfg), core_(std::move(core)), peer_(peer), remoteId_(remoteId) {}
+
+  const char* name() const override { return "remote_actor_proxy"; }
+
+  void enqueue(caf::mailbox_element_ptr what, caf::execution_unit* ctx) override {
+    if (!what) return;
+    caf::strong_actor_ptr sender = what->sender;
+    const caf::message_id mid = what->mid;
+    if (dead_.load()) {
+      bounce(sender, mid, caf::sec::request_receiver_down, "the remote actor's node is down", ctx);
+      return;
+    }
+    caf::message msg = what->move_content_to_message();
+    Status st = core_->forward(peer_, remoteId_, sender, mid, msg);
+    if (!st.isOk()) {
+      core_->counters_.refused++;
+      log()->error("cannot send {} to node {:x}: {}", caf::to_string(msg), peer_, st.message());
+      bounce(sender, mid, caf::sec::invalid_argument, st.message(), ctx);
+    }
+  }
+
+  bool add_backlink(caf::abstract_actor* x) override { return caf::monitorable_actor::add_backlink(x); }
+  bool remove_backlink(caf::abstract_actor* x) override { return caf::monitorable_actor::remove_backlink(x); }
+
+  void kill_proxy(caf::execution_unit* ctx, caf::error reason) override {
+    dead_ = true;
+    cleanup(std::move(reason), ctx);
+  }
+
+ private:
+  void bounce(const caf::strong_actor_ptr& sender, caf::message_id mid, caf::sec code, std::string context,
+              caf::execution_unit* ctx) {
+    if (sender && mid.is_request()) {
+      sender->enqueue(caf::make_mailbox_element(caf::strong_actor_ptr(ctrl()), mid.response_id(), {},
+                                                errorMessage(code, std::move(context))),
+                      ctx);
+    }
+  }
+
+  std::shared_ptr<RemoteActors::Core> core_;
+  const uint64_t peer_;
+  const uint64_t remoteId_;
+  std::atomic<bool> dead_{false};
+};
+
+Status RemoteActors::Core::forward(uint64_t peer, uint64_t destId, const caf::strong_actor_ptr& sender,
+                                   caf::message_id mid, const caf::message& msg) {
+  Envelope e;
+  e.kind = kActorMessageKind;
+  e.destActor = destId;
+  e.requestId = mid.integer_value();
+  std::vector<Tensor> tensors;
+  Status st = encodeMessage(msg, &e.body, &tensors);
+  if (!st.isOk()) return st;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (sender && sender->node() == system_.node()) {
+      e.sourceActor = sender->id();
+      exported_[sender->id()] = caf::weak_actor_ptr(sender.get());
+      if (exported_.size() >= exportedSweepAt_) {
+        for (auto it = exported_.begin(); it != exported_.end();) {
+          it = it->second.lock() ? std::next(it) : exported_.erase(it);
+        }
+        exportedSweepAt_ = std::max<size_t>(1024, exported_.size() * 2);
+      }
+      if (mid.is_request()) pending_[{peer, requestKey(mid)}] = sender;
+    }
+  }
+  std::lock_guard<std::mutex> lock(nodeMutex_);
+  if (!node_) return Status::unavailable("the transport is shut down");
+  node_->send(peer, std::move(e), std::move(tensors));
+  return Status::ok();
+}
+
+caf::strong_actor_ptr RemoteActors::Core::proxyFor(uint64_t peer, uint64_t actorId, bool* bornDead) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  *bornDead = down_.count(peer) != 0;
+  if (!*bornDead) {
+    if (auto it = proxies_.find({peer, actorId}); it != proxies_.end()) return it->second;
+  }
+  caf::actor_config cfg;
+  auto proxy = caf::make_actor<RemoteActorProxy, caf::strong_actor_ptr>(actorId, nodeIdOf(peer), &system_, cfg,
+                                                                        shared_from_this(), peer, actorId);
+  if (!*bornDead) proxies_[{peer, actorId}] = proxy;
+  return proxy;
+}
+
+caf::strong_actor_ptr RemoteActors::Core::localActor(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (auto it = named_.find(id); it != named_.end()) return caf::actor_cast<caf::strong_actor_ptr>(it->second);
+  if (auto it = exported_.find(id); it != exported_.end()) {
+    auto p = it->second.lock();
+    if (!p) exported_.erase(it);
+    return p;
+  }
+  return nullptr;
+}
+
+void RemoteActors::Core::replyError(uint64_t peer, const Envelope& request, caf::sec code, const std::string& context) {
+  const caf::message_id mid(request.requestId);
+  if (!mid.is_request() || request.sourceActor == 0) return;
+  Envelope e;
+  e.kind = kActorMessageKind;
+  e.destActor = request.sourceActor;
+  e.sourceActor = request.destActor;
+  e.requestId = mid.response_id().integer_value();
+  std::vector<Tensor> none;
+  if (!encodeMessage(errorMessage(code, context), &e.body, &none).ok()) return;
+  sendEnvelope(peer, std::move(e), {});
+}
+
+void RemoteActors::Core::onFrame(uint64_t peer, DecodedFrame frame, std::shared_ptr<const void> owner) {
+  const Envelope& env = frame.envelope;
+  if (env.kind != kActorMessageKind) {
+    counters_.undeliverable++;
+    log()->warn("dropped a message of unknown kind {} from node {:x}", env.kind, peer);
+    return;
+  }
+  auto msg = decodeMessage(env.body, frame.tensors, owner);
+  if (!msg.hasValue()) {
+    const uint64_t n = ++counters_.undeliverable;
+    if (n <= 10 || n % 1000 == 0) log()->warn("dropped a malformed actor message from node {:x}: {}", peer, msg.status().message());
+    replyError(peer, env, caf::sec::invalid_argument, msg.status().message());
+    return;
+  }
+  caf::strong_actor_ptr dest = localActor(env.destActor);
+  if (!dest) {
+    counters_.undeliverable++;
+    log()->debug("no local actor {:x} for a message from node {:x}", env.destActor, peer);
+    replyError(peer, env, caf::sec::request_receiver_down, "no such actor");
+    return;
+  }
+  const caf::message_id mid(env.requestId);
+  caf::strong_actor_ptr sender;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    down_.erase(peer);
+    if (mid.is_response()) pending_.erase({peer, requestKey(mid)});
+  }
+  if (env.sourceActor != 0) {
+    bool bornDead = false;
+    sender = proxyFor(peer, env.sourceActor, &bornDead);
+  }
+  counters_.delivered++;
+  dest->enqueue(caf::make_mailbox_element(std::move(sender), mid, {}, std::move(*msg)), nullptr);
+}
+
+void RemoteActors::Core::onPeerDown(uint64_t peer, const Status& why) {
+  std::vector<caf::strong_actor_ptr> proxies;
+  std::vector<std::pair<uint64_t, caf::strong_actor_ptr>> failed;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!down_.insert(peer).second) {
+      // Already known down; a later send to it fails its request below.
+    }
+    for (auto it = proxies_.lower_bound({peer, 0}); it != proxies_.end() && it->first.first == peer;) {
+      proxies.push_back(std::move(it->second));
+      it = proxies_.erase(it);
+    }
+    for (auto it = pending_.lower_bound({peer, 0}); it != pending_.end() && it->first.first == peer;) {
+      failed.emplace_back(it->first.second, std::move(it->second));
+      it = pending_.erase(it);
+    }
+  }
+  if (!proxies.empty() || !failed.empty()) {
+    counters_.peersDown++;
+    log()->warn("node {:x} is down ({}); {} proxies killed, {} pending requests failed", peer, why.message(),
+                proxies.size(), failed.size());
+  }
+  for (auto& [requestId, sender] : failed) {
+    const caf::message_id mid(requestId);
+    sender->enqueue(caf::make_mailbox_element(nullptr, mid.response_id(), {},
+                                              errorMessage(caf::sec::request_receiver_down, why.message())),
+                    nullptr);
+  }
+  for (auto& p : proxies) {
+    static_cast<RemoteActorProxy*>(caf::actor_cast<caf::abstract_actor*>(p))
+        ->kill_proxy(nullptr, caf::exit_reason::remote_link_unreachable);
+  }
+}
+
+void RemoteActors::Core::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(nodeMutex_);
+    node_.reset();  // stops the progress thread: no more callbacks
+  }
+  std::vector<uint64_t> peers;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [key, p] : proxies_) peers.push_back(key.first);
+    for (auto& [key, p] : pending_) peers.push_back(key.first);
+  }
+  for (uint64_t peer : peers) onPeerDown(peer, Status::unavailable("this process's transport shut down"));
+  std::lock_guard<std::mutex> lock(mutex_);
+  named_.clear();
+  exported_.clear();
+}
+
+// ---------------------------------------------------------------- RemoteActors
+
+Expected<std::unique_ptr<RemoteActors>> RemoteActors::start(caf::actor_system& system, NodeOptions options) {
+  auto core = std::make_shared<Core>(system);
+  auto node = Node::start(std::move(options), core.get());
+  if (!node.hasValue()) return node.status();
+  core->node_ = std::move(*node);
+  return std::unique_ptr<RemoteActors>(new RemoteActors(std::move(core)));
+}
+
+RemoteActors::RemoteActors(std::shared_ptr<Core> core) : core_(std::move(core)) {}
+
+RemoteActors::~RemoteActors() { core_->shutdown(); }
+
+Node& RemoteActors::node() { return *core_->node_; }
+
+void RemoteActors::publish(const caf::actor& actor, const std::string& name) {
+  core_->publish(actor, publishedActorId(name));
+}
+
+caf::actor RemoteActors::remoteActor(uint64_t peer, const std::string& name) {
+  bool bornDead = false;
+  auto p = core_->proxyFor(peer, publishedActorId(name), &bornDead);
+  if (bornDead) {
+    static_cast<RemoteActorProxy*>(caf::actor_cast<caf::abstract_actor*>(p))
+        ->kill_proxy(nullptr, caf::exit_reason::remote_link_unreachable);
+  }
+  return caf::actor_cast<caf::actor>(p);
+}
+
+RemoteActorsStats RemoteActors::stats() const {
+  RemoteActorsStats s;
+  s.delivered = core_->counters_.delivered;
+  s.undeliverable = core_->counters_.undeliverable;
+  s.refused = core_->counters_.refused;
+  s.peersDown = core_->counters_.peersDown;
+  return s;
+}
+
+}  // namespace troupe::transport

@@ -1,0 +1,83 @@
+// RemoteActors: actors in other processes as local CAF handles (DESIGN.md,
+// Messages and location transparency).
+//
+// A proxy is a local actor (a caf::actor_proxy) standing for one actor of
+// another process. Sending to it, requesting through it (with the usual CAF
+// timeout) and monitoring it work as with a local actor:
+//  - send/request: the message is encoded (transport/message_codec.h) and
+//    sent over the peer's UCX endpoint. A message whose elements cannot cross
+//    processes is refused at once: a request gets an error reply.
+//  - incoming: a message is delivered to the local actor it names, with a
+//    proxy of its sender as the sender, so `self->current_sender()`, replies
+//    and response promises route back to the remote requester.
+//  - monitoring: when the peer goes down (its endpoint errors, its heartbeats
+//    stop for NodeOptions::heartbeatTimeout, or it cannot be reached), every
+//    proxy of that peer is killed with exit_reason::remote_link_unreachable:
+//    monitors get a down message, and each request still waiting for a
+//    reply through it gets sec::request_receiver_down at once.
+//
+// Naming: an actor published under a name is reachable as (node, name); the
+// wire names it by a 64-bit hash of the name, so no lookup round trip is
+// needed. Actors that send through a proxy become reachable by their id for
+// replies and for messages sent back to their proxies.
+//
+// Threading: every method is thread-safe. Incoming messages are enqueued
+// from the node's progress thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <caf/actor.hpp>
+#include <caf/fwd.hpp>
+
+#include "common/status.h"
+#include "transport/node.h"
+
+namespace troupe::transport {
+
+// The envelope kind of an actor message.
+inline constexpr uint16_t kActorMessageKind = kFirstUserKind;
+
+struct RemoteActorsStats {
+  uint64_t delivered = 0;       // messages handed to local actors
+  uint64_t undeliverable = 0;   // no such local actor, or its decode failed
+  uint64_t refused = 0;         // outgoing messages that cannot cross processes
+  uint64_t peersDown = 0;
+};
+
+class RemoteActors final {
+ public:
+  // Starts the node (see Node::start); the actor system must outlive this.
+  static Expected<std::unique_ptr<RemoteActors>> start(caf::actor_system& system, NodeOptions options);
+
+  // Kills every proxy (monitors see remote_link_unreachable) and stops the
+  // node.
+  ~RemoteActors();
+  RemoteActors(const RemoteActors&) = delete;
+  RemoteActors& operator=(const RemoteActors&) = delete;
+
+  Node& node();
+
+  // Makes `actor` reachable from other processes as `name` on this node.
+  void publish(const caf::actor& actor, const std::string& name);
+
+  // The proxy of the actor published as `name` on node `peer` (the same
+  // handle for the same pair while the peer is up). If the peer is already
+  // down, the proxy is born dead: monitors see it at once.
+  caf::actor remoteActor(uint64_t peer, const std::string& name);
+
+  RemoteActorsStats stats() const;
+
+  class Core;
+
+ private:
+  explicit RemoteActors(std::shared_ptr<Core> core);
+  std::shared_ptr<Core> core_;
+};
+
+// The wire id of a published name.
+uint64_t publishedActorId(const std::string& name);
+
+}  // namespace troupe::transport
