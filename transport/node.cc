@@ -40,6 +40,7 @@ enum ControlKind : uint16_t {
   kJoin = 5,
   kMembers = 6,
   kWelcome = 7,
+  kRefused = 8,
 };
 
 constexpr unsigned kAmId = 7;
@@ -176,6 +177,7 @@ class Node::Impl {
     bool outgoing = false;
     std::string address;    // the far side, for logs
     uint64_t peerId = 0;    // known after the hello
+    bool refused = false;   // a handshake refusal, either way: no retry
     Nonce clientNonce{}, serverNonce{};
     Clock::time_point opened, lastReceived, lastSent;
     std::deque<std::shared_ptr<Incoming>> inbox;  // in arrival order
@@ -208,6 +210,8 @@ class Node::Impl {
   void sendControl(Connection* c, uint16_t kind, capnp::MallocMessageBuilder& body);
   void sendTo(uint64_t peer, Envelope envelope, std::vector<Tensor> tensors);
   void closeConnection(Connection* c, const Status& why, bool peerDown);
+  void refuse(Connection* c, const std::string& reason);
+  bool isCoordinatorAddress(const std::string& address) const;
   void pumpInbox(Connection* c);
   void handleFrame(Connection* c, const std::shared_ptr<Incoming>& in);
   void handleControl(Connection* c, const DecodedFrame& frame);
@@ -243,6 +247,8 @@ class Node::Impl {
   std::map<uint64_t, Member> membership_;  // coordinator: the job's members
   uint64_t membersEpoch_ = 0;
   Clock::time_point nextTimer_{};
+  Clock::time_point joinDeadline_{};
+  std::optional<Clock::time_point> retryJoinAt_;
   uint64_t tokenFingerprint_ = 0;
 };
 
@@ -335,6 +341,7 @@ Status Node::Impl::init() {
     if (!hp.hasValue()) return Status::invalidArgument(fmt::format("transport coordinator: {}", hp.status().message()));
     const std::string host = hp->first;
     const uint16_t port = hp->second;
+    joinDeadline_ = Clock::now() + options_.joinTimeout;
     post([this, host, port] { openConnection(host, port, 0); });
   }
   return Status::ok();
@@ -442,6 +449,11 @@ bool Node::Impl::drainQueue() {
 
 void Node::Impl::onTimer(Clock::time_point now) {
   nextTimer_ = now + std::max(std::chrono::milliseconds(1), options_.heartbeatInterval / 4);
+  if (retryJoinAt_ && now >= *retryJoinAt_) {
+    retryJoinAt_.reset();
+    auto hp = parseHostPort(options_.coordinator);
+    if (hp.hasValue()) openConnection(hp->first, hp->second, 0);
+  }
   std::vector<std::pair<Connection*, Status>> dead;
   for (auto& [ep, cp] : connections_) {
     Connection* c = cp.get();
@@ -560,7 +572,8 @@ void Node::Impl::closeConnection(Connection* c, const Status& why, bool peerDown
   }
   ucp_request_param_t rp{};
   rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  // A refusal is flushed so the refused side reads why; everything else goes now.
+  rp.flags = (c->refused && !c->outgoing) ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
   void* req = ucp_ep_close_nbx(c->ep, &rp);
   if (UCS_PTR_IS_PTR(req)) closing_.push_back(req);
   const ucp_ep_h ep = c->ep;
@@ -576,18 +589,37 @@ void Node::Impl::closeConnection(Connection* c, const Status& why, bool peerDown
   } else if (peerDown && was != State::kReady && !why.isOk()) {
     log()->warn("connection with {} closed before the handshake finished: {}", owned->address, why.message());
   }
-  if (owned->outgoing && was != State::kReady && !options_.coordinator.empty()) {
-    auto hp = parseHostPort(options_.coordinator);
-    if (hp.hasValue() && owned->address == fmt::format("{}:{}", hp->first, hp->second)) {
+  if (owned->outgoing && was != State::kReady && isCoordinatorAddress(owned->address) && !stop_) {
+    const bool retry = !owned->refused && Clock::now() < joinDeadline_ && !why.isOk();
+    if (retry) {
+      log()->debug("coordinator at {} not reachable yet ({}); retrying", owned->address, why.message());
+      retryJoinAt_ = Clock::now() + std::chrono::milliseconds(200);
+    } else {
       {
         std::lock_guard<std::mutex> lock(membersMutex_);
         bootstrapError_ = Status::unavailable(fmt::format(
             "could not join the coordinator at {}: {}", owned->address,
-            why.isOk() ? std::string("connection closed during the handshake (wrong job token?)") : why.message()));
+            why.isOk() ? std::string("connection closed during the handshake") : why.message()));
       }
       membersChanged_.notify_all();
     }
   }
+}
+
+bool Node::Impl::isCoordinatorAddress(const std::string& address) const {
+  if (options_.coordinator.empty()) return false;
+  auto hp = parseHostPort(options_.coordinator);
+  return hp.hasValue() && address == fmt::format("{}:{}", hp->first, hp->second);
+}
+
+void Node::Impl::refuse(Connection* c, const std::string& reason) {
+  counters_.refused++;
+  capnp::MallocMessageBuilder m;
+  m.initRoot<wire::Refused>().setReason(reason);
+  sendControl(c, kRefused, m);
+  c->refused = true;
+  c->peerId = 0;  // never authenticated: no peer goes down
+  closeConnection(c, Status::unavailable(reason), false);
 }
 
 // ---------------------------------------------------------------- sending
@@ -806,15 +838,13 @@ void Node::Impl::handleControl(Connection* c, const DecodedFrame& frame) {
         auto h = r.reader->getRoot<wire::Hello>();
         auto nonce = h.getNonce();
         if (nonce.size() != kNonceBytes || h.getNodeId() == 0) {
-          counters_.refused++;
           log()->warn("refused {}: malformed hello", c->address);
-          closeConnection(c, Status::corruption("malformed hello"), false);
+          refuse(c, "malformed hello");
           return;
         }
         if (h.getJobHash() != tokenFingerprint_) {
-          counters_.refused++;
           log()->error("refused {} (claims node {:x}): it holds another job's token", c->address, h.getNodeId());
-          closeConnection(c, Status::unavailable("another job's token"), false);
+          refuse(c, "wrong job token");
           return;
         }
         c->peerId = h.getNodeId();
@@ -850,6 +880,7 @@ void Node::Impl::handleControl(Connection* c, const DecodedFrame& frame) {
         if (!macEquals(expect, mac.begin(), mac.size())) {
           counters_.refused++;
           log()->error("refused {} (node {:x}): it does not hold the job token", c->address, serverId);
+          c->refused = true;
           closeConnection(c, Status::unavailable(fmt::format("{} does not hold the job token", c->address)), true);
           return;
         }
@@ -885,10 +916,8 @@ void Node::Impl::handleControl(Connection* c, const DecodedFrame& frame) {
         const Mac expect = handshakeMac(options_.token, "client", c->clientNonce, c->serverNonce, c->peerId,
                                         options_.nodeId);
         if (!macEquals(expect, mac.begin(), mac.size())) {
-          counters_.refused++;
           log()->error("refused {} (claims node {:x}): wrong job token", c->address, c->peerId);
-          c->peerId = 0;  // never authenticated: no peer goes down
-          closeConnection(c, Status::unavailable("wrong job token"), false);
+          refuse(c, "wrong job token");
           return;
         }
         {
@@ -897,6 +926,16 @@ void Node::Impl::handleControl(Connection* c, const DecodedFrame& frame) {
           sendControl(c, kWelcome, m);
         }
         becomeReady(c);
+        return;
+      }
+      case kRefused: {
+        if (!c->outgoing || c->state == State::kReady) {
+          dropMalformed(c, "unexpected refusal");
+          return;
+        }
+        const std::string reason = r.reader->getRoot<wire::Refused>().getReason().cStr();
+        c->refused = true;
+        closeConnection(c, Status::unavailable(fmt::format("refused by {}: {}", c->address, reason)), true);
         return;
       }
       case kHeartbeat:

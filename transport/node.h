@@ -56,6 +56,9 @@ struct NodeOptions {
   std::chrono::milliseconds heartbeatInterval{250};
   std::chrono::milliseconds heartbeatTimeout{3000};
   std::chrono::milliseconds handshakeTimeout{5000};
+  // How long to keep retrying to reach the coordinator (it may start later).
+  // A refusal (wrong token) is final at once.
+  std::chrono::milliseconds joinTimeout{30000};
   std::chrono::microseconds spinBeforeSleep{50};
   uint64_t maxFrameBytes = uint64_t{1} << 32;  // larger incoming frames are dropped
 };

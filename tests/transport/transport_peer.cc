@@ -24,6 +24,8 @@ struct PeerArgs {
   std::string listen = "127.0.0.1";
   int lifetimeMs = 60000;
   int heartbeatTimeoutMs = 1000;
+  std::string portFile;
+  uint64_t expectPeer = 0;
 };
 
 struct EchoState {
@@ -151,6 +153,67 @@ int runBadToken(const PeerArgs& a) {
   return joined.message().find("could not join") != std::string::npos ? 0 : 5;
 }
 
+// A request from a fresh scoped actor; the reply or the error as a message.
+caf::message ask(caf::actor_system& system, const caf::actor& dest, caf::message msg) {
+  caf::scoped_actor self{system};
+  caf::message out;
+  self->request(dest, std::chrono::seconds(10), std::move(msg))
+      .receive([&]() {},
+               [&](caf::error& e) {
+                 out = e == caf::sec::unexpected_response ? e.context() : caf::make_message(std::move(e));
+               });
+  return out;
+}
+
+int runCoordinator(const PeerArgs& a) {
+  caf::actor_system_config cfg;
+  cfg.set("scheduler.max-threads", 2);
+  caf::actor_system system{cfg};
+  NodeOptions options;
+  options.nodeId = a.id;
+  options.role = "coordinator";
+  options.isCoordinator = true;
+  options.listenHost = a.listen;
+  options.token = a.token;
+  auto remote = RemoteActors::start(system, options);
+  if (!remote.hasValue()) {
+    logger("tests")->error("coordinator: {}", remote.status().message());
+    return 2;
+  }
+  {
+    const std::string tmp = a.portFile + ".tmp";
+    FILE* f = fopen(tmp.c_str(), "w");
+    if (!f) return 2;
+    fprintf(f, "%u\n", unsigned((*remote)->node().port()));
+    fclose(f);
+    if (rename(tmp.c_str(), a.portFile.c_str()) != 0) return 2;
+  }
+  Status joined = (*remote)->node().waitForMembers(2, std::chrono::seconds(20));
+  if (!joined.isOk()) {
+    logger("tests")->error("coordinator: {}", joined.message());
+    return 3;
+  }
+  auto echo = (*remote)->remoteActor(a.expectPeer, "echo");
+  auto sum = ask(system, echo, caf::make_message(add_atom::value, int64_t(40), int64_t(2)));
+  if (!sum.match_elements<int64_t>() || sum.get_as<int64_t>(0) != 42) {
+    logger("tests")->error("coordinator: add gave {}", caf::to_string(sum));
+    return 4;
+  }
+  std::vector<int64_t> data(1 << 17);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = int64_t(mix64(i));
+  auto back = ask(system, echo, caf::make_message(echo_atom::value, Tensor::copyOf(data.data(), data.size() * 8)));
+  if (!back.match_elements<Tensor>() || back.get_as<Tensor>(0).bytes != data.size() * 8 ||
+      std::memcmp(back.get_as<Tensor>(0).data, data.data(), data.size() * 8) != 0) {
+    logger("tests")->error("coordinator: tensor round trip gave {}", caf::to_string(back));
+    return 5;
+  }
+  for (const Member& m : (*remote)->node().members()) {
+    logger("tests")->info("member {:x} {} at {}:{}", m.nodeId, m.role, m.host, m.port);
+  }
+  ask(system, echo, caf::make_message(quit_atom::value));
+  return 0;
+}
+
 }  // namespace
 
 int runPeerIfAsked(int argc, char** argv) {
@@ -171,6 +234,10 @@ int runPeerIfAsked(int argc, char** argv) {
       a.listen = v;
     } else if (k == "--lifetime-ms") {
       a.lifetimeMs = std::stoi(v);
+    } else if (k == "--port-file") {
+      a.portFile = v;
+    } else if (k == "--expect-peer") {
+      a.expectPeer = std::stoull(v);
     } else if (k == "--heartbeat-timeout-ms") {
       a.heartbeatTimeoutMs = std::stoi(v);
     }
@@ -178,6 +245,7 @@ int runPeerIfAsked(int argc, char** argv) {
   if (!asked) return -1;
   if (a.mode == "echo") return runEcho(a);
   if (a.mode == "badtoken") return runBadToken(a);
+  if (a.mode == "coordinator") return runCoordinator(a);
   return 64;
 }
 

@@ -4,6 +4,9 @@
 //   echo      joins the coordinator, publishes an "echo" actor (see
 //             transport_peer.cc for what it answers) and runs until told to
 //             quit or for at most --lifetime-ms.
+//   coordinator  the job's coordinator on --listen; writes its port to
+//             --port-file, waits for --expect-peer's echo, checks a request
+//             and a 1 MiB tensor round trip, tells it to quit, exits 0.
 //   badtoken  tries to join with the token it is given and exits 0 if the
 //             coordinator refused it, 1 if it got in.
 #pragma once

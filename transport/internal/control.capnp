@@ -48,3 +48,8 @@ struct Departed {
   nodeId @0 :UInt64;
   reason @1 :Text;
 }
+
+# Listening side -> connecting side before it closes a refused connection.
+struct Refused {
+  reason @0 :Text;
+}
