@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "apps/bench_command.h"
 #include "apps/cli_common.h"
 #include "apps/config_command.h"
 #include "apps/gen_data_command.h"
@@ -21,6 +22,7 @@ int main(int argc, char** argv) {
   troupe::apps::addGenDataCommand(&app, &result);
   troupe::apps::addConfigCommand(&app, &result);
   troupe::apps::addVersionCommand(&app, &result);
+  troupe::apps::addBenchCommand(&app, &result);
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
     std::string names;

@@ -1,6 +1,7 @@
 #include "transport/node.h"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -25,6 +26,7 @@
 #include "common/check.h"
 #include "common/logging.h"
 #include "transport/handshake.h"
+#include "transport/internal/buffer_pool.h"
 #include "transport/internal/control.capnp.h"
 
 namespace troupe::transport {
@@ -41,6 +43,7 @@ enum ControlKind : uint16_t {
   kMembers = 6,
   kWelcome = 7,
   kRefused = 8,
+  kGoodbye = 9,
 };
 
 constexpr unsigned kAmId = 7;
@@ -93,6 +96,22 @@ std::string sockaddrText(const sockaddr_storage& ss) {
   return fmt::format("{}:{}", host, port);
 }
 
+// Whether `addr` belongs to this machine (loopback or one of its interfaces,
+// as this network namespace sees them).
+bool isLocalAddress(in_addr addr) {
+  if ((ntohl(addr.s_addr) >> 24) == 127) return true;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return false;
+  bool local = false;
+  for (ifaddrs* i = list; i != nullptr && !local; i = i->ifa_next) {
+    if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET) {
+      local = reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr == addr.s_addr;
+    }
+  }
+  freeifaddrs(list);
+  return local;
+}
+
 Expected<sockaddr_in> ipv4Address(const std::string& host, uint16_t port) {
   sockaddr_in sin{};
   sin.sin_family = AF_INET;
@@ -141,6 +160,20 @@ class Node::Impl {
     if (sleeping_.load(std::memory_order_seq_cst)) wake();
   }
   void sendToPublic(uint64_t peer, Envelope e, std::vector<Tensor> t) { sendTo(peer, std::move(e), std::move(t)); }
+
+  // Sends on the calling thread when it can take the worker at once (saves
+  // a hand-off to the progress thread); otherwise queues. Earlier queued
+  // work goes first, so one thread's sends stay in order.
+  void sendNowOrPost(uint64_t peer, Envelope e, std::vector<Tensor> t) {
+    if (std::this_thread::get_id() != progressThread_ && workerMutex_.try_lock()) {
+      std::lock_guard<std::mutex> lock(workerMutex_, std::adopt_lock);
+      drainQueue();
+      sendTo(peer, std::move(e), std::move(t));
+      if (pendingSends_.load() > 0 && sleeping_.load(std::memory_order_seq_cst)) wake();
+      return;
+    }
+    post([this, peer, e = std::move(e), t = std::move(t)]() mutable { sendTo(peer, std::move(e), std::move(t)); });
+  }
   void openPublic(const std::string& host, uint16_t port) { openConnection(host, port, 0); }
   void sendRawBytes(uint64_t peer, std::vector<std::byte> bytes);
   void wake() {
@@ -166,7 +199,7 @@ class Node::Impl {
   enum class State { kHelloSent, kProofSent, kAwaitHello, kAwaitProof, kReady, kClosed };
 
   struct Incoming {
-    std::shared_ptr<std::vector<uint64_t>> storage;  // 8-byte aligned bytes
+    std::shared_ptr<uint64_t[]> storage;  // 8-byte aligned, not zeroed
     size_t bytes = 0;
     bool complete = false;
   };
@@ -178,6 +211,9 @@ class Node::Impl {
     std::string address;    // the far side, for logs
     uint64_t peerId = 0;    // known after the hello
     bool refused = false;   // a handshake refusal, either way: no retry
+    bool sameHost = false;  // the far side is on this machine
+    bool flushOnClose = false;  // let queued messages (a refusal, a goodbye) leave first
+    bool left = false;      // the far side said goodbye
     Nonce clientNonce{}, serverNonce{};
     Clock::time_point opened, lastReceived, lastSent;
     std::deque<std::shared_ptr<Incoming>> inbox;  // in arrival order
@@ -185,6 +221,7 @@ class Node::Impl {
   };
 
   struct OutFrame {
+    Impl* self = nullptr;
     std::vector<std::byte> head;
     std::vector<Tensor> tensors;
     std::vector<ucp_dt_iov_t> iov;
@@ -227,12 +264,18 @@ class Node::Impl {
   static void onEpError(void* arg, ucp_ep_h ep, ucs_status_t status);
   static void onConnRequest(ucp_conn_request_h request, void* arg);
 
+  // Guards the UCX worker and every connection. The progress thread holds it
+  // while it progresses and releases it while it sleeps; other threads take
+  // it only to send.
+  std::mutex workerMutex_;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   ucp_listener_h listener_ = nullptr;
   int epollFd_ = -1, eventFd_ = -1, workerFd_ = -1;
   std::thread thread_;
+  std::atomic<std::thread::id> progressThread_{};
   std::atomic<bool> stop_{false};
+  std::atomic<int64_t> pendingSends_{0};  // sends UCX has not finished
   std::atomic<bool> sleeping_{false};
   std::atomic<bool> queued_{false};
   std::mutex queueMutex_;
@@ -249,6 +292,8 @@ class Node::Impl {
   Clock::time_point nextTimer_{};
   Clock::time_point joinDeadline_{};
   std::optional<Clock::time_point> retryJoinAt_;
+  size_t maxAmHeader_ = 0;  // the largest envelope sent as an AM header
+  std::shared_ptr<internal::BufferPool> buffers_ = std::make_shared<internal::BufferPool>();
   uint64_t tokenFingerprint_ = 0;
 };
 
@@ -285,7 +330,7 @@ Status Node::Impl::init() {
 
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  wp.thread_mode = UCS_THREAD_MODE_SINGLE;  // only the progress thread calls UCX
+  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // workerMutex_ serializes every call
   s = ucp_worker_create(context_, &wp, &worker_);
   if (s != UCS_OK) return Status::internal("ucp_worker_create: " + ucsError(s));
 
@@ -298,6 +343,9 @@ Status Node::Impl::init() {
   ah.flags = UCP_AM_FLAG_WHOLE_MSG;
   s = ucp_worker_set_am_recv_handler(worker_, &ah);
   if (s != UCS_OK) return Status::internal("ucp_worker_set_am_recv_handler: " + ucsError(s));
+  ucp_worker_attr_t wa{};
+  wa.field_mask = UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER;
+  if (ucp_worker_query(worker_, &wa) == UCS_OK) maxAmHeader_ = std::min<size_t>(wa.max_am_header, 4096);
 
   ucp_listener_params_t lp{};
   lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
@@ -335,7 +383,11 @@ Status Node::Impl::init() {
     setMembers({membership_[options_.nodeId]});
   }
   log()->debug("node {:x} ({}) listening on {}:{}", options_.nodeId, options_.role, options_.listenHost, port_);
-  thread_ = std::thread([this] { run(); });
+  thread_ = std::thread([this] {
+    progressThread_ = std::this_thread::get_id();
+    run();
+  });
+  progressThread_ = thread_.get_id();
   if (!options_.coordinator.empty()) {
     auto hp = parseHostPort(options_.coordinator);
     if (!hp.hasValue()) return Status::invalidArgument(fmt::format("transport coordinator: {}", hp.status().message()));
@@ -354,7 +406,15 @@ void Node::Impl::shutdown() {
     post([this, &closed] {
       std::vector<Connection*> all;
       for (auto& [ep, c] : connections_) all.push_back(c.get());
-      for (Connection* c : all) closeConnection(c, Status::ok(), false);
+      for (Connection* c : all) {
+        if (c->state == State::kReady) {
+          capnp::MallocMessageBuilder m;
+          m.initRoot<wire::Proof>();
+          sendControl(c, kGoodbye, m);
+          c->flushOnClose = true;
+        }
+        closeConnection(c, Status::ok(), false);
+      }
       closed = true;
     });
     const auto deadline = Clock::now() + std::chrono::seconds(2);
@@ -389,18 +449,23 @@ void Node::Impl::shutdown() {
 void Node::Impl::run() {
   auto lastWork = Clock::now();
   while (!stop_.load(std::memory_order_relaxed)) {
-    bool worked = drainQueue();
-    while (ucp_worker_progress(worker_) != 0) worked = true;
-    const auto now = Clock::now();
-    if (now >= nextTimer_) onTimer(now);
-    // Finished close requests.
-    for (size_t i = 0; i < closing_.size();) {
-      if (ucp_request_check_status(closing_[i]) != UCS_INPROGRESS) {
-        ucp_request_free(closing_[i]);
-        closing_[i] = closing_.back();
-        closing_.pop_back();
-      } else {
-        ++i;
+    bool worked = false;
+    auto now = Clock::now();
+    {
+      std::lock_guard<std::mutex> lock(workerMutex_);
+      worked = drainQueue();
+      while (ucp_worker_progress(worker_) != 0) worked = true;
+      now = Clock::now();
+      if (now >= nextTimer_) onTimer(now);
+      // Finished close requests.
+      for (size_t i = 0; i < closing_.size();) {
+        if (ucp_request_check_status(closing_[i]) != UCS_INPROGRESS) {
+          ucp_request_free(closing_[i]);
+          closing_[i] = closing_.back();
+          closing_.pop_back();
+        } else {
+          ++i;
+        }
       }
     }
     if (worked) {
@@ -409,17 +474,23 @@ void Node::Impl::run() {
     }
     if (now - lastWork < options_.spinBeforeSleep) continue;
     sleeping_.store(true, std::memory_order_seq_cst);
-    if (queued_.load(std::memory_order_seq_cst)) {
+    if (queued_.load(std::memory_order_seq_cst) || pendingSends_.load() > 0) {
       sleeping_.store(false);
+      if (pendingSends_.load() > 0) std::this_thread::yield();
       continue;
     }
-    const ucs_status_t armed = ucp_worker_arm(worker_);
+    ucs_status_t armed;
+    int timeoutMs;
+    {
+      std::lock_guard<std::mutex> lock(workerMutex_);
+      armed = ucp_worker_arm(worker_);
+      timeoutMs = int(std::chrono::duration_cast<std::chrono::milliseconds>(nextTimer_ - Clock::now()).count()) + 1;
+      if (!closing_.empty()) timeoutMs = 1;
+    }
     if (armed == UCS_ERR_BUSY) {
       sleeping_.store(false);
       continue;
     }
-    int timeoutMs = int(std::chrono::duration_cast<std::chrono::milliseconds>(nextTimer_ - Clock::now()).count()) + 1;
-    if (!closing_.empty()) timeoutMs = 1;
     timeoutMs = std::max(0, std::min(timeoutMs, 1000));
     epoll_event events[4];
     const int n = ::epoll_wait(epollFd_, events, 4, timeoutMs);
@@ -481,7 +552,10 @@ void Node::Impl::onTimer(Clock::time_point now) {
 Status Node::Impl::createEndpoint(const ucp_ep_params_t& base, Connection* c) {
   ucp_ep_params_t params = base;
   params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  // UCX offers its shared-memory transports only without peer error
+  // handling. On one host we take shared memory and detect a dead peer by
+  // heartbeats and the wire-up lane's socket; across hosts, UCX reports it.
+  params.err_mode = c->sameHost ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
   params.err_handler.cb = &Impl::onEpError;
   params.err_handler.arg = this;
   ucp_ep_h ep = nullptr;
@@ -504,6 +578,7 @@ void Node::Impl::openConnection(const std::string& host, uint16_t port, uint64_t
     if (expectPeer) handler_->onPeerDown(expectPeer, addr.status());
     return;
   }
+  c->sameHost = options_.sharedMemory && isLocalAddress(addr->sin_addr);
   ucp_ep_params_t params{};
   params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
   params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
@@ -537,7 +612,10 @@ void Node::Impl::onConnRequest(ucp_conn_request_h request, void* arg) {
   c->state = State::kAwaitHello;
   ucp_conn_request_attr_t attr{};
   attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
-  c->address = ucp_conn_request_query(request, &attr) == UCS_OK ? sockaddrText(attr.client_address) : "?";
+  const bool known = ucp_conn_request_query(request, &attr) == UCS_OK;
+  c->address = known ? sockaddrText(attr.client_address) : "?";
+  c->sameHost = self->options_.sharedMemory && known && attr.client_address.ss_family == AF_INET &&
+                isLocalAddress(reinterpret_cast<const sockaddr_in*>(&attr.client_address)->sin_addr);
   ucp_ep_params_t params{};
   params.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST;
   params.conn_request = request;
@@ -573,7 +651,7 @@ void Node::Impl::closeConnection(Connection* c, const Status& why, bool peerDown
   ucp_request_param_t rp{};
   rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   // A refusal is flushed so the refused side reads why; everything else goes now.
-  rp.flags = (c->refused && !c->outgoing) ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+  rp.flags = ((c->refused && !c->outgoing) || c->flushOnClose) ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
   void* req = ucp_ep_close_nbx(c->ep, &rp);
   if (UCS_PTR_IS_PTR(req)) closing_.push_back(req);
   const ucp_ep_h ep = c->ep;
@@ -583,7 +661,11 @@ void Node::Impl::closeConnection(Connection* c, const Status& why, bool peerDown
   if (peerDown && peer != 0 && wasSender) {
     downPeers_.insert(peer);
     counters_.peersDown++;
-    log()->warn("node {:x} is down: {}", peer, why.message());
+    if (owned->left) {
+      log()->info("node {:x} left the job", peer);
+    } else {
+      log()->warn("node {:x} is down: {}", peer, why.message());
+    }
     if (options_.isCoordinator && membership_.erase(peer)) broadcastMembers();
     handler_->onPeerDown(peer, why);
   } else if (peerDown && was != State::kReady && !why.isOk()) {
@@ -627,27 +709,44 @@ void Node::Impl::refuse(Connection* c, const std::string& reason) {
 void Node::Impl::sendRaw(Connection* c, Envelope envelope, std::vector<Tensor> tensors) {
   envelope.sourceNode = options_.nodeId;
   auto out = std::make_unique<OutFrame>();
+  out->self = this;
   std::vector<TensorView> views;
   views.reserve(tensors.size());
   for (const Tensor& t : tensors) views.push_back(TensorView{t.data, t.bytes, t.dtype});
   out->head = encodeEnvelope(envelope, views);
   out->tensors = std::move(tensors);
+  // The envelope travels as the active message's header and the tensors as
+  // its data: one tensor as a contiguous buffer (UCX's zero-copy rendezvous
+  // takes it as it is), several as an I/O vector with the padding between
+  // them. The receiver pads the end.
+  const bool inHeader = out->head.size() <= maxAmHeader_;
   size_t total = out->head.size();
-  out->iov.push_back(ucp_dt_iov_t{out->head.data(), out->head.size()});
-  for (const Tensor& t : out->tensors) {
+  if (!inHeader) out->iov.push_back(ucp_dt_iov_t{out->head.data(), out->head.size()});
+  for (size_t i = 0; i < out->tensors.size(); ++i) {
+    const Tensor& t = out->tensors[i];
     if (t.bytes) out->iov.push_back(ucp_dt_iov_t{const_cast<std::byte*>(t.data), t.bytes});
     const size_t pad = paddedTensorBytes(t.bytes) - t.bytes;
-    if (pad) out->iov.push_back(ucp_dt_iov_t{const_cast<std::byte*>(kPadding), pad});
+    if (pad && i + 1 < out->tensors.size()) out->iov.push_back(ucp_dt_iov_t{const_cast<std::byte*>(kPadding), pad});
     total += paddedTensorBytes(t.bytes);
   }
   ucp_request_param_t rp{};
   rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE |
                     UCP_OP_ATTR_FIELD_FLAGS;
   rp.flags = UCP_AM_SEND_FLAG_REPLY;
-  rp.datatype = ucp_dt_make_iov();
   rp.cb.send = &Impl::onSendDone;
   rp.user_data = out.get();
-  ucs_status_ptr_t r = ucp_am_send_nbx(c->ep, kAmId, nullptr, 0, out->iov.data(), out->iov.size(), &rp);
+  const void* header = inHeader ? out->head.data() : nullptr;
+  const size_t headerBytes = inHeader ? out->head.size() : 0;
+  ucs_status_ptr_t r;
+  if (out->iov.size() <= 1) {
+    rp.datatype = ucp_dt_make_contig(1);
+    const void* data = out->iov.empty() ? nullptr : out->iov[0].buffer;
+    const size_t bytes = out->iov.empty() ? 0 : out->iov[0].length;
+    r = ucp_am_send_nbx(c->ep, kAmId, header, headerBytes, data, bytes, &rp);
+  } else {
+    rp.datatype = ucp_dt_make_iov();
+    r = ucp_am_send_nbx(c->ep, kAmId, header, headerBytes, out->iov.data(), out->iov.size(), &rp);
+  }
   c->lastSent = Clock::now();
   counters_.framesSent++;
   counters_.bytesSent += total;
@@ -658,6 +757,7 @@ void Node::Impl::sendRaw(Connection* c, Envelope envelope, std::vector<Tensor> t
                     true);
     return;
   }
+  pendingSends_++;
   out.release();  // onSendDone frees it and the request
 }
 
@@ -665,6 +765,7 @@ void Node::Impl::sendRawBytes(uint64_t peer, std::vector<std::byte> bytes) {
   auto it = byPeer_.find(peer);
   if (it == byPeer_.end()) return;
   auto out = std::make_unique<OutFrame>();
+  out->self = this;
   out->head = std::move(bytes);
   ucp_request_param_t rp{};
   rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
@@ -672,11 +773,16 @@ void Node::Impl::sendRawBytes(uint64_t peer, std::vector<std::byte> bytes) {
   rp.cb.send = &Impl::onSendDone;
   rp.user_data = out.get();
   ucs_status_ptr_t r = ucp_am_send_nbx(it->second->ep, kAmId, nullptr, 0, out->head.data(), out->head.size(), &rp);
-  if (r != nullptr && !UCS_PTR_IS_ERR(r)) out.release();
+  if (r != nullptr && !UCS_PTR_IS_ERR(r)) {
+    pendingSends_++;
+    out.release();
+  }
 }
 
 void Node::Impl::onSendDone(void* request, ucs_status_t /*status*/, void* user) {
-  delete static_cast<OutFrame*>(user);
+  auto* out = static_cast<OutFrame*>(user);
+  out->self->pendingSends_--;
+  delete out;
   if (request) ucp_request_free(request);
 }
 
@@ -721,31 +827,42 @@ void Node::Impl::sendTo(uint64_t peer, Envelope envelope, std::vector<Tensor> te
 
 // ---------------------------------------------------------------- receiving
 
-ucs_status_t Node::Impl::onAm(void* arg, const void* /*header*/, size_t /*headerLength*/, void* data, size_t length,
+ucs_status_t Node::Impl::onAm(void* arg, const void* header, size_t headerLength, void* data, size_t length,
                               const ucp_am_recv_param_t* param) {
   auto* self = static_cast<Impl*>(arg);
   const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+  const ucs_status_t drop = rndv ? UCS_ERR_REJECTED : UCS_OK;
   Connection* c = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? self->connectionOf(param->reply_ep) : nullptr;
   if (c == nullptr || c->state == State::kClosed) {
     self->counters_.unauthenticated++;
-    return rndv ? UCS_ERR_REJECTED : UCS_OK;
+    return drop;
   }
-  if (c->state != State::kReady && length > kMaxUnauthenticatedFrame) {
+  // The frame is the header (the envelope), then the data, then zeros up to
+  // a multiple of 8.
+  const uint64_t frameBytes = uint64_t(headerLength) + paddedTensorBytes(length);
+  if (c->state != State::kReady && frameBytes > kMaxUnauthenticatedFrame) {
     self->counters_.unauthenticated++;
-    log()->warn("dropped a {}-byte message from {} before its handshake", length, c->address);
-    return rndv ? UCS_ERR_REJECTED : UCS_OK;
+    log()->warn("dropped a {}-byte message from {} before its handshake", frameBytes, c->address);
+    return drop;
   }
-  if (length > self->options_.maxFrameBytes || length < kFrameHeaderBytes) {
-    self->dropMalformed(c, fmt::format("a {}-byte message (limits {}..{})", length, kFrameHeaderBytes,
-                                       self->options_.maxFrameBytes));
-    return rndv ? UCS_ERR_REJECTED : UCS_OK;
+  if (frameBytes > self->options_.maxFrameBytes || frameBytes < kFrameHeaderBytes || headerLength % 8 != 0) {
+    self->dropMalformed(c, fmt::format("a message of {}+{} bytes (a header of whole words; {}..{} in all)",
+                                       headerLength, length, kFrameHeaderBytes, self->options_.maxFrameBytes));
+    return drop;
   }
   auto in = std::make_shared<Incoming>();
-  in->storage = std::make_shared<std::vector<uint64_t>>((length + 7) / 8);
-  in->bytes = length;
+  in->storage = self->buffers_->get(frameBytes);
+  if (!in->storage) {
+    self->dropMalformed(c, fmt::format("no memory for a {}-byte message", frameBytes));
+    return drop;
+  }
+  in->bytes = frameBytes;
+  auto* bytes = reinterpret_cast<std::byte*>(in->storage.get());
+  if (headerLength) std::memcpy(bytes, header, headerLength);
+  std::memset(bytes + headerLength + length, 0, frameBytes - headerLength - length);
   c->inbox.push_back(in);
   if (!rndv) {
-    std::memcpy(in->storage->data(), data, length);
+    if (length) std::memcpy(bytes + headerLength, data, length);
     in->complete = true;
     self->pumpInbox(c);
     return UCS_OK;
@@ -756,7 +873,7 @@ ucs_status_t Node::Impl::onAm(void* arg, const void* /*header*/, size_t /*header
   rp.datatype = ucp_dt_make_contig(1);
   rp.cb.recv_am = &Impl::onRecvDone;
   rp.user_data = op;
-  ucs_status_ptr_t r = ucp_am_recv_data_nbx(self->worker_, data, in->storage->data(), length, &rp);
+  ucs_status_ptr_t r = ucp_am_recv_data_nbx(self->worker_, data, bytes + headerLength, length, &rp);
   if (r == nullptr) {
     onRecvDone(nullptr, UCS_OK, length, op);
   } else if (UCS_PTR_IS_ERR(r)) {
@@ -800,7 +917,7 @@ void Node::Impl::dropMalformed(Connection* c, const std::string& why) {
 }
 
 void Node::Impl::handleFrame(Connection* c, const std::shared_ptr<Incoming>& in) {
-  auto decoded = decodeFrame(reinterpret_cast<const std::byte*>(in->storage->data()), in->bytes);
+  auto decoded = decodeFrame(reinterpret_cast<const std::byte*>(in->storage.get()), in->bytes);
   if (!decoded.hasValue()) {
     dropMalformed(c, decoded.status().message());
     return;
@@ -938,6 +1055,11 @@ void Node::Impl::handleControl(Connection* c, const DecodedFrame& frame) {
         closeConnection(c, Status::unavailable(fmt::format("refused by {}: {}", c->address, reason)), true);
         return;
       }
+      case kGoodbye:
+        if (c->state != State::kReady) return;
+        c->left = true;
+        closeConnection(c, Status::unavailable(fmt::format("node {:x} left the job", c->peerId)), true);
+        return;
       case kHeartbeat:
         if (c->state == State::kReady) c->lastReceived = Clock::now();
         return;
@@ -1057,10 +1179,7 @@ uint16_t Node::port() const { return impl_->port_; }
 std::string Node::address() const { return fmt::format("{}:{}", impl_->options_.listenHost, impl_->port_); }
 
 void Node::send(uint64_t peer, Envelope envelope, std::vector<Tensor> tensors) {
-  Impl* impl = impl_.get();
-  impl->post([impl, peer, e = std::move(envelope), t = std::move(tensors)]() mutable {
-    impl->sendToPublic(peer, std::move(e), std::move(t));
-  });
+  impl_->sendNowOrPost(peer, std::move(envelope), std::move(tensors));
 }
 
 void Node::sendRawFrame(uint64_t peer, std::vector<std::byte> frame) {

@@ -61,6 +61,11 @@ struct NodeOptions {
   std::chrono::milliseconds joinTimeout{30000};
   std::chrono::microseconds spinBeforeSleep{50};
   uint64_t maxFrameBytes = uint64_t{1} << 32;  // larger incoming frames are dropped
+  // Peers on this machine talk over UCX shared memory (sysv/posix + cma).
+  // UCX offers those only without its peer error handling, so a dead local
+  // peer is found by heartbeats and by the wire-up lane's socket. false:
+  // TCP with UCX peer error handling everywhere (as across hosts).
+  bool sharedMemory = true;
 };
 
 struct Member {

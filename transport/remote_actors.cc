@@ -97,6 +97,7 @@ class RemoteActors::Core final : public NodeHandler, public std::enable_shared_f
   // Requests sent through proxies and not yet answered: (peer, request id).
   std::map<std::pair<uint64_t, uint64_t>, caf::strong_actor_ptr> pending_;
   std::unordered_set<uint64_t> down_;
+  std::atomic<bool> shuttingDown_{false};
 };
 
 class RemoteActorProxy final : public caf::actor_proxy {
@@ -269,7 +270,8 @@ void RemoteActors::Core::onPeerDown(uint64_t peer, const Status& why) {
   }
   if (!proxies.empty() || !failed.empty()) {
     counters_.peersDown++;
-    log()->warn("node {:x} is down ({}); {} proxies killed, {} pending requests failed", peer, why.message(),
+    const bool quiet = failed.empty() && (shuttingDown_ || why.message().find("left the job") != std::string::npos);
+    log()->log(quiet ? spdlog::level::debug : spdlog::level::warn, "node {:x} is down ({}); {} proxies killed, {} pending requests failed", peer, why.message(),
                 proxies.size(), failed.size());
   }
   for (auto& [requestId, sender] : failed) {
@@ -285,10 +287,13 @@ void RemoteActors::Core::onPeerDown(uint64_t peer, const Status& why) {
 }
 
 void RemoteActors::Core::shutdown() {
+  shuttingDown_ = true;
+  std::unique_ptr<Node> node;
   {
     std::lock_guard<std::mutex> lock(nodeMutex_);
-    node_.reset();  // stops the progress thread: no more callbacks
+    node = std::move(node_);  // sends fail from now on
   }
+  node.reset();  // stops the progress thread (outside the lock its callbacks may want)
   std::vector<uint64_t> peers;
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -1,0 +1,87 @@
+// BufferPool: receive buffers for large frames, reused instead of returned to
+// the allocator. A fresh multi-megabyte allocation is mapped memory that
+// page-faults while UCX copies into it, and glibc trims it again on free; on
+// this path that cost more than the copy itself. Buffers come in power-of-two
+// classes from 64 KiB; smaller ones go to the allocator. At most `maxCached`
+// bytes are kept.
+//
+// Threading: thread-safe; a buffer may be released on any thread (the last
+// tensor pointing into a frame may die anywhere). The pool lives as long as
+// any buffer it handed out.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <vector>
+
+namespace troupe::transport::internal {
+
+class BufferPool final : public std::enable_shared_from_this<BufferPool> {
+ public:
+  explicit BufferPool(size_t maxCached = size_t{512} << 20) : maxCached_(maxCached) {}
+  ~BufferPool() {
+    for (auto& cls : free_) {
+      for (uint64_t* p : cls) delete[] p;
+    }
+  }
+
+  // `bytes` rounded up to whole words, not zeroed; null when out of memory.
+  std::shared_ptr<uint64_t[]> get(size_t bytes) {
+    const size_t words = (bytes + 7) / 8;
+    const int cls = classOf(words * 8);
+    if (cls < 0) {
+      uint64_t* p = new (std::nothrow) uint64_t[words];
+      return p ? std::shared_ptr<uint64_t[]>(p) : nullptr;
+    }
+    uint64_t* p = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!free_[size_t(cls)].empty()) {
+        p = free_[size_t(cls)].back();
+        free_[size_t(cls)].pop_back();
+        cached_ -= classBytes(cls);
+      }
+    }
+    if (!p) p = new (std::nothrow) uint64_t[classBytes(cls) / 8];
+    if (!p) return nullptr;
+    std::weak_ptr<BufferPool> pool = weak_from_this();
+    return std::shared_ptr<uint64_t[]>(p, [pool, cls](uint64_t* q) {
+      if (auto self = pool.lock()) {
+        self->put(cls, q);
+      } else {
+        delete[] q;
+      }
+    });
+  }
+
+ private:
+  static constexpr int kMinShift = 16;  // 64 KiB
+  static constexpr int kClasses = 20;   // up to 32 GiB
+  static size_t classBytes(int cls) { return size_t{1} << (kMinShift + cls); }
+  static int classOf(size_t bytes) {
+    if (bytes < (size_t{1} << kMinShift)) return -1;
+    int cls = 0;
+    while (classBytes(cls) < bytes) ++cls;
+    return cls < kClasses ? cls : -1;
+  }
+  void put(int cls, uint64_t* p) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (cached_ + classBytes(cls) <= maxCached_) {
+        free_[size_t(cls)].push_back(p);
+        cached_ += classBytes(cls);
+        return;
+      }
+    }
+    delete[] p;
+  }
+
+  const size_t maxCached_;
+  std::mutex mutex_;
+  size_t cached_ = 0;
+  std::vector<uint64_t*> free_[kClasses];
+};
+
+}  // namespace troupe::transport::internal
