@@ -18,110 +18,17 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include <capnp/message.h>
-#include <capnp/serialize.h>
-#include <kj/exception.h>
 #include <ucp/api/ucp.h>
 
 #include "common/check.h"
 #include "common/logging.h"
 #include "transport/handshake.h"
-#include "transport/internal/buffer_pool.h"
-#include "transport/internal/control.capnp.h"
+#include "transport/internal/node_impl.h"
 
 namespace troupe::transport {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-enum ControlKind : uint16_t {
-  kHello = 1,
-  kChallenge = 2,
-  kProof = 3,
-  kHeartbeat = 4,
-  kJoin = 5,
-  kMembers = 6,
-  kWelcome = 7,
-  kRefused = 8,
-  kGoodbye = 9,
-};
-
-constexpr unsigned kAmId = 7;
-// A peer that has not finished the handshake may send only this much.
-constexpr size_t kMaxUnauthenticatedFrame = 4096;
 const std::byte kPadding[8] = {};
-
-std::shared_ptr<spdlog::logger> log() {
-  static auto l = logger("transport");
-  return l;
-}
-
-std::string bodyOf(capnp::MallocMessageBuilder& message) {
-  kj::Array<capnp::word> words = capnp::messageToFlatArray(message);
-  return std::string(reinterpret_cast<const char*>(words.begin()), words.size() * sizeof(capnp::word));
-}
-
-// Reads a control body with limits; throws kj::Exception on garbage (the
-// caller catches).
-struct ControlReader {
-  explicit ControlReader(const std::string& body)
-      : words(kj::heapArray<capnp::word>(body.size() / sizeof(capnp::word))) {
-    if (body.empty() || body.size() % sizeof(capnp::word) != 0) {
-      KJ_FAIL_REQUIRE("control body length is not a non-zero multiple of 8");
-    }
-    std::memcpy(words.begin(), body.data(), body.size());
-    capnp::ReaderOptions options;
-    options.traversalLimitInWords = 4 * words.size() + 64;  // fields may be read more than once
-    options.nestingLimit = 8;
-    reader.emplace(words.asPtr(), options);
-  }
-  kj::Array<capnp::word> words;
-  std::optional<capnp::FlatArrayMessageReader> reader;
-};
-
-std::string ucsError(ucs_status_t s) { return ucs_status_string(s); }
-
-std::string sockaddrText(const sockaddr_storage& ss) {
-  char host[INET6_ADDRSTRLEN] = "?";
-  uint16_t port = 0;
-  if (ss.ss_family == AF_INET) {
-    const auto* in = reinterpret_cast<const sockaddr_in*>(&ss);
-    inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
-    port = ntohs(in->sin_port);
-  } else if (ss.ss_family == AF_INET6) {
-    const auto* in = reinterpret_cast<const sockaddr_in6*>(&ss);
-    inet_ntop(AF_INET6, &in->sin6_addr, host, sizeof(host));
-    port = ntohs(in->sin6_port);
-  }
-  return fmt::format("{}:{}", host, port);
-}
-
-// Whether `addr` belongs to this machine (loopback or one of its interfaces,
-// as this network namespace sees them).
-bool isLocalAddress(in_addr addr) {
-  if ((ntohl(addr.s_addr) >> 24) == 127) return true;
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return false;
-  bool local = false;
-  for (ifaddrs* i = list; i != nullptr && !local; i = i->ifa_next) {
-    if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET) {
-      local = reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr == addr.s_addr;
-    }
-  }
-  freeifaddrs(list);
-  return local;
-}
-
-Expected<sockaddr_in> ipv4Address(const std::string& host, uint16_t port) {
-  sockaddr_in sin{};
-  sin.sin_family = AF_INET;
-  sin.sin_port = htons(port);
-  const std::string h = host == "localhost" ? "127.0.0.1" : host;
-  if (inet_pton(AF_INET, h.c_str(), &sin.sin_addr) != 1) {
-    return Status::invalidArgument(fmt::format("'{}' is not an IPv4 address", host));
-  }
-  return sin;
-}
 
 }  // namespace
 
@@ -142,160 +49,6 @@ Expected<std::pair<std::string, uint16_t>> parseHostPort(const std::string& text
   return std::make_pair(host == "localhost" ? std::string("127.0.0.1") : host, uint16_t(port));
 }
 
-class Node::Impl {
- public:
-  Impl(NodeOptions options, NodeHandler* handler) : options_(std::move(options)), handler_(handler) {}
-  ~Impl() { shutdown(); }
-
-  Status init();
-  void shutdown();
-
-  // --- public side (any thread) ---
-  void post(std::function<void()> work) {
-    {
-      std::lock_guard<std::mutex> lock(queueMutex_);
-      queue_.push_back(std::move(work));
-      queued_.store(true, std::memory_order_seq_cst);
-    }
-    if (sleeping_.load(std::memory_order_seq_cst)) wake();
-  }
-  void sendToPublic(uint64_t peer, Envelope e, std::vector<Tensor> t) { sendTo(peer, std::move(e), std::move(t)); }
-
-  // Sends on the calling thread when it can take the worker at once (saves
-  // a hand-off to the progress thread); otherwise queues. Earlier queued
-  // work goes first, so one thread's sends stay in order.
-  void sendNowOrPost(uint64_t peer, Envelope e, std::vector<Tensor> t) {
-    if (std::this_thread::get_id() != progressThread_ && workerMutex_.try_lock()) {
-      std::lock_guard<std::mutex> lock(workerMutex_, std::adopt_lock);
-      drainQueue();
-      sendTo(peer, std::move(e), std::move(t));
-      if (pendingSends_.load() > 0 && sleeping_.load(std::memory_order_seq_cst)) wake();
-      return;
-    }
-    post([this, peer, e = std::move(e), t = std::move(t)]() mutable { sendTo(peer, std::move(e), std::move(t)); });
-  }
-  void openPublic(const std::string& host, uint16_t port) { openConnection(host, port, 0); }
-  void sendRawBytes(uint64_t peer, std::vector<std::byte> bytes);
-  void wake() {
-    uint64_t one = 1;
-    [[maybe_unused]] ssize_t n = ::write(eventFd_, &one, sizeof(one));
-  }
-
-  NodeOptions options_;
-  NodeHandler* handler_;
-  uint16_t port_ = 0;
-
-  mutable std::mutex membersMutex_;
-  mutable std::condition_variable membersChanged_;
-  std::vector<Member> members_;
-  Status bootstrapError_;  // why joining the coordinator failed, if it did
-
-  struct Counters {
-    std::atomic<uint64_t> framesSent{0}, framesReceived{0}, bytesSent{0}, bytesReceived{0}, malformed{0},
-        unauthenticated{0}, refused{0}, heartbeats{0}, peersDown{0};
-  } counters_;
-
- private:
-  enum class State { kHelloSent, kProofSent, kAwaitHello, kAwaitProof, kReady, kClosed };
-
-  struct Incoming {
-    std::shared_ptr<uint64_t[]> storage;  // 8-byte aligned, not zeroed
-    size_t bytes = 0;
-    bool complete = false;
-  };
-
-  struct Connection {
-    ucp_ep_h ep = nullptr;
-    State state = State::kHelloSent;
-    bool outgoing = false;
-    std::string address;    // the far side, for logs
-    uint64_t peerId = 0;    // known after the hello
-    bool refused = false;   // a handshake refusal, either way: no retry
-    bool sameHost = false;  // the far side is on this machine
-    bool flushOnClose = false;  // let queued messages (a refusal, a goodbye) leave first
-    bool left = false;      // the far side said goodbye
-    Nonce clientNonce{}, serverNonce{};
-    Clock::time_point opened, lastReceived, lastSent;
-    std::deque<std::shared_ptr<Incoming>> inbox;  // in arrival order
-    std::vector<std::pair<Envelope, std::vector<Tensor>>> outbox;  // until ready
-  };
-
-  struct OutFrame {
-    Impl* self = nullptr;
-    std::vector<std::byte> head;
-    std::vector<Tensor> tensors;
-    std::vector<ucp_dt_iov_t> iov;
-  };
-
-  struct RecvOp {
-    Impl* self;
-    ucp_ep_h ep;
-    std::shared_ptr<Incoming> incoming;
-  };
-
-  void run();
-  bool drainQueue();
-  void onTimer(Clock::time_point now);
-
-  Connection* connectionOf(ucp_ep_h ep) {
-    auto it = connections_.find(ep);
-    return it == connections_.end() ? nullptr : it->second.get();
-  }
-  Status createEndpoint(const ucp_ep_params_t& params, Connection* c);
-  void openConnection(const std::string& host, uint16_t port, uint64_t expectPeer);
-  void sendRaw(Connection* c, Envelope envelope, std::vector<Tensor> tensors);
-  void sendControl(Connection* c, uint16_t kind, capnp::MallocMessageBuilder& body);
-  void sendTo(uint64_t peer, Envelope envelope, std::vector<Tensor> tensors);
-  void closeConnection(Connection* c, const Status& why, bool peerDown);
-  void refuse(Connection* c, const std::string& reason);
-  bool isCoordinatorAddress(const std::string& address) const;
-  void pumpInbox(Connection* c);
-  void handleFrame(Connection* c, const std::shared_ptr<Incoming>& in);
-  void handleControl(Connection* c, const DecodedFrame& frame);
-  void becomeReady(Connection* c);
-  void broadcastMembers();
-  void setMembers(std::vector<Member> members);
-  void dropMalformed(Connection* c, const std::string& why);
-
-  static ucs_status_t onAm(void* arg, const void* header, size_t headerLength, void* data, size_t length,
-                           const ucp_am_recv_param_t* param);
-  static void onRecvDone(void* request, ucs_status_t status, size_t length, void* user);
-  static void onSendDone(void* request, ucs_status_t status, void* user);
-  static void onEpError(void* arg, ucp_ep_h ep, ucs_status_t status);
-  static void onConnRequest(ucp_conn_request_h request, void* arg);
-
-  // Guards the UCX worker and every connection. The progress thread holds it
-  // while it progresses and releases it while it sleeps; other threads take
-  // it only to send.
-  std::mutex workerMutex_;
-  ucp_context_h context_ = nullptr;
-  ucp_worker_h worker_ = nullptr;
-  ucp_listener_h listener_ = nullptr;
-  int epollFd_ = -1, eventFd_ = -1, workerFd_ = -1;
-  std::thread thread_;
-  std::atomic<std::thread::id> progressThread_{};
-  std::atomic<bool> stop_{false};
-  std::atomic<int64_t> pendingSends_{0};  // sends UCX has not finished
-  std::atomic<bool> sleeping_{false};
-  std::atomic<bool> queued_{false};
-  std::mutex queueMutex_;
-  std::vector<std::function<void()>> queue_;
-
-  // Progress-thread state.
-  std::unordered_map<ucp_ep_h, std::unique_ptr<Connection>> connections_;
-  std::unordered_map<uint64_t, Connection*> byPeer_;      // the connection used to send to a peer
-  std::unordered_map<uint64_t, Connection*> connecting_;  // outgoing, handshake in flight
-  std::unordered_set<uint64_t> downPeers_;
-  std::vector<void*> closing_;  // ucp_ep_close requests in flight
-  std::map<uint64_t, Member> membership_;  // coordinator: the job's members
-  uint64_t membersEpoch_ = 0;
-  Clock::time_point nextTimer_{};
-  Clock::time_point joinDeadline_{};
-  std::optional<Clock::time_point> retryJoinAt_;
-  size_t maxAmHeader_ = 0;  // the largest envelope sent as an AM header
-  std::shared_ptr<internal::BufferPool> buffers_ = std::make_shared<internal::BufferPool>();
-  uint64_t tokenFingerprint_ = 0;
-};
 
 // ---------------------------------------------------------------- set-up
 
@@ -408,9 +161,7 @@ void Node::Impl::shutdown() {
       for (auto& [ep, c] : connections_) all.push_back(c.get());
       for (Connection* c : all) {
         if (c->state == State::kReady) {
-          capnp::MallocMessageBuilder m;
-          m.initRoot<wire::Proof>();
-          sendControl(c, kGoodbye, m);
+          sendControl(c, kGoodbye, encodeEmpty());
           c->flushOnClose = true;
         }
         closeConnection(c, Status::ok(), false);
@@ -534,9 +285,7 @@ void Node::Impl::onTimer(Clock::time_point now) {
                                  "no message or heartbeat from node {:x} ({}) for {} ms", c->peerId, c->address,
                                  std::chrono::duration_cast<std::chrono::milliseconds>(now - c->lastReceived).count())));
       } else if (now - c->lastSent >= options_.heartbeatInterval) {
-        capnp::MallocMessageBuilder empty;
-        empty.initRoot<wire::Proof>();  // any small struct; heartbeats carry nothing
-        sendControl(c, kHeartbeat, empty);
+        sendControl(c, kHeartbeat, encodeEmpty());
         counters_.heartbeats++;
       }
     } else if (c->state != State::kClosed && now - c->opened > options_.handshakeTimeout) {
@@ -597,12 +346,7 @@ void Node::Impl::openConnection(const std::string& host, uint16_t port, uint64_t
   connections_[raw->ep] = std::move(c);
   if (expectPeer) connecting_[expectPeer] = raw;
   raw->clientNonce = randomNonce();
-  capnp::MallocMessageBuilder hello;
-  auto h = hello.initRoot<wire::Hello>();
-  h.setNodeId(options_.nodeId);
-  h.setNonce(kj::arrayPtr(raw->clientNonce.data(), raw->clientNonce.size()));
-  h.setJobHash(tokenFingerprint_);
-  sendControl(raw, kHello, hello);
+  sendControl(raw, kHello, encodeHello(Hello{options_.nodeId, raw->clientNonce, tokenFingerprint_}));
 }
 
 void Node::Impl::onConnRequest(ucp_conn_request_h request, void* arg) {
@@ -694,15 +438,6 @@ bool Node::Impl::isCoordinatorAddress(const std::string& address) const {
   return hp.hasValue() && address == fmt::format("{}:{}", hp->first, hp->second);
 }
 
-void Node::Impl::refuse(Connection* c, const std::string& reason) {
-  counters_.refused++;
-  capnp::MallocMessageBuilder m;
-  m.initRoot<wire::Refused>().setReason(reason);
-  sendControl(c, kRefused, m);
-  c->refused = true;
-  c->peerId = 0;  // never authenticated: no peer goes down
-  closeConnection(c, Status::unavailable(reason), false);
-}
 
 // ---------------------------------------------------------------- sending
 
@@ -786,10 +521,10 @@ void Node::Impl::onSendDone(void* request, ucs_status_t /*status*/, void* user) 
   if (request) ucp_request_free(request);
 }
 
-void Node::Impl::sendControl(Connection* c, uint16_t kind, capnp::MallocMessageBuilder& body) {
+void Node::Impl::sendControl(Connection* c, uint16_t kind, std::string body) {
   Envelope e;
   e.kind = kind;
-  e.body = bodyOf(body);
+  e.body = std::move(body);
   sendRaw(c, std::move(e), {});
 }
 
@@ -940,224 +675,6 @@ void Node::Impl::handleFrame(Connection* c, const std::shared_ptr<Incoming>& in)
   counters_.framesReceived++;
   counters_.bytesReceived += in->bytes;
   handler_->onFrame(c->peerId, std::move(frame), in->storage);
-}
-
-void Node::Impl::handleControl(Connection* c, const DecodedFrame& frame) {
-  const uint16_t kind = frame.envelope.kind;
-  try {
-    ControlReader r(frame.envelope.body);
-    switch (kind) {
-      case kHello: {
-        if (c->outgoing || c->state != State::kAwaitHello) {
-          dropMalformed(c, "unexpected hello");
-          return;
-        }
-        auto h = r.reader->getRoot<wire::Hello>();
-        auto nonce = h.getNonce();
-        if (nonce.size() != kNonceBytes || h.getNodeId() == 0) {
-          log()->warn("refused {}: malformed hello", c->address);
-          refuse(c, "malformed hello");
-          return;
-        }
-        if (h.getJobHash() != tokenFingerprint_) {
-          log()->error("refused {} (claims node {:x}): it holds another job's token", c->address, h.getNodeId());
-          refuse(c, "wrong job token");
-          return;
-        }
-        c->peerId = h.getNodeId();
-        std::memcpy(c->clientNonce.data(), nonce.begin(), kNonceBytes);
-        c->serverNonce = randomNonce();
-        const Mac mac = handshakeMac(options_.token, "server", c->clientNonce, c->serverNonce, c->peerId,
-                                     options_.nodeId);
-        capnp::MallocMessageBuilder m;
-        auto ch = m.initRoot<wire::Challenge>();
-        ch.setNodeId(options_.nodeId);
-        ch.setNonce(kj::arrayPtr(c->serverNonce.data(), kNonceBytes));
-        ch.setMac(kj::arrayPtr(mac.data(), kMacBytes));
-        c->state = State::kAwaitProof;
-        sendControl(c, kChallenge, m);
-        return;
-      }
-      case kChallenge: {
-        if (!c->outgoing || c->state != State::kHelloSent) {
-          dropMalformed(c, "unexpected challenge");
-          return;
-        }
-        auto ch = r.reader->getRoot<wire::Challenge>();
-        auto nonce = ch.getNonce();
-        auto mac = ch.getMac();
-        const uint64_t serverId = ch.getNodeId();
-        if (nonce.size() != kNonceBytes || serverId == 0) {
-          closeConnection(c, Status::corruption(fmt::format("malformed challenge from {}", c->address)), true);
-          return;
-        }
-        std::memcpy(c->serverNonce.data(), nonce.begin(), kNonceBytes);
-        const Mac expect = handshakeMac(options_.token, "server", c->clientNonce, c->serverNonce, options_.nodeId,
-                                        serverId);
-        if (!macEquals(expect, mac.begin(), mac.size())) {
-          counters_.refused++;
-          log()->error("refused {} (node {:x}): it does not hold the job token", c->address, serverId);
-          c->refused = true;
-          closeConnection(c, Status::unavailable(fmt::format("{} does not hold the job token", c->address)), true);
-          return;
-        }
-        if (c->peerId != 0 && c->peerId != serverId) {
-          closeConnection(c, Status::unavailable(fmt::format("{} is node {:x}, expected {:x}", c->address, serverId,
-                                                             c->peerId)),
-                          true);
-          return;
-        }
-        c->peerId = serverId;
-        const Mac proof = handshakeMac(options_.token, "client", c->clientNonce, c->serverNonce, options_.nodeId,
-                                       serverId);
-        capnp::MallocMessageBuilder m;
-        m.initRoot<wire::Proof>().setMac(kj::arrayPtr(proof.data(), kMacBytes));
-        sendControl(c, kProof, m);
-        c->state = State::kProofSent;
-        return;
-      }
-      case kWelcome: {
-        if (!c->outgoing || c->state != State::kProofSent) {
-          dropMalformed(c, "unexpected welcome");
-          return;
-        }
-        becomeReady(c);
-        return;
-      }
-      case kProof: {
-        if (c->outgoing || c->state != State::kAwaitProof) {
-          dropMalformed(c, "unexpected proof");
-          return;
-        }
-        auto mac = r.reader->getRoot<wire::Proof>().getMac();
-        const Mac expect = handshakeMac(options_.token, "client", c->clientNonce, c->serverNonce, c->peerId,
-                                        options_.nodeId);
-        if (!macEquals(expect, mac.begin(), mac.size())) {
-          log()->error("refused {} (claims node {:x}): wrong job token", c->address, c->peerId);
-          refuse(c, "wrong job token");
-          return;
-        }
-        {
-          capnp::MallocMessageBuilder m;
-          m.initRoot<wire::Proof>();
-          sendControl(c, kWelcome, m);
-        }
-        becomeReady(c);
-        return;
-      }
-      case kRefused: {
-        if (!c->outgoing || c->state == State::kReady) {
-          dropMalformed(c, "unexpected refusal");
-          return;
-        }
-        const std::string reason = r.reader->getRoot<wire::Refused>().getReason().cStr();
-        c->refused = true;
-        closeConnection(c, Status::unavailable(fmt::format("refused by {}: {}", c->address, reason)), true);
-        return;
-      }
-      case kGoodbye:
-        if (c->state != State::kReady) return;
-        c->left = true;
-        closeConnection(c, Status::unavailable(fmt::format("node {:x} left the job", c->peerId)), true);
-        return;
-      case kHeartbeat:
-        if (c->state == State::kReady) c->lastReceived = Clock::now();
-        return;
-      case kJoin: {
-        if (c->state != State::kReady) {
-          counters_.unauthenticated++;
-          return;
-        }
-        if (!options_.isCoordinator) {
-          dropMalformed(c, "join sent to a node that is not the coordinator");
-          return;
-        }
-        auto m = r.reader->getRoot<wire::Join>().getSelf();
-        auto addr = ipv4Address(m.getHost(), m.getPort());
-        if (m.getNodeId() != c->peerId || !addr.hasValue() || m.getPort() == 0) {
-          dropMalformed(c, "join with a wrong node id or address");
-          return;
-        }
-        membership_[c->peerId] = Member{c->peerId, m.getRole(), m.getHost(), m.getPort()};
-        log()->info("node {:x} ({}) joined from {}:{}", c->peerId, std::string(m.getRole().cStr()),
-                    std::string(m.getHost().cStr()), m.getPort());
-        broadcastMembers();
-        return;
-      }
-      case kMembers: {
-        if (c->state != State::kReady) {
-          counters_.unauthenticated++;
-          return;
-        }
-        auto ms = r.reader->getRoot<wire::Members>();
-        std::vector<Member> members;
-        for (auto m : ms.getMembers()) {
-          members.push_back(Member{m.getNodeId(), m.getRole(), m.getHost(), m.getPort()});
-        }
-        setMembers(std::move(members));
-        return;
-      }
-      default:
-        dropMalformed(c, fmt::format("unknown control kind {}", kind));
-        return;
-    }
-  } catch (const kj::Exception& e) {
-    dropMalformed(c, fmt::format("control message {}: {}", kind, e.getDescription().cStr()));
-  }
-}
-
-void Node::Impl::becomeReady(Connection* c) {
-  c->state = State::kReady;
-  c->lastReceived = Clock::now();
-  downPeers_.erase(c->peerId);
-  log()->debug("node {:x}: handshake with node {:x} ({}) done", options_.nodeId, c->peerId, c->address);
-  if (connecting_.count(c->peerId) && connecting_[c->peerId] == c) connecting_.erase(c->peerId);
-  if (!byPeer_.count(c->peerId)) byPeer_[c->peerId] = c;
-  Connection* sender = byPeer_[c->peerId];
-  auto outbox = std::move(c->outbox);
-  for (auto& [e, t] : outbox) sendRaw(sender, std::move(e), std::move(t));
-  if (c->outgoing && !options_.coordinator.empty() && !options_.isCoordinator) {
-    // Our first connection to the coordinator's address: join.
-    auto hp = parseHostPort(options_.coordinator);
-    if (hp.hasValue() && c->address == fmt::format("{}:{}", hp->first, hp->second)) {
-      capnp::MallocMessageBuilder m;
-      auto self = m.initRoot<wire::Join>().initSelf();
-      self.setNodeId(options_.nodeId);
-      self.setRole(options_.role);
-      self.setHost(options_.listenHost);
-      self.setPort(port_);
-      sendControl(c, kJoin, m);
-    }
-  }
-}
-
-void Node::Impl::broadcastMembers() {
-  std::vector<Member> members;
-  for (auto& [id, m] : membership_) members.push_back(m);
-  setMembers(members);
-  capnp::MallocMessageBuilder msg;
-  auto root = msg.initRoot<wire::Members>();
-  root.setEpoch(++membersEpoch_);
-  auto list = root.initMembers(unsigned(members.size()));
-  for (size_t i = 0; i < members.size(); ++i) {
-    list[unsigned(i)].setNodeId(members[i].nodeId);
-    list[unsigned(i)].setRole(members[i].role);
-    list[unsigned(i)].setHost(members[i].host);
-    list[unsigned(i)].setPort(members[i].port);
-  }
-  for (auto& [id, m] : membership_) {
-    if (id == options_.nodeId) continue;
-    if (auto it = byPeer_.find(id); it != byPeer_.end()) sendControl(it->second, kMembers, msg);
-  }
-}
-
-void Node::Impl::setMembers(std::vector<Member> members) {
-  {
-    std::lock_guard<std::mutex> lock(membersMutex_);
-    members_ = members;
-  }
-  membersChanged_.notify_all();
-  handler_->onMembers(members);
 }
 
 // ---------------------------------------------------------------- Node

@@ -94,6 +94,7 @@ class RemoteActors::Core final : public NodeHandler, public std::enable_shared_f
   std::unordered_map<uint64_t, caf::weak_actor_ptr> exported_;
   size_t exportedSweepAt_ = 1024;
   std::map<std::pair<uint64_t, uint64_t>, caf::strong_actor_ptr> proxies_;
+  size_t proxiesSweepAt_ = 1024;
   // Requests sent through proxies and not yet answered: (peer, request id).
   std::map<std::pair<uint64_t, uint64_t>, caf::strong_actor_ptr> pending_;
   std::unordered_set<uint64_t> down_;
@@ -183,6 +184,14 @@ caf::strong_actor_ptr RemoteActors::Core::proxyFor(uint64_t peer, uint64_t actor
   *bornDead = down_.count(peer) != 0;
   if (!*bornDead) {
     if (auto it = proxies_.find({peer, actorId}); it != proxies_.end()) return it->second;
+  }
+  if (proxies_.size() >= proxiesSweepAt_) {
+    // Forget proxies nobody else holds (senders of finished requests): the
+    // table would otherwise grow with every short-lived remote requester.
+    for (auto it = proxies_.begin(); it != proxies_.end();) {
+      it = it->second->strong_refs.load() == 1 ? proxies_.erase(it) : std::next(it);
+    }
+    proxiesSweepAt_ = std::max<size_t>(1024, proxies_.size() * 2);
   }
   caf::actor_config cfg;
   auto proxy = caf::make_actor<RemoteActorProxy, caf::strong_actor_ptr>(actorId, nodeIdOf(peer), &system_, cfg,

@@ -1,0 +1,252 @@
+// Node::Impl, shared by node.cc (set-up, progress, endpoints, sending and
+// receiving) and node_control.cc (handshake, heartbeat, goodbye and
+// membership messages). Private to transport/.
+//
+// Threading: the private state is touched only with workerMutex_ held (by
+// the progress thread, or by a sender that took it).
+#pragma once
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <ucp/api/ucp.h>
+
+#include "common/logging.h"
+#include "transport/handshake.h"
+#include "transport/internal/buffer_pool.h"
+#include "transport/internal/control.h"
+#include "transport/node.h"
+
+namespace troupe::transport {
+namespace internal {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr unsigned kAmId = 7;
+// A peer that has not finished the handshake may send only this much.
+constexpr size_t kMaxUnauthenticatedFrame = 4096;
+
+inline std::shared_ptr<spdlog::logger> log() {
+  static auto l = logger("transport");
+  return l;
+}
+
+inline std::string ucsError(ucs_status_t s) { return ucs_status_string(s); }
+
+inline std::string sockaddrText(const sockaddr_storage& ss) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  uint16_t port = 0;
+  if (ss.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&ss);
+    inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+    port = ntohs(in->sin_port);
+  } else if (ss.ss_family == AF_INET6) {
+    const auto* in = reinterpret_cast<const sockaddr_in6*>(&ss);
+    inet_ntop(AF_INET6, &in->sin6_addr, host, sizeof(host));
+    port = ntohs(in->sin6_port);
+  }
+  return fmt::format("{}:{}", host, port);
+}
+
+// Whether `addr` belongs to this machine (loopback or one of its interfaces,
+// as this network namespace sees them).
+inline bool isLocalAddress(in_addr addr) {
+  if ((ntohl(addr.s_addr) >> 24) == 127) return true;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return false;
+  bool local = false;
+  for (ifaddrs* i = list; i != nullptr && !local; i = i->ifa_next) {
+    if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET) {
+      local = reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr == addr.s_addr;
+    }
+  }
+  freeifaddrs(list);
+  return local;
+}
+
+inline Expected<sockaddr_in> ipv4Address(const std::string& host, uint16_t port) {
+  sockaddr_in sin{};
+  sin.sin_family = AF_INET;
+  sin.sin_port = htons(port);
+  const std::string h = host == "localhost" ? "127.0.0.1" : host;
+  if (inet_pton(AF_INET, h.c_str(), &sin.sin_addr) != 1) {
+    return Status::invalidArgument(fmt::format("'{}' is not an IPv4 address", host));
+  }
+  return sin;
+}
+
+}  // namespace internal
+
+using namespace internal;
+
+class Node::Impl {
+ public:
+  Impl(NodeOptions options, NodeHandler* handler) : options_(std::move(options)), handler_(handler) {}
+  ~Impl() { shutdown(); }
+
+  Status init();
+  void shutdown();
+
+  // --- public side (any thread) ---
+  void post(std::function<void()> work) {
+    {
+      std::lock_guard<std::mutex> lock(queueMutex_);
+      queue_.push_back(std::move(work));
+      queued_.store(true, std::memory_order_seq_cst);
+    }
+    if (sleeping_.load(std::memory_order_seq_cst)) wake();
+  }
+  void sendToPublic(uint64_t peer, Envelope e, std::vector<Tensor> t) { sendTo(peer, std::move(e), std::move(t)); }
+
+  // Sends on the calling thread when it can take the worker at once (saves
+  // a hand-off to the progress thread); otherwise queues. Earlier queued
+  // work goes first, so one thread's sends stay in order.
+  void sendNowOrPost(uint64_t peer, Envelope e, std::vector<Tensor> t) {
+    if (std::this_thread::get_id() != progressThread_ && workerMutex_.try_lock()) {
+      std::lock_guard<std::mutex> lock(workerMutex_, std::adopt_lock);
+      drainQueue();
+      sendTo(peer, std::move(e), std::move(t));
+      if (pendingSends_.load() > 0 && sleeping_.load(std::memory_order_seq_cst)) wake();
+      return;
+    }
+    post([this, peer, e = std::move(e), t = std::move(t)]() mutable { sendTo(peer, std::move(e), std::move(t)); });
+  }
+  void openPublic(const std::string& host, uint16_t port) { openConnection(host, port, 0); }
+  void sendRawBytes(uint64_t peer, std::vector<std::byte> bytes);
+  void wake() {
+    uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(eventFd_, &one, sizeof(one));
+  }
+
+  NodeOptions options_;
+  NodeHandler* handler_;
+  uint16_t port_ = 0;
+
+  mutable std::mutex membersMutex_;
+  mutable std::condition_variable membersChanged_;
+  std::vector<Member> members_;
+  Status bootstrapError_;  // why joining the coordinator failed, if it did
+
+  struct Counters {
+    std::atomic<uint64_t> framesSent{0}, framesReceived{0}, bytesSent{0}, bytesReceived{0}, malformed{0},
+        unauthenticated{0}, refused{0}, heartbeats{0}, peersDown{0};
+  } counters_;
+
+ private:
+  enum class State { kHelloSent, kProofSent, kAwaitHello, kAwaitProof, kReady, kClosed };
+
+  struct Incoming {
+    std::shared_ptr<uint64_t[]> storage;  // 8-byte aligned, not zeroed
+    size_t bytes = 0;
+    bool complete = false;
+  };
+
+  struct Connection {
+    ucp_ep_h ep = nullptr;
+    State state = State::kHelloSent;
+    bool outgoing = false;
+    std::string address;    // the far side, for logs
+    uint64_t peerId = 0;    // known after the hello
+    bool refused = false;   // a handshake refusal, either way: no retry
+    bool sameHost = false;  // the far side is on this machine
+    bool flushOnClose = false;  // let queued messages (a refusal, a goodbye) leave first
+    bool left = false;      // the far side said goodbye
+    Nonce clientNonce{}, serverNonce{};
+    Clock::time_point opened, lastReceived, lastSent;
+    std::deque<std::shared_ptr<Incoming>> inbox;  // in arrival order
+    std::vector<std::pair<Envelope, std::vector<Tensor>>> outbox;  // until ready
+  };
+
+  struct OutFrame {
+    Impl* self = nullptr;
+    std::vector<std::byte> head;
+    std::vector<Tensor> tensors;
+    std::vector<ucp_dt_iov_t> iov;
+  };
+
+  struct RecvOp {
+    Impl* self;
+    ucp_ep_h ep;
+    std::shared_ptr<Incoming> incoming;
+  };
+
+  void run();
+  bool drainQueue();
+  void onTimer(Clock::time_point now);
+
+  Connection* connectionOf(ucp_ep_h ep) {
+    auto it = connections_.find(ep);
+    return it == connections_.end() ? nullptr : it->second.get();
+  }
+  Status createEndpoint(const ucp_ep_params_t& params, Connection* c);
+  void openConnection(const std::string& host, uint16_t port, uint64_t expectPeer);
+  void sendRaw(Connection* c, Envelope envelope, std::vector<Tensor> tensors);
+  void sendControl(Connection* c, uint16_t kind, std::string body);
+  void sendTo(uint64_t peer, Envelope envelope, std::vector<Tensor> tensors);
+  void closeConnection(Connection* c, const Status& why, bool peerDown);
+  void refuse(Connection* c, const std::string& reason);
+  bool isCoordinatorAddress(const std::string& address) const;
+  void pumpInbox(Connection* c);
+  void handleFrame(Connection* c, const std::shared_ptr<Incoming>& in);
+  void handleControl(Connection* c, const DecodedFrame& frame);
+  void becomeReady(Connection* c);
+  void broadcastMembers();
+  void setMembers(std::vector<Member> members);
+  void dropMalformed(Connection* c, const std::string& why);
+
+  static ucs_status_t onAm(void* arg, const void* header, size_t headerLength, void* data, size_t length,
+                           const ucp_am_recv_param_t* param);
+  static void onRecvDone(void* request, ucs_status_t status, size_t length, void* user);
+  static void onSendDone(void* request, ucs_status_t status, void* user);
+  static void onEpError(void* arg, ucp_ep_h ep, ucs_status_t status);
+  static void onConnRequest(ucp_conn_request_h request, void* arg);
+
+  // Guards the UCX worker and every connection. The progress thread holds it
+  // while it progresses and releases it while it sleeps; other threads take
+  // it only to send.
+  std::mutex workerMutex_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  ucp_listener_h listener_ = nullptr;
+  int epollFd_ = -1, eventFd_ = -1, workerFd_ = -1;
+  std::thread thread_;
+  std::atomic<std::thread::id> progressThread_{};
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> pendingSends_{0};  // sends UCX has not finished
+  std::atomic<bool> sleeping_{false};
+  std::atomic<bool> queued_{false};
+  std::mutex queueMutex_;
+  std::vector<std::function<void()>> queue_;
+
+  // Progress-thread state.
+  std::unordered_map<ucp_ep_h, std::unique_ptr<Connection>> connections_;
+  std::unordered_map<uint64_t, Connection*> byPeer_;      // the connection used to send to a peer
+  std::unordered_map<uint64_t, Connection*> connecting_;  // outgoing, handshake in flight
+  std::unordered_set<uint64_t> downPeers_;
+  std::vector<void*> closing_;  // ucp_ep_close requests in flight
+  std::map<uint64_t, Member> membership_;  // coordinator: the job's members
+  uint64_t membersEpoch_ = 0;
+  Clock::time_point nextTimer_{};
+  Clock::time_point joinDeadline_{};
+  std::optional<Clock::time_point> retryJoinAt_;
+  size_t maxAmHeader_ = 0;  // the largest envelope sent as an AM header
+  std::shared_ptr<internal::BufferPool> buffers_ = std::make_shared<internal::BufferPool>();
+  uint64_t tokenFingerprint_ = 0;
+};
+
+}  // namespace troupe::transport
