@@ -21,6 +21,7 @@
 #include "common/check.h"
 #include "common/logging.h"
 #include "transport/handshake.h"
+#include "transport/node_config.h"
 #include "transport/remote_actors.h"
 
 namespace troupe::apps {
@@ -35,7 +36,6 @@ using flush_atom = caf::atom_constant<caf::atom("flush")>;
 using ping_atom = caf::atom_constant<caf::atom("ping")>;
 using quit_atom = caf::atom_constant<caf::atom("quit")>;
 
-constexpr const char* kTokenVariable = "TROUPE_JOB_TOKEN";
 constexpr uint64_t kCoordinatorId = 1;
 constexpr uint64_t kSinkId = 2;
 constexpr double kMiB = 1024.0 * 1024.0;
@@ -67,13 +67,6 @@ caf::behavior sinkActor(caf::stateful_actor<SinkState>* self) {
         return true;
       },
   };
-}
-
-std::string randomToken() {
-  const auto n = transport::randomNonce();
-  std::string s;
-  for (uint8_t b : n) s += fmt::format("{:02x}", b);
-  return s;
 }
 
 std::string selfExe() {
@@ -150,8 +143,10 @@ uint16_t freePort() {
 }
 
 // The "Final:" row of one ucx_perftest run as numbers, empty on failure.
-std::vector<double> runPerftest(const std::string& test, uint64_t bytes, uint64_t iterations) {
+// tcpOnly: UCX_TLS=tcp, to compare with troupe's TCP mode.
+std::vector<double> runPerftest(const std::string& test, uint64_t bytes, uint64_t iterations, bool tcpOnly) {
   for (int attempt = 0; attempt < 3; ++attempt) {
+    if (tcpOnly) setenv("UCX_TLS", "tcp", 1);
     const uint16_t port = freePort();
     ChildProcess server({"ucx_perftest", "-p", std::to_string(port)}, /*quiet=*/true);
     std::this_thread::sleep_for(300ms);
@@ -164,6 +159,7 @@ std::vector<double> runPerftest(const std::string& test, uint64_t bytes, uint64_
     size_t n;
     while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
     pclose(p);
+    if (tcpOnly) unsetenv("UCX_TLS");
     std::istringstream lines(out);
     std::string line;
     while (std::getline(lines, line)) {
@@ -185,15 +181,11 @@ bool havePerftest() { return std::system("command -v ucx_perftest >/dev/null 2>&
 // ---------------------------------------------------------------- troupe
 
 int serve(const TransportBenchOptions& options) {
-  const char* token = std::getenv(kTokenVariable);
-  if (!token || !*token) {
-    std::fprintf(stderr, "troupe: error: bench transport --serve needs %s\n", kTokenVariable);
-    return 2;
-  }
+  const std::string token = transport::jobTokenFromEnvironment();
   caf::actor_system_config cfg;
   configureBenchSystem(cfg);
   caf::actor_system system{cfg};
-  transport::NodeOptions node;
+  transport::NodeOptions node = options.node;
   node.nodeId = kSinkId;
   node.role = "bench-sink";
   node.token = token;
@@ -273,13 +265,13 @@ double measureRoundTrip(caf::actor_system& system, const caf::actor& sink, int r
 int runTransportBench(const TransportBenchOptions& options) {
   if (options.serve) return serve(options);
   auto log = logger("apps");
-  const std::string token = randomToken();
-  setenv(kTokenVariable, token.c_str(), 1);
+  const std::string token = transport::newJobToken();
+  setenv(transport::kJobTokenVariable, token.c_str(), 1);
 
   caf::actor_system_config cfg;
   configureBenchSystem(cfg);
   caf::actor_system system{cfg};
-  transport::NodeOptions node;
+  transport::NodeOptions node = options.node;
   node.nodeId = kCoordinatorId;
   node.role = "bench";
   node.isCoordinator = true;
@@ -289,8 +281,10 @@ int runTransportBench(const TransportBenchOptions& options) {
     std::fprintf(stderr, "troupe: error: %s\n", remote.status().message().c_str());
     return 1;
   }
-  ChildProcess child({selfExe(), "bench", "transport", "--serve", "--coordinator", (*remote)->node().address(),
-                      "--log-level", "warn"});
+  std::vector<std::string> argv = {selfExe(), "bench", "transport", "--serve", "--coordinator",
+                                   (*remote)->node().address()};
+  argv.insert(argv.end(), options.passOn.begin(), options.passOn.end());
+  ChildProcess child(argv);
   Status joined = (*remote)->node().waitForMembers(2, 30s);
   if (!joined.isOk()) {
     std::fprintf(stderr, "troupe: error: the receiving process did not join: %s\n", joined.message().c_str());
@@ -300,7 +294,8 @@ int runTransportBench(const TransportBenchOptions& options) {
   const bool perftest = options.withPerftest && havePerftest();
   if (options.withPerftest && !perftest) log->warn("ucx_perftest not found (Debian ucx-utils): no ceiling");
 
-  std::printf("troupe bench transport: actor-to-actor over UCX between two processes on 127.0.0.1\n");
+  std::printf("troupe bench transport: actor-to-actor over UCX between two processes on %s (%s)\n",
+              node.listenHost.c_str(), node.sharedMemory ? "shared memory" : "TCP, peer error handling");
   std::printf("bandwidth in MiB/s (ucx_perftest's MB/s), median of %d trials of %.2f s\n", options.trials,
               options.secondsPerSize);
   std::printf("%10s %14s %16s %8s\n", "bytes", "troupe MiB/s", "perftest MiB/s", "ratio");
@@ -314,7 +309,7 @@ int runTransportBench(const TransportBenchOptions& options) {
       if (perftest) {
         const uint64_t iterations =
             std::clamp<uint64_t>(uint64_t(options.secondsPerSize * 6e9 / double(bytes)), 200, 2000000);
-        auto row = runPerftest("tag_bw", bytes, iterations);
+        auto row = runPerftest("tag_bw", bytes, iterations, !node.sharedMemory);
         if (!row.empty()) theirs.push_back(row[5]);  // bandwidth, overall
       }
     }
@@ -329,7 +324,7 @@ int runTransportBench(const TransportBenchOptions& options) {
   for (int trial = 0; trial < options.trials; ++trial) {
     rtt.push_back(measureRoundTrip(system, sink, options.latencyRoundTrips));
     if (perftest) {
-      auto row = runPerftest("tag_lat", 8, 200000);
+      auto row = runPerftest("tag_lat", 8, 200000, !node.sharedMemory);
       // ucx_perftest's tag_lat reports half the ping-pong round trip.
       if (!row.empty()) ucxRtt.push_back(2 * row[2]);
     }

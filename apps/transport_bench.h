@@ -5,6 +5,8 @@
 #pragma once
 
 #include <string>
+
+#include "transport/node.h"
 #include <vector>
 
 namespace troupe::apps {
@@ -16,6 +18,8 @@ struct TransportBenchOptions {
   int trials = 3;                 // the median is reported
   int latencyRoundTrips = 20000;
   bool withPerftest = true;       // run ucx_perftest beside
+  transport::NodeOptions node;     // from the config's transport.* keys
+  std::vector<std::string> passOn;  // --config/--set/--log-level for the receiving process
   // Hidden: run as the receiving process.
   bool serve = false;
   std::string coordinator;

@@ -69,6 +69,19 @@ std::vector<Config::Key> troupeConfigSchema() {
       {"data.synthetic.rare_rank", T::kFloat, 20.0,
        "values past this rank carry less signal, by (1 + rank / rare_rank)^-rare_shrink"},
       {"data.synthetic.rare_shrink", T::kFloat, 2.0, "how fast signal fades with rank (see rare_rank)"},
+      // ---- transport (between processes; the job token comes from TROUPE_JOB_TOKEN, never a file) ----
+      {"transport.listen_host", T::kString, std::string("127.0.0.1"),
+       "the only address this process listens on; a concrete IPv4 address its peers can reach"},
+      {"transport.listen_port", T::kInt, int64_t{0}, "the port to listen on; 0 = any free port"},
+      {"transport.heartbeat_interval_ms", T::kInt, int64_t{250}, "heartbeat to each idle peer this often"},
+      {"transport.heartbeat_timeout_ms", T::kInt, int64_t{3000},
+       "a peer silent this long is down: monitors get a down message and its pending requests fail"},
+      {"transport.handshake_timeout_ms", T::kInt, int64_t{5000}, "a connection must prove the job token within this"},
+      {"transport.join_timeout_ms", T::kInt, int64_t{30000},
+       "keep trying to reach the coordinator this long (it may start later)"},
+      {"transport.shared_memory", T::kBool, true,
+       "peers on one host use UCX shared memory (failures seen by heartbeats); false = TCP with UCX peer error handling"},
+      {"transport.max_message_mb", T::kInt, int64_t{4096}, "larger incoming messages are dropped and counted"},
   };
 }
 

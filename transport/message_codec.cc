@@ -17,7 +17,7 @@ namespace troupe::transport {
 namespace {
 
 std::string errorContext(const caf::error& e) {
-  return e.context().empty() ? std::string() : caf::to_string(e.context());
+  return !e || e.context().empty() ? std::string() : caf::to_string(e.context());
 }
 
 }  // namespace
@@ -58,9 +58,11 @@ Status encodeMessage(const caf::message& msg, std::string* body, std::vector<Ten
     } else if (msg.match_element<caf::error>(i)) {
       const auto& e = msg.get_as<caf::error>(i);
       auto ev = v.initError();
-      ev.setCode(e.code());
-      ev.setCategory(uint64_t(e.category()));
-      ev.setContext(errorContext(e));
+      if (e) {  // a default-constructed error ("none") has no code to read
+        ev.setCode(e.code());
+        ev.setCategory(uint64_t(e.category()));
+        ev.setContext(errorContext(e));
+      }
     } else if (msg.match_element<caf::unit_t>(i)) {
       v.setUnit();
     } else {
@@ -125,6 +127,10 @@ Expected<caf::message> decodeMessage(const std::string& body, const std::vector<
         case wire::Value::ERROR: {
           auto e = v.getError();
           auto ctx = e.getContext();
+          if (e.getCode() == 0) {
+            out.append(caf::error{});  // "none" (code 0 means no error)
+            break;
+          }
           caf::error err(e.getCode(), caf::atom_value(e.getCategory()),
                          ctx.size() ? caf::make_message(std::string(ctx.begin(), ctx.size())) : caf::message());
           out.append(std::move(err));

@@ -53,6 +53,16 @@ TEST(MessageCodec, EveryValueKindRoundTrips) {
   EXPECT_TRUE(back->match_element<caf::unit_t>(12));
 }
 
+// Found by message_fuzz: an error with code 0 is CAF's "no error", which has
+// no code to read; it must survive a round trip and a re-encode.
+TEST(MessageCodec, NoErrorRoundTrips) {
+  auto back = roundTrip(caf::make_message(caf::error{}));
+  ASSERT_TRUE(back.hasValue()) << back.status().message();
+  EXPECT_FALSE(back->get_as<caf::error>(0));
+  auto again = roundTrip(*back);
+  ASSERT_TRUE(again.hasValue());
+}
+
 TEST(MessageCodec, RefusesTypesThatCannotCrossProcesses) {
   std::vector<Tensor> tensors;
   std::string body;
