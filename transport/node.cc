@@ -157,6 +157,8 @@ void Node::Impl::shutdown() {
     // Close every endpoint on the progress thread, then stop it.
     std::atomic<bool> closed{false};
     post([this, &closed] {
+      if (listener_) ucp_listener_destroy(listener_);  // no new connections while closing
+      listener_ = nullptr;
       std::vector<Connection*> all;
       for (auto& [ep, c] : connections_) all.push_back(c.get());
       for (Connection* c : all) {
@@ -205,8 +207,10 @@ void Node::Impl::run() {
     bool worked = false;
     {
       std::lock_guard<std::mutex> lock(workerMutex_);
+      graveyard_.clear();  // nothing up the stack holds a connection here
       worked = drainQueue();
-      while (ucp_worker_progress(worker_) != 0) worked = true;
+      // Bounded, so a flood cannot starve queued sends, heartbeats and timers.
+      for (int i = 0; i < 64 && ucp_worker_progress(worker_) != 0; ++i) worked = true;
       // The clock is read when there was work and every 32nd idle turn:
       // reading it on every turn of the spin cost more than the progress.
       if (worked || (idle & 31) == 0) {
@@ -284,9 +288,15 @@ void Node::Impl::onTimer(Clock::time_point now) {
     auto hp = parseHostPort(options_.coordinator);
     if (hp.hasValue()) openConnection(hp->first, hp->second, 0);
   }
+  std::vector<Connection*> all;
+  for (auto& [ep, cp] : connections_) all.push_back(cp.get());
   std::vector<std::pair<Connection*, Status>> dead;
-  for (auto& [ep, cp] : connections_) {
-    Connection* c = cp.get();
+  for (Connection* c : all) {
+    if (c->closeAt) {
+      if (now >= *c->closeAt) closeConnection(c, Status::ok(), false);
+      continue;
+    }
+    if (c->state == State::kClosed) continue;
     if (c->state == State::kReady) {
       if (now - c->lastReceived > options_.heartbeatTimeout) {
         dead.emplace_back(c, Status::timeout(fmt::format(
@@ -319,6 +329,7 @@ Status Node::Impl::createEndpoint(const ucp_ep_params_t& base, Connection* c) {
   const ucs_status_t s = ucp_ep_create(worker_, &params, &ep);
   if (s != UCS_OK) return Status::unavailable(fmt::format("ucp_ep_create to {}: {}", c->address, ucsError(s)));
   c->ep = ep;
+  c->serial = nextSerial_++;
   c->opened = c->lastReceived = c->lastSent = Clock::now();
   return Status::ok();
 }
@@ -332,7 +343,7 @@ void Node::Impl::openConnection(const std::string& host, uint16_t port, uint64_t
   c->state = State::kHelloSent;
   if (!addr.hasValue()) {
     log()->error("cannot connect to {}: {}", c->address, addr.status().message());
-    if (expectPeer) handler_->onPeerDown(expectPeer, addr.status());
+    if (expectPeer) notifyPeerDown(expectPeer, addr.status());
     return;
   }
   c->sameHost = options_.sharedMemory && isLocalAddress(addr->sin_addr);
@@ -346,7 +357,7 @@ void Node::Impl::openConnection(const std::string& host, uint16_t port, uint64_t
     log()->error("{}", st.message());
     if (expectPeer) {
       downPeers_.insert(expectPeer);
-      handler_->onPeerDown(expectPeer, st);
+      notifyPeerDown(expectPeer, st);
     }
     return;
   }
@@ -357,8 +368,20 @@ void Node::Impl::openConnection(const std::string& host, uint16_t port, uint64_t
   sendControl(raw, kHello, encodeHello(Hello{options_.nodeId, raw->clientNonce, tokenFingerprint_}));
 }
 
+size_t Node::Impl::handshaking() const {
+  size_t n = 0;
+  for (auto& [ep, c] : connections_) n += (c->state != State::kReady && !c->outgoing) ? 1 : 0;
+  return n;
+}
+
 void Node::Impl::onConnRequest(ucp_conn_request_h request, void* arg) {
   auto* self = static_cast<Impl*>(arg);
+  if (self->handshaking() >= kMaxHandshaking) {
+    self->counters_.refused++;
+    log()->warn("refused a connection: {} others are still in their handshake", kMaxHandshaking);
+    ucp_listener_reject(self->listener_, request);
+    return;
+  }
   auto c = std::make_unique<Connection>();
   c->outgoing = false;
   c->state = State::kAwaitHello;
@@ -403,36 +426,38 @@ void Node::Impl::closeConnection(Connection* c, const Status& why, bool peerDown
   ucp_request_param_t rp{};
   rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   // A refusal is flushed so the refused side reads why; everything else goes now.
-  rp.flags = ((c->refused && !c->outgoing) || c->flushOnClose) ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+  rp.flags = c->flushOnClose ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
   void* req = ucp_ep_close_nbx(c->ep, &rp);
   if (UCS_PTR_IS_PTR(req)) closing_.push_back(req);
   const ucp_ep_h ep = c->ep;
   auto owned = std::move(connections_[ep]);
   connections_.erase(ep);
+  Connection* kept = owned.get();
+  graveyard_.push_back(std::move(owned));
 
   if (peerDown && peer != 0 && wasSender) {
     downPeers_.insert(peer);
     counters_.peersDown++;
-    if (owned->left) {
+    if (kept->left) {
       log()->info("node {:x} left the job", peer);
     } else {
       log()->warn("node {:x} is down: {}", peer, why.message());
     }
     if (options_.isCoordinator && membership_.erase(peer)) broadcastMembers();
-    handler_->onPeerDown(peer, why);
+    notifyPeerDown(peer, why);
   } else if (peerDown && was != State::kReady && !why.isOk()) {
-    log()->warn("connection with {} closed before the handshake finished: {}", owned->address, why.message());
+    log()->warn("connection with {} closed before the handshake finished: {}", kept->address, why.message());
   }
-  if (owned->outgoing && was != State::kReady && isCoordinatorAddress(owned->address) && !stop_) {
-    const bool retry = !owned->refused && Clock::now() < joinDeadline_ && !why.isOk();
+  if (kept->outgoing && was != State::kReady && isCoordinatorAddress(kept->address) && !stop_) {
+    const bool retry = !kept->refused && Clock::now() < joinDeadline_ && !why.isOk();
     if (retry) {
-      log()->debug("coordinator at {} not reachable yet ({}); retrying", owned->address, why.message());
+      log()->debug("coordinator at {} not reachable yet ({}); retrying", kept->address, why.message());
       retryJoinAt_ = Clock::now() + std::chrono::milliseconds(200);
     } else {
       {
         std::lock_guard<std::mutex> lock(membersMutex_);
         bootstrapError_ = Status::unavailable(fmt::format(
-            "could not join the coordinator at {}: {}", owned->address,
+            "could not join the coordinator at {}: {}", kept->address,
             why.isOk() ? std::string("connection closed during the handshake") : why.message()));
       }
       membersChanged_.notify_all();
@@ -450,6 +475,7 @@ bool Node::Impl::isCoordinatorAddress(const std::string& address) const {
 // ---------------------------------------------------------------- sending
 
 void Node::Impl::sendRaw(Connection* c, Envelope envelope, std::vector<Tensor> tensors) {
+  if (c->state == State::kClosed || c->closeAt) return;
   envelope.sourceNode = options_.nodeId;
   auto out = std::make_unique<OutFrame>();
   out->self = this;
@@ -546,7 +572,7 @@ void Node::Impl::sendTo(uint64_t peer, Envelope envelope, std::vector<Tensor> te
     return;
   }
   if (downPeers_.count(peer)) {
-    handler_->onPeerDown(peer, Status::unavailable(fmt::format("node {:x} is down", peer)));
+    notifyPeerDown(peer, Status::unavailable(fmt::format("node {:x} is down", peer)));
     return;
   }
   const Member* m = nullptr;
@@ -559,7 +585,7 @@ void Node::Impl::sendTo(uint64_t peer, Envelope envelope, std::vector<Tensor> te
     if (x.nodeId == peer) m = &x;
   }
   if (m == nullptr || peer == options_.nodeId) {
-    handler_->onPeerDown(peer, Status::notFound(fmt::format("node {:x} is not a member of the job", peer)));
+    notifyPeerDown(peer, Status::notFound(fmt::format("node {:x} is not a member of the job", peer)));
     return;
   }
   openConnection(m->host, m->port, peer);
@@ -576,7 +602,11 @@ ucs_status_t Node::Impl::onAm(void* arg, const void* header, size_t headerLength
   const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
   const ucs_status_t drop = rndv ? UCS_ERR_REJECTED : UCS_OK;
   Connection* c = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? self->connectionOf(param->reply_ep) : nullptr;
-  if (c == nullptr || c->state == State::kClosed) {
+  if (c == nullptr || c->state == State::kClosed || c->closeAt) {
+    self->counters_.unauthenticated++;
+    return drop;
+  }
+  if (c->state != State::kReady && rndv) {  // handshake messages are small and eager
     self->counters_.unauthenticated++;
     return drop;
   }
@@ -610,7 +640,7 @@ ucs_status_t Node::Impl::onAm(void* arg, const void* header, size_t headerLength
     self->pumpInbox(c);
     return UCS_OK;
   }
-  auto* op = new RecvOp{self, c->ep, in};
+  auto* op = new RecvOp{self, c->ep, c->serial, in};
   ucp_request_param_t rp{};
   rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
   rp.datatype = ucp_dt_make_contig(1);
@@ -629,7 +659,7 @@ void Node::Impl::onRecvDone(void* request, ucs_status_t status, size_t /*length*
   if (request) ucp_request_free(request);
   std::unique_ptr<RecvOp> op(static_cast<RecvOp*>(user));
   Connection* c = op->self->connectionOf(op->ep);
-  if (c == nullptr) return;
+  if (c == nullptr || c->serial != op->serial || c->state == State::kClosed) return;
   if (status != UCS_OK) {
     op->self->closeConnection(c, Status::unavailable(fmt::format("receive from node {:x} failed: {}", c->peerId,
                                                                  ucsError(status))),

@@ -5,11 +5,14 @@
 namespace troupe::transport {
 
 void Node::Impl::refuse(Connection* c, const std::string& reason) {
+  if (c->state == State::kClosed || c->closeAt) return;
   counters_.refused++;
   sendControl(c, kRefused, encodeRefused(Refused{reason}));
   c->refused = true;
   c->peerId = 0;  // never authenticated: no peer goes down
-  closeConnection(c, Status::unavailable(reason), false);
+  // Give the refusal a moment to leave, then force the endpoint closed (a
+  // peer that never answers cannot hold it open). Nothing more is read.
+  c->closeAt = Clock::now() + std::chrono::milliseconds(200);
 }
 
 void Node::Impl::handleControl(Connection* c, const DecodedFrame& frame) {
@@ -61,8 +64,8 @@ void Node::Impl::handleControl(Connection* c, const DecodedFrame& frame) {
       c->peerId = ch->nodeId;
       const Mac proof = handshakeMac(options_.token, "client", c->clientNonce, c->serverNonce, options_.nodeId,
                                      ch->nodeId);
-      sendControl(c, kProof, encodeProof(Proof{proof}));
       c->state = State::kProofSent;
+      sendControl(c, kProof, encodeProof(Proof{proof}));
       return;
     }
     case kProof: {  // listening side
@@ -75,6 +78,7 @@ void Node::Impl::handleControl(Connection* c, const DecodedFrame& frame) {
         return refuse(c, "wrong job token");
       }
       sendControl(c, kWelcome, encodeEmpty());
+      if (c->state == State::kClosed) return;
       return becomeReady(c);
     }
     case kWelcome:  // connecting side
@@ -133,7 +137,8 @@ void Node::Impl::becomeReady(Connection* c) {
   if (!byPeer_.count(c->peerId)) byPeer_[c->peerId] = c;
   Connection* sender = byPeer_[c->peerId];
   auto outbox = std::move(c->outbox);
-  for (auto& [e, t] : outbox) sendRaw(sender, std::move(e), std::move(t));
+  for (auto& [e, t] : outbox) sendRaw(sender, std::move(e), std::move(t));  // no-op once closed
+  if (c->state == State::kClosed) return;
   if (c->outgoing && !options_.isCoordinator && isCoordinatorAddress(c->address)) {
     sendControl(c, kJoin, encodeJoin(Member{options_.nodeId, options_.role, options_.listenHost, port_}));
   }
@@ -145,10 +150,12 @@ void Node::Impl::broadcastMembers() {
   list.epoch = ++membersEpoch_;
   setMembers(list.members);
   const std::string body = encodeMembers(list);
-  for (auto& [id, m] : membership_) {
-    if (id == options_.nodeId) continue;
-    if (auto it = byPeer_.find(id); it != byPeer_.end()) sendControl(it->second, kMembers, body);
+  std::vector<Connection*> targets;  // a send may close one and change both maps
+  for (const Member& m : list.members) {
+    if (m.nodeId == options_.nodeId) continue;
+    if (auto it = byPeer_.find(m.nodeId); it != byPeer_.end()) targets.push_back(it->second);
   }
+  for (Connection* c : targets) sendControl(c, kMembers, body);
 }
 
 void Node::Impl::setMembers(std::vector<Member> members) {

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <map>
+#include <tuple>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
@@ -95,8 +96,11 @@ class RemoteActors::Core final : public NodeHandler, public std::enable_shared_f
   size_t exportedSweepAt_ = 1024;
   std::map<std::pair<uint64_t, uint64_t>, caf::strong_actor_ptr> proxies_;
   size_t proxiesSweepAt_ = 1024;
-  // Requests sent through proxies and not yet answered: (peer, request id).
-  std::map<std::pair<uint64_t, uint64_t>, caf::strong_actor_ptr> pending_;
+  // Requests sent through proxies and not yet answered, by (peer, requesting
+  // actor, request id): request ids are per actor. Weak, so a requester that
+  // gave up and died is not kept alive; swept when the table grows.
+  std::map<std::tuple<uint64_t, uint64_t, uint64_t>, caf::weak_actor_ptr> pending_;
+  size_t pendingSweepAt_ = 4096;
   std::unordered_set<uint64_t> down_;
   std::atomic<bool> shuttingDown_{false};
 };
@@ -170,7 +174,15 @@ Status RemoteActors::Core::forward(uint64_t peer, uint64_t destId, const caf::st
         }
         exportedSweepAt_ = std::max<size_t>(1024, exported_.size() * 2);
       }
-      if (mid.is_request()) pending_[{peer, requestKey(mid)}] = sender;
+      if (mid.is_request()) {
+        pending_[{peer, sender->id(), requestKey(mid)}] = caf::weak_actor_ptr(sender.get());
+        if (pending_.size() >= pendingSweepAt_) {
+          for (auto it = pending_.begin(); it != pending_.end();) {
+            it = it->second.lock() ? std::next(it) : pending_.erase(it);
+          }
+          pendingSweepAt_ = std::max<size_t>(4096, pending_.size() * 2);
+        }
+      }
     }
   }
   std::lock_guard<std::mutex> lock(nodeMutex_);
@@ -250,7 +262,7 @@ void RemoteActors::Core::onFrame(uint64_t peer, DecodedFrame frame, std::shared_
   {
     std::lock_guard<std::mutex> lock(mutex_);
     down_.erase(peer);
-    if (mid.is_response()) pending_.erase({peer, requestKey(mid)});
+    if (mid.is_response()) pending_.erase({peer, env.destActor, requestKey(mid)});
   }
   if (env.sourceActor != 0) {
     bool bornDead = false;
@@ -272,8 +284,8 @@ void RemoteActors::Core::onPeerDown(uint64_t peer, const Status& why) {
       proxies.push_back(std::move(it->second));
       it = proxies_.erase(it);
     }
-    for (auto it = pending_.lower_bound({peer, 0}); it != pending_.end() && it->first.first == peer;) {
-      failed.emplace_back(it->first.second, std::move(it->second));
+    for (auto it = pending_.lower_bound({peer, 0, 0}); it != pending_.end() && std::get<0>(it->first) == peer;) {
+      if (auto sender = it->second.lock()) failed.emplace_back(std::get<2>(it->first), std::move(sender));
       it = pending_.erase(it);
     }
   }
@@ -307,7 +319,7 @@ void RemoteActors::Core::shutdown() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto& [key, p] : proxies_) peers.push_back(key.first);
-    for (auto& [key, p] : pending_) peers.push_back(key.first);
+    for (auto& [key, p] : pending_) peers.push_back(std::get<0>(key));
   }
   for (uint64_t peer : peers) onPeerDown(peer, Status::unavailable("this process's transport shut down"));
   std::lock_guard<std::mutex> lock(mutex_);
@@ -321,7 +333,10 @@ Expected<std::unique_ptr<RemoteActors>> RemoteActors::start(caf::actor_system& s
   auto core = std::make_shared<Core>(system);
   auto node = Node::start(std::move(options), core.get());
   if (!node.hasValue()) return node.status();
-  core->node_ = std::move(*node);
+  {
+    std::lock_guard<std::mutex> lock(core->nodeMutex_);  // the progress thread may already read it
+    core->node_ = std::move(*node);
+  }
   return std::unique_ptr<RemoteActors>(new RemoteActors(std::move(core)));
 }
 

@@ -185,25 +185,29 @@ TEST_F(TransportJob, KilledPeerIsSeenByMonitorsAndFailsPendingRequests) {
   ASSERT_EQ(caf::to_string(ask(echo, caf::make_message(add_atom::value, int64_t(1), int64_t(1)))), "(2)");
   caf::scoped_actor self{*system_};
   self->monitor(echo);
-  // A request the peer holds forever; it must fail when the peer dies.
-  auto requester = system_->spawn([echo, client = caf::actor(self)](caf::event_based_actor* me) {
+  // Requests the peer holds forever; each must fail when the peer dies. Two
+  // requesters: their first requests carry the same (per-actor) request id.
+  auto hold = [echo, client = caf::actor(self)](caf::event_based_actor* me) {
     me->request(echo, std::chrono::seconds(60), hold_atom::value)
         .then([=](caf::message&) { me->send(client, std::string("replied")); },
               [=](caf::error& e) { me->send(client, e); });
-  });
-  std::this_thread::sleep_for(200ms);  // the hold is on its way / held
+  };
+  auto requester = system_->spawn(hold);
+  auto requester2 = system_->spawn(hold);
+  std::this_thread::sleep_for(200ms);  // the holds are on their way / held
   const auto killedAt = std::chrono::steady_clock::now();
   child.kill(SIGKILL);
-  bool down = false, failed = false;
-  for (int i = 0; i < 2 && !(down && failed); ++i) {
+  bool down = false;
+  int failed = 0;
+  for (int i = 0; i < 3 && !(down && failed == 2); ++i) {
     self->receive([&](const caf::down_msg& m) { down = m.source == echo.address(); },
-                  [&](const caf::error& e) { failed = e == caf::sec::request_receiver_down; },
+                  [&](const caf::error& e) { failed += e == caf::sec::request_receiver_down ? 1 : 0; },
                   [&](const std::string& s) { ADD_FAILURE() << s; },
                   caf::after(std::chrono::seconds(4)) >> [] {});
   }
   const auto took = std::chrono::steady_clock::now() - killedAt;
   EXPECT_TRUE(down) << "no down message for the killed peer's proxy";
-  EXPECT_TRUE(failed) << "the pending request did not fail with request_receiver_down";
+  EXPECT_EQ(failed, 2) << "pending requests that did not fail with request_receiver_down";
   // Within twice the heartbeat timeout (1 s).
   EXPECT_LT(std::chrono::duration_cast<std::chrono::milliseconds>(took).count(), 2000);
   // A request sent after the death fails at once.
@@ -216,6 +220,7 @@ TEST_F(TransportJob, KilledPeerIsSeenByMonitorsAndFailsPendingRequests) {
   }
   EXPECT_EQ(remote_->node().members().size(), 1u);
   caf::anon_send_exit(requester, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(requester2, caf::exit_reason::user_shutdown);
 }
 
 TEST_F(TransportJob, FrozenPeerIsDeclaredDownWhenHeartbeatsStop) {

@@ -40,6 +40,8 @@ using Clock = std::chrono::steady_clock;
 constexpr unsigned kAmId = 7;
 // A peer that has not finished the handshake may send only this much.
 constexpr size_t kMaxUnauthenticatedFrame = 4096;
+// At most this many accepted connections may be in their handshake at once.
+constexpr size_t kMaxHandshaking = 64;
 
 inline std::shared_ptr<spdlog::logger> log() {
   static auto l = logger("transport");
@@ -166,6 +168,8 @@ class Node::Impl {
     bool sameHost = false;  // the far side is on this machine
     bool flushOnClose = false;  // let queued messages (a refusal, a goodbye) leave first
     bool left = false;      // the far side said goodbye
+    uint64_t serial = 0;    // unique per connection of this node
+    std::optional<Clock::time_point> closeAt;  // a refusal: force-close then
     Nonce clientNonce{}, serverNonce{};
     Clock::time_point opened, lastReceived, lastSent;
     std::deque<std::shared_ptr<Incoming>> inbox;  // in arrival order
@@ -182,6 +186,7 @@ class Node::Impl {
   struct RecvOp {
     Impl* self;
     ucp_ep_h ep;
+    uint64_t serial;  // UCX may reuse a closed endpoint's handle
     std::shared_ptr<Incoming> incoming;
   };
 
@@ -192,6 +197,14 @@ class Node::Impl {
   Connection* connectionOf(ucp_ep_h ep) {
     auto it = connections_.find(ep);
     return it == connections_.end() ? nullptr : it->second.get();
+  }
+  // The handler's onPeerDown, always on the progress thread.
+  void notifyPeerDown(uint64_t peer, const Status& why) {
+    if (std::this_thread::get_id() == progressThread_.load()) {
+      handler_->onPeerDown(peer, why);
+    } else {
+      post([this, peer, why] { handler_->onPeerDown(peer, why); });
+    }
   }
   Status createEndpoint(const ucp_ep_params_t& params, Connection* c);
   void openConnection(const std::string& host, uint16_t port, uint64_t expectPeer);
@@ -239,6 +252,12 @@ class Node::Impl {
   std::unordered_map<uint64_t, Connection*> connecting_;  // outgoing, handshake in flight
   std::unordered_set<uint64_t> downPeers_;
   std::vector<void*> closing_;  // ucp_ep_close requests in flight
+  // Closed connections live until the next progress pass, so a caller up the
+  // stack that still holds one reads a closed connection, not freed memory.
+  std::vector<std::unique_ptr<Connection>> graveyard_;
+  uint64_t nextSerial_ = 1;
+  // Connections accepted and not yet through the handshake (bounded).
+  size_t handshaking() const;
   std::map<uint64_t, Member> membership_;  // coordinator: the job's members
   uint64_t membersEpoch_ = 0;
   Clock::time_point nextTimer_{};
