@@ -238,7 +238,12 @@ double measureRoundTrip(caf::actor_system& system, const caf::actor& sink, int r
   caf::scoped_actor self{system};
   auto client = caf::actor(self);
   system.spawn([=](caf::event_based_actor* me) {
-    auto next = std::make_shared<std::function<void(int64_t)>>();
+    // The step function calls itself through a raw pointer; the actor owns
+    // it (attach_functor) so it lives exactly as long as the actor. A
+    // shared_ptr captured inside itself would never be freed.
+    auto owned = std::make_shared<std::function<void(int64_t)>>();
+    std::function<void(int64_t)>* next = owned.get();
+    me->attach_functor([owned] {});
     auto start = std::make_shared<Clock::time_point>(Clock::now());
     *next = [=](int64_t i) {
       if (i == roundTrips) {
@@ -264,6 +269,9 @@ double measureRoundTrip(caf::actor_system& system, const caf::actor& sink, int r
 
 int runTransportBench(const TransportBenchOptions& options) {
   if (options.serve) return serve(options);
+  if (!options.jsonPath.empty() && !std::ofstream(options.jsonPath, std::ios::app)) {
+    TROUPE_SETUP_ERROR("bench transport: cannot write --json {}", options.jsonPath);
+  }
   auto log = logger("apps");
   const std::string token = transport::newJobToken();
   setenv(transport::kJobTokenVariable, token.c_str(), 1);

@@ -178,3 +178,32 @@ TEST(CliTest, GenDataRejectsBadSettings) {
 
 }  // namespace
 }  // namespace troupe
+
+namespace troupe {
+namespace {
+
+// `troupe bench transport` runs two real processes; here only its output and
+// errors are checked (its speed lives in bench/RESULTS.md).
+TEST(CliTest, BenchTransportWritesItsJson) {
+  TempDir dir;
+  const std::string json = dir.file("transport.json");
+  auto r = troupe({"bench", "transport", "--seconds", "0.05", "--trials", "1", "--round-trips", "50",
+                   "--no-perftest", "--json", json});
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  const std::string text = readFile(json);
+  for (const char* key : {"\"rows\"", "\"bytes\": 4096", "\"bytes\": 16777216", "\"troupe_mbps\"",
+                          "\"ucx_perftest_mbps\"", "\"troupe_roundtrip_us\"", "\"ucx_perftest_roundtrip_us\""}) {
+    EXPECT_NE(text.find(key), std::string::npos) << key << " missing from " << text;
+  }
+  EXPECT_NE(r.out.find("round trip of a small request"), std::string::npos) << r.out;
+}
+
+TEST(CliTest, BenchTransportRefusesBadSettingsAtOnce) {
+  expectUsageError(troupe({"bench", "transport", "--set", "transport.listen_host=0.0.0.0"}), "transport.listen_host");
+  expectUsageError(troupe({"bench", "transport", "--set", "transport.heartbeat_timeout_ms=100"}),
+                   "heartbeat_timeout_ms");
+  expectUsageError(troupe({"bench", "transport", "--json", "/nonexistent-dir/x.json"}), "/nonexistent-dir/x.json");
+}
+
+}  // namespace
+}  // namespace troupe
