@@ -618,9 +618,14 @@ ucs_status_t Node::Impl::onAm(void* arg, const void* header, size_t headerLength
     log()->warn("dropped a {}-byte message from {} before its handshake", frameBytes, c->address);
     return drop;
   }
-  if (frameBytes > self->options_.maxFrameBytes || frameBytes < kFrameHeaderBytes || headerLength % 8 != 0) {
-    self->dropMalformed(c, fmt::format("a message of {}+{} bytes (a header of whole words; {}..{} in all)",
-                                       headerLength, length, kFrameHeaderBytes, self->options_.maxFrameBytes));
+  if (frameBytes > self->options_.maxFrameBytes) {
+    self->dropMalformed(c, fmt::format("a message of {} bytes is over the limit of {} (transport.max_message_mb)",
+                                       frameBytes, self->options_.maxFrameBytes));
+    return drop;
+  }
+  if (frameBytes < kFrameHeaderBytes || headerLength % 8 != 0) {
+    self->dropMalformed(c, fmt::format("a message of {} + {} bytes (a frame is at least {} bytes, its header whole words)",
+                                       headerLength, length, kFrameHeaderBytes));
     return drop;
   }
   auto in = std::make_shared<Incoming>();

@@ -40,6 +40,9 @@ std::string selfExe() {
 
 class TransportJob : public ::testing::Test {
  protected:
+  // Subclasses may change the coordinator's options in their constructor.
+  uint64_t maxFrameBytes_ = uint64_t{1} << 32;
+
   void SetUp() override {
     // The system keeps a reference to its config: it must outlive it.
     config_ = std::make_unique<caf::actor_system_config>();
@@ -52,6 +55,7 @@ class TransportJob : public ::testing::Test {
     options.token = "test-token";
     options.heartbeatInterval = 100ms;
     options.heartbeatTimeout = 1000ms;
+    options.maxFrameBytes = maxFrameBytes_;
     auto remote = RemoteActors::start(*system_, options);
     ASSERT_TRUE(remote.hasValue()) << remote.status().message();
     remote_ = std::move(*remote);
@@ -292,6 +296,24 @@ TEST_F(TransportJob, GarbageIsCountedAndDroppedWithoutACrash) {
   EXPECT_EQ(dropped, uint64_t(sent));
   // Still serving, both ways.
   EXPECT_EQ(caf::to_string(ask(echo, caf::make_message(add_atom::value, int64_t(7), int64_t(8)))), "(15)");
+}
+
+class SmallFrameJob : public TransportJob {
+ protected:
+  SmallFrameJob() { maxFrameBytes_ = uint64_t{1} << 20; }
+};
+
+TEST_F(SmallFrameJob, OversizedMessageIsDroppedAndCounted) {
+  spawnPeer("echo", 2);
+  ASSERT_TRUE(remote_->node().waitForMembers(2, 20s).isOk());
+  auto echo = remote_->remoteActor(2, "echo");
+  // 2 MiB goes out fine; the echo coming back is over this node's 1 MiB limit.
+  std::vector<uint8_t> big(size_t(2) << 20, 7);
+  auto reply = ask(echo, caf::make_message(echo_atom::value, Tensor::copyOf(big.data(), big.size())), 2s);
+  EXPECT_TRUE(reply.match_elements<caf::error>()) << caf::to_string(reply);  // timed out: never delivered
+  EXPECT_GE(remote_->node().stats().malformedDropped, 1u);
+  // Still serving.
+  EXPECT_EQ(caf::to_string(ask(echo, caf::make_message(add_atom::value, int64_t(1), int64_t(1)))), "(2)");
 }
 
 }  // namespace
