@@ -81,6 +81,8 @@ std::vector<Config::Key> troupeConfigSchema() {
        "keep trying to reach the coordinator this long (it may start later)"},
       {"transport.shared_memory", T::kBool, true,
        "peers on one host use UCX shared memory (failures seen by heartbeats); false = TCP with UCX peer error handling"},
+      {"transport.spin_us", T::kInt, int64_t{50},
+       "the progress thread polls this long after its last work before it sleeps (latency against CPU)"},
       {"transport.max_message_mb", T::kInt, int64_t{4096}, "larger incoming messages are dropped and counted"},
   };
 }

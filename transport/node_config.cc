@@ -32,6 +32,9 @@ NodeOptions nodeOptionsFromConfig(const Config& config) {
   o.handshakeTimeout = ms("transport.handshake_timeout_ms", 1);
   o.joinTimeout = ms("transport.join_timeout_ms", 0);
   o.sharedMemory = config.getBool("transport.shared_memory");
+  const int64_t spin = config.getInt("transport.spin_us");
+  if (spin < 0 || spin > 1000000) TROUPE_SETUP_ERROR("transport.spin_us = {}: 0..1000000", spin);
+  o.spinBeforeSleep = std::chrono::microseconds(spin);
   const int64_t mb = config.getInt("transport.max_message_mb");
   if (mb < 1) TROUPE_SETUP_ERROR("transport.max_message_mb = {}: at least 1", mb);
   o.maxFrameBytes = uint64_t(mb) << 20;
