@@ -69,6 +69,14 @@ class RemoteActors::Core final : public NodeHandler, public std::enable_shared_f
                  const caf::message& msg);
 
   caf::strong_actor_ptr proxyFor(uint64_t peer, uint64_t actorId, bool* bornDead);
+  // The actor published under `id` when `peer` is this node itself.
+  caf::actor localNamed(uint64_t peer, uint64_t id) {
+    std::lock_guard<std::mutex> nodeLock(nodeMutex_);
+    if (!node_ || node_->id() != peer) return caf::actor();
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = named_.find(id);
+    return it == named_.end() ? caf::actor() : it->second;
+  }
   void publish(const caf::actor& actor, uint64_t id) {
     std::lock_guard<std::mutex> lock(mutex_);
     named_[id] = actor;
@@ -351,6 +359,7 @@ void RemoteActors::publish(const caf::actor& actor, const std::string& name) {
 }
 
 caf::actor RemoteActors::remoteActor(uint64_t peer, const std::string& name) {
+  if (auto local = core_->localNamed(peer, publishedActorId(name))) return local;  // this very node
   bool bornDead = false;
   auto p = core_->proxyFor(peer, publishedActorId(name), &bornDead);
   if (bornDead) {

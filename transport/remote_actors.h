@@ -65,7 +65,8 @@ class RemoteActors final {
 
   // The proxy of the actor published as `name` on node `peer` (the same
   // handle for the same pair while the peer is up). If the peer is already
-  // down, the proxy is born dead: monitors see it at once.
+  // down, the proxy is born dead: monitors see it at once. When `peer` is
+  // this node, the local actor itself (if published).
   caf::actor remoteActor(uint64_t peer, const std::string& name);
 
   RemoteActorsStats stats() const;

@@ -118,6 +118,14 @@ TEST_F(TransportJob, RequestReplyAcrossProcesses) {
   // A name nobody published fails the request instead of hanging.
   reply = ask(remote_->remoteActor(2, "nobody"), caf::make_message(add_atom::value, int64_t(1), int64_t(2)));
   EXPECT_TRUE(reply.match_elements<caf::error>()) << caf::to_string(reply);
+  // This node's own published actors come back as themselves.
+  auto local = system_->spawn([]() -> caf::behavior { return {[](add_atom, int64_t a, int64_t b) { return a * b; }}; });
+  remote_->publish(local, "local");
+  EXPECT_EQ(remote_->remoteActor(kCoordinatorId, "local"), local);
+  EXPECT_EQ(caf::to_string(ask(remote_->remoteActor(kCoordinatorId, "local"),
+                               caf::make_message(add_atom::value, int64_t(6), int64_t(7)))),
+            "(42)");
+  caf::anon_send_exit(local, caf::exit_reason::user_shutdown);
   EXPECT_EQ(caf::to_string(ask(echo, caf::make_message(quit_atom::value))), "(true)");
   auto done = children_.back()->wait(10s);
   EXPECT_EQ(done.exitCode, 0) << done.err;
