@@ -70,6 +70,13 @@ Status Node::Impl::init() {
     return Status::invalidArgument("transport: listen on a concrete address peers can reach, not 0.0.0.0");
   }
   tokenFingerprint_ = tokenFingerprint(options_.token);
+  if (!options_.coordinator.empty()) {
+    auto hp = parseHostPort(options_.coordinator);
+    if (!hp.hasValue()) return Status::invalidArgument(fmt::format("transport coordinator: {}", hp.status().message()));
+    coordinatorHost_ = hp->first;
+    coordinatorPort_ = hp->second;
+    coordinatorAddress_ = fmt::format("{}:{}", coordinatorHost_, coordinatorPort_);
+  }
 
   ucp_config_t* config = nullptr;
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
@@ -141,13 +148,9 @@ Status Node::Impl::init() {
     run();
   });
   progressThread_ = thread_.get_id();
-  if (!options_.coordinator.empty()) {
-    auto hp = parseHostPort(options_.coordinator);
-    if (!hp.hasValue()) return Status::invalidArgument(fmt::format("transport coordinator: {}", hp.status().message()));
-    const std::string host = hp->first;
-    const uint16_t port = hp->second;
+  if (!coordinatorAddress_.empty()) {
     joinDeadline_ = Clock::now() + options_.joinTimeout;
-    post([this, host, port] { openConnection(host, port, 0); });
+    post([this] { openConnection(coordinatorHost_, coordinatorPort_, 0); });
   }
   return Status::ok();
 }
@@ -291,8 +294,7 @@ void Node::Impl::onTimer(Clock::time_point now) {
   nextTimer_ = now + std::max(std::chrono::milliseconds(1), options_.heartbeatInterval / 4);
   if (retryJoinAt_ && now >= *retryJoinAt_) {
     retryJoinAt_.reset();
-    auto hp = parseHostPort(options_.coordinator);
-    if (hp.hasValue()) openConnection(hp->first, hp->second, 0);
+    openConnection(coordinatorHost_, coordinatorPort_, 0);
   }
   std::vector<Connection*> all;
   for (auto& [ep, cp] : connections_) all.push_back(cp.get());
@@ -469,12 +471,6 @@ void Node::Impl::closeConnection(Connection* c, const Status& why, bool peerDown
       membersChanged_.notify_all();
     }
   }
-}
-
-bool Node::Impl::isCoordinatorAddress(const std::string& address) const {
-  if (options_.coordinator.empty()) return false;
-  auto hp = parseHostPort(options_.coordinator);
-  return hp.hasValue() && address == fmt::format("{}:{}", hp->first, hp->second);
 }
 
 
@@ -751,11 +747,6 @@ void Node::send(uint64_t peer, Envelope envelope, std::vector<Tensor> tensors) {
 void Node::sendRawFrame(uint64_t peer, std::vector<std::byte> frame) {
   Impl* impl = impl_.get();
   impl->post([impl, peer, f = std::move(frame)]() mutable { impl->sendRawBytes(peer, std::move(f)); });
-}
-
-void Node::connect(const std::string& host, uint16_t port) {
-  Impl* impl = impl_.get();
-  impl->post([impl, host, port] { impl->openPublic(host, port); });
 }
 
 std::vector<Member> Node::members() const {

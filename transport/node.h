@@ -17,12 +17,14 @@
 //    learns every member's role and listen address; the coordinator node
 //    keeps the membership and tells every member when it changes.
 //
-// Threading: every UCX call runs on the progress thread. send() and connect()
-// only queue work for it and wake it (eventfd), so they never block. The
-// handler's callbacks run on the progress thread; they must be short and
-// must not call back into blocking Node methods. The progress thread spins
-// for spinBeforeSleep after its last work, then arms the UCX worker and
-// sleeps in epoll, so an idle node costs no CPU.
+// Threading: one progress thread owns UCX progress. send() sends on the
+// caller's thread when the worker's mutex is free at once, and otherwise
+// queues the frame for the progress thread and wakes it (eventfd); it never
+// blocks, and one thread's sends stay in order. The handler's callbacks run
+// only on the progress thread; they must be short and must not call back
+// into blocking Node methods. The progress thread spins (yielding) for
+// spinBeforeSleep after its last work, then arms the UCX worker and sleeps
+// in epoll, so an idle node costs no CPU.
 //
 // Ownership: send() keeps the tensors' owners alive until UCX has sent them;
 // received frames live in a buffer the handler may keep (`owner`).
@@ -128,10 +130,6 @@ class Node final {
   // unchecked (garbage, truncated or lying frames), over the authenticated
   // endpoint. Dropped if there is no such endpoint.
   void sendRawFrame(uint64_t peer, std::vector<std::byte> frame);
-
-  // Connects to a listener at host:port ahead of need (the peer's id is
-  // learnt in the handshake). Failures are logged.
-  void connect(const std::string& host, uint16_t port);
 
   // The latest membership the coordinator sent (empty before the first).
   std::vector<Member> members() const;

@@ -15,6 +15,7 @@
 
 #include "tests/common/subprocess.h"
 #include "tests/common/temp_dir.h"
+#include "tests/transport/transport_peer.h"
 
 namespace troupe::transport::testing {
 namespace {
@@ -23,12 +24,6 @@ using namespace std::chrono_literals;
 using troupe::testing::Child;
 using troupe::testing::runProcess;
 using troupe::testing::TempDir;
-
-std::string selfExe() {
-  char buf[4096];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  return std::string(buf, size_t(std::max<ssize_t>(n, 0)));
-}
 
 bool run(const std::string& cmd) {
   auto r = runProcess({"/bin/sh", "-c", cmd}, 20s);

@@ -32,12 +32,6 @@ using troupe::testing::TempDir;
 
 constexpr uint64_t kCoordinatorId = 1;
 
-std::string selfExe() {
-  char buf[4096];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  return std::string(buf, size_t(std::max<ssize_t>(n, 0)));
-}
-
 class TransportJob : public ::testing::Test {
  protected:
   // Subclasses may change the coordinator's options in their constructor.
@@ -77,18 +71,8 @@ class TransportJob : public ::testing::Test {
     return *children_.back();
   }
 
-  // A request from a fresh scoped actor; the reply message or the error.
   caf::message ask(const caf::actor& dest, caf::message msg, std::chrono::milliseconds timeout = 10s) {
-    caf::scoped_actor self{*system_};
-    caf::message out;
-    // CAF 0.17 hands a reply of a type the handler did not name to the error
-    // handler as unexpected_response with the reply as its context.
-    self->request(dest, timeout, std::move(msg))
-        .receive([&]() { out = caf::message(); },
-                 [&](caf::error& e) {
-                   out = e == caf::sec::unexpected_response ? e.context() : caf::make_message(std::move(e));
-                 });
-    return out;
+    return troupe::transport::testing::ask(*system_, dest, std::move(msg), timeout);
   }
 
   std::unique_ptr<caf::actor_system_config> config_;

@@ -1,5 +1,8 @@
 #include "tests/transport/transport_peer.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -153,18 +156,6 @@ int runBadToken(const PeerArgs& a) {
   return joined.message().find("could not join") != std::string::npos ? 0 : 5;
 }
 
-// A request from a fresh scoped actor; the reply or the error as a message.
-caf::message ask(caf::actor_system& system, const caf::actor& dest, caf::message msg) {
-  caf::scoped_actor self{system};
-  caf::message out;
-  self->request(dest, std::chrono::seconds(10), std::move(msg))
-      .receive([&]() {},
-               [&](caf::error& e) {
-                 out = e == caf::sec::unexpected_response ? e.context() : caf::make_message(std::move(e));
-               });
-  return out;
-}
-
 int runCoordinator(const PeerArgs& a) {
   caf::actor_system_config cfg;
   cfg.set("scheduler.max-threads", 2);
@@ -215,6 +206,24 @@ int runCoordinator(const PeerArgs& a) {
 }
 
 }  // namespace
+
+caf::message ask(caf::actor_system& system, const caf::actor& dest, caf::message msg,
+                 std::chrono::milliseconds timeout) {
+  caf::scoped_actor self{system};
+  caf::message out;
+  self->request(dest, timeout, std::move(msg))
+      .receive([&]() {},
+               [&](caf::error& e) {
+                 out = e == caf::sec::unexpected_response ? e.context() : caf::make_message(std::move(e));
+               });
+  return out;
+}
+
+std::string selfExe() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return std::string(buf, size_t(std::max<ssize_t>(n, 0)));
+}
 
 int runPeerIfAsked(int argc, char** argv) {
   PeerArgs a;

@@ -11,7 +11,12 @@
 //             coordinator refused it, 1 if it got in.
 #pragma once
 
+#include <chrono>
+#include <string>
+
 #include <caf/atom.hpp>
+#include <caf/fwd.hpp>
+#include <caf/message.hpp>
 
 namespace troupe::transport::testing {
 
@@ -24,6 +29,15 @@ using relay_atom = caf::atom_constant<caf::atom("relay")>;
 using garbage_atom = caf::atom_constant<caf::atom("garbage")>;
 using quit_atom = caf::atom_constant<caf::atom("quit")>;
 using whoami_atom = caf::atom_constant<caf::atom("whoami")>;
+
+// A request from a fresh scoped actor: the reply, or the error, as a message.
+// (CAF 0.17 hands a reply of a type the handler did not name to the error
+// handler as unexpected_response with the reply as its context.)
+caf::message ask(caf::actor_system& system, const caf::actor& dest, caf::message msg,
+                 std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+// This test binary's own path (peers are this binary run again).
+std::string selfExe();
 
 // Runs the peer named by argv if argv asks for one; returns -1 otherwise.
 int runPeerIfAsked(int argc, char** argv);

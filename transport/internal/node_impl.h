@@ -113,7 +113,6 @@ class Node::Impl {
     }
     if (sleeping_.load(std::memory_order_seq_cst)) wake();
   }
-  void sendToPublic(uint64_t peer, Envelope e, std::vector<Tensor> t) { sendTo(peer, std::move(e), std::move(t)); }
 
   // Sends on the calling thread when it can take the worker at once (saves
   // a hand-off to the progress thread); otherwise queues. Earlier queued
@@ -128,7 +127,6 @@ class Node::Impl {
     }
     post([this, peer, e = std::move(e), t = std::move(t)]() mutable { sendTo(peer, std::move(e), std::move(t)); });
   }
-  void openPublic(const std::string& host, uint16_t port) { openConnection(host, port, 0); }
   void sendRawBytes(uint64_t peer, std::vector<std::byte> bytes);
   void wake() {
     uint64_t one = 1;
@@ -213,7 +211,12 @@ class Node::Impl {
   void sendTo(uint64_t peer, Envelope envelope, std::vector<Tensor> tensors);
   void closeConnection(Connection* c, const Status& why, bool peerDown);
   void refuse(Connection* c, const std::string& reason);
-  bool isCoordinatorAddress(const std::string& address) const;
+  bool isCoordinatorAddress(const std::string& address) const {
+    return !coordinatorAddress_.empty() && address == coordinatorAddress_;
+  }
+  // options_.coordinator, parsed once at start ("host:port" as connections name it).
+  std::string coordinatorHost_, coordinatorAddress_;
+  uint16_t coordinatorPort_ = 0;
   void pumpInbox(Connection* c);
   void handleFrame(Connection* c, const std::shared_ptr<Incoming>& in);
   void handleControl(Connection* c, const DecodedFrame& frame);
