@@ -1,5 +1,6 @@
 #include "ps/embedding_table.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +16,7 @@ void EmbeddingTable::FreeDeleter::operator()(float* p) const { std::free(p); }
 EmbeddingTable::EmbeddingTable(const EmbeddingTableOptions& options)
     : options_(options),
       rowFloats_(kernels::optimizerRowFloats(options.optimizer.kind, options.dim)),
+      chunkRows_(std::clamp<int64_t>((int64_t{1} << 20) / std::max<int64_t>(rowFloats_, 1), 1, 4096)),
       initScale_(options.initScale > 0 ? options.initScale : float(1.0 / std::sqrt(double(options.dim)))) {
   if (options.dim < 1) TROUPE_SETUP_ERROR("embedding table {}: dim must be >= 1, got {}", options.tableId, options.dim);
   int64_t capacity = 16;
@@ -26,7 +28,7 @@ EmbeddingTable::EmbeddingTable(const EmbeddingTableOptions& options)
 EmbeddingTable::~EmbeddingTable() = default;
 
 size_t EmbeddingTable::memoryBytes() const {
-  return slots_.size() * sizeof(Slot) + chunks_.size() * size_t(kChunkRows * rowFloats_) * sizeof(float);
+  return slots_.size() * sizeof(Slot) + chunks_.size() * size_t(chunkRows_ * rowFloats_) * sizeof(float);
 }
 
 void EmbeddingTable::initialWeights(uint64_t seed, int tableId, uint64_t key, float scale, float* out,
@@ -37,8 +39,8 @@ void EmbeddingTable::initialWeights(uint64_t seed, int tableId, uint64_t key, fl
 
 int64_t EmbeddingTable::newRow(uint64_t key) {
   const int64_t row = rows_++;
-  if (row / kChunkRows >= int64_t(chunks_.size())) {
-    const size_t bytes = size_t(kChunkRows * rowFloats_) * sizeof(float);
+  if (row / chunkRows_ >= int64_t(chunks_.size())) {
+    const size_t bytes = size_t(chunkRows_ * rowFloats_) * sizeof(float);
     void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
     TROUPE_CHECK(p != nullptr, "embedding table {}: out of memory allocating {} bytes", options_.tableId, bytes);
     chunks_.emplace_back(static_cast<float*>(p));

@@ -100,16 +100,17 @@ class EmbeddingTable final {
     uint64_t key;
     int64_t row;  // -1: empty
   };
-  static constexpr int64_t kChunkRows = 4096;
-
+  // Rows per chunk: up to 4096, fewer for wide rows (a chunk stays near 4 MiB
+  // unless one row is larger).
   float* rowAt(int64_t row) const {
-    return chunks_[size_t(row / kChunkRows)].get() + (row % kChunkRows) * rowFloats_;
+    return chunks_[size_t(row / chunkRows_)].get() + (row % chunkRows_) * rowFloats_;
   }
   int64_t newRow(uint64_t key);
   void grow();
 
   EmbeddingTableOptions options_;
   int64_t rowFloats_;
+  int64_t chunkRows_;
   float initScale_;
   std::vector<Slot> slots_;
   uint64_t mask_ = 0;

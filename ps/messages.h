@@ -18,11 +18,14 @@ namespace troupe::ps {
 struct PullRequest {
   std::vector<std::vector<uint64_t>> keys;
   bool create = true;
+  int64_t step = 0;    // the worker's step this pull is for (consistency clock)
+  bool dense = false;  // also the dense parameters (PS mode keeps them on shards)
 };
 
 // rows[t] is [keys[t].size() x dim_t], in request order.
 struct PullReply {
   std::vector<std::vector<float>> rows;
+  std::vector<float> dense;  // every dense weight, when asked for
 };
 
 // Gradients for the rows of the given keys; applied once, in arrival order.
@@ -33,6 +36,8 @@ struct PushRequest {
   int64_t step = 1;  // the optimizer's global step
   std::vector<std::vector<uint64_t>> keys;
   std::vector<std::vector<float>> grads;  // grads[t]: [keys[t].size() x dim_t]
+  std::vector<float> denseGrads;          // PS mode: every dense gradient
+  int64_t clock = 0;                      // the worker's step (0-based) this push ends
 };
 
 using PullRequestPtr = std::shared_ptr<const PullRequest>;

@@ -8,23 +8,14 @@
 #include "common/logging.h"
 #include "kernels/kernels.h"
 #include "ps/messages.h"
+#include "ps/table_set.h"
 
 namespace troupe::ps {
 namespace {
 
-// Tables whose rows one optimizer call can update together: same dim, same
-// optimizer and hyperparameters.
-bool sameUpdate(const EmbeddingTableOptions& a, const EmbeddingTableOptions& b) {
-  const auto &x = a.optimizer, &y = b.optimizer;
-  return a.dim == b.dim && x.kind == y.kind && x.learningRate == y.learningRate && x.weightDecay == y.weightDecay &&
-         x.eps == y.eps && x.initialAccumulator == y.initialAccumulator && x.beta1 == y.beta1 &&
-         x.beta2 == y.beta2 && x.ftrlBeta == y.ftrlBeta && x.l1 == y.l1 && x.l2 == y.l2;
-}
-
 struct TableHolderState {
-  std::vector<std::unique_ptr<EmbeddingTable>> tables;
-  bool uniform = false;  // every table sameUpdate as the first
-  std::vector<float*> rows;    // scratch of a uniform push
+  std::unique_ptr<TableSet> tables;
+  std::vector<uint64_t> counts, keys;  // scratch: a request flattened
   std::vector<float> grads;
   std::shared_ptr<kernels::Kernels> kernels;
   std::map<int64_t, int64_t> lastSequence;  // per worker
@@ -36,15 +27,13 @@ caf::error invalid(std::string what) {
 }
 
 caf::behavior tableHolder(caf::stateful_actor<TableHolderState>* self, TableHolderOptions options) {
-  for (const auto& t : options.tables) self->state.tables.push_back(std::make_unique<EmbeddingTable>(t));
-  self->state.uniform = !options.tables.empty();
-  for (const auto& t : options.tables) self->state.uniform &= sameUpdate(t, options.tables.front());
+  self->state.tables = std::make_unique<TableSet>(options.tables);
   self->state.kernels = options.kernels ? options.kernels
                                         : std::shared_ptr<kernels::Kernels>(
                                               kernels::createKernels({kernels::Device::kCpu, options.threads}));
   return {
       [=](pull_atom, const PullRequestPtr& req) -> caf::result<PullReplyPtr> {
-        auto& tables = self->state.tables;
+        TableSet& tables = *self->state.tables;
         if (!req || req->keys.size() != tables.size()) {
           return invalid(fmt::format("pull: {} key lists for {} tables", req ? req->keys.size() : 0, tables.size()));
         }
@@ -52,62 +41,40 @@ caf::behavior tableHolder(caf::stateful_actor<TableHolderState>* self, TableHold
         reply->rows.resize(tables.size());
         for (size_t t = 0; t < tables.size(); ++t) {
           const auto& keys = req->keys[t];
-          const int64_t dim = tables[t]->dim();
-          auto& rows = reply->rows[t];
-          rows.resize(keys.size() * size_t(dim));
-          if (req->create) {
-            tables[t]->pull(keys.data(), int64_t(keys.size()), rows.data());
-          } else {
-            tables[t]->peek(keys.data(), int64_t(keys.size()), rows.data());
-          }
+          reply->rows[t].resize(keys.size() * size_t(tables.dims()[t]));
+          tables.pullTable(t, keys.data(), int64_t(keys.size()), req->create, reply->rows[t].data());
         }
         return PullReplyPtr(std::move(reply));
       },
       [=](push_atom, const PushRequestPtr& req) -> caf::result<int64_t> {
-        auto& tables = self->state.tables;
+        auto& st = self->state;
+        TableSet& tables = *st.tables;
         if (!req || req->keys.size() != tables.size() || req->grads.size() != tables.size()) {
           return invalid("push: the key and gradient lists do not match the tables");
         }
         for (size_t t = 0; t < tables.size(); ++t) {
-          if (req->grads[t].size() != req->keys[t].size() * size_t(tables[t]->dim())) {
+          if (req->grads[t].size() != req->keys[t].size() * size_t(tables.dims()[t])) {
             return invalid(fmt::format("push: table {} has {} keys but {} gradient floats (dim {})", t,
-                                       req->keys[t].size(), req->grads[t].size(), tables[t]->dim()));
+                                       req->keys[t].size(), req->grads[t].size(), tables.dims()[t]));
           }
         }
-        auto [it, fresh] = self->state.lastSequence.emplace(req->worker, -1);
+        auto [it, fresh] = st.lastSequence.emplace(req->worker, -1);
         if (req->sequence <= it->second) return req->sequence;  // a duplicate: applied already
-        auto& st = self->state;
-        if (st.uniform) {
-          // One optimizer call for every table's rows (same dim and optimizer).
-          st.rows.clear();
-          st.grads.clear();
-          for (size_t t = 0; t < tables.size(); ++t) {
-            auto n = tables[t]->preparePush(req->keys[t].data(), req->grads[t].data(),
-                                            int64_t(req->keys[t].size()), *st.kernels);
-            if (!n.hasValue()) return caf::make_error(caf::sec::runtime_error, n.status().toString());
-            const float* g = tables[t]->preparedGrads();
-            st.rows.insert(st.rows.end(), tables[t]->preparedRows(), tables[t]->preparedRows() + *n);
-            st.grads.insert(st.grads.end(), g, g + *n * tables[t]->dim());
-          }
-          kernels::OptimizerConfig config = tables.front()->options().optimizer;
-          config.step = req->step;
-          Status s = st.kernels->applyRowOptimizer(config, st.rows.data(), int64_t(st.rows.size()),
-                                                   tables.front()->dim(), st.grads.data());
-          if (!s.isOk()) return caf::make_error(caf::sec::runtime_error, s.toString());
-        } else {
-          for (size_t t = 0; t < tables.size(); ++t) {
-            Status s = tables[t]->push(req->keys[t].data(), req->grads[t].data(), int64_t(req->keys[t].size()),
-                                       req->step, *st.kernels);
-            if (!s.isOk()) return caf::make_error(caf::sec::runtime_error, s.toString());
-          }
+        st.counts.clear();
+        st.keys.clear();
+        st.grads.clear();
+        for (size_t t = 0; t < tables.size(); ++t) {
+          st.counts.push_back(req->keys[t].size());
+          st.keys.insert(st.keys.end(), req->keys[t].begin(), req->keys[t].end());
+          st.grads.insert(st.grads.end(), req->grads[t].begin(), req->grads[t].end());
         }
+        Status s = tables.push(st.counts.data(), st.keys.data(), st.grads.data(), req->step, *st.kernels);
+        if (!s.isOk()) return caf::make_error(caf::sec::runtime_error, s.toString());
         it->second = req->sequence;
         return req->sequence;
       },
       [=](stats_atom) -> int64_t {
-        int64_t rows = 0;
-        for (const auto& t : self->state.tables) rows += t->size();
-        return rows;
+        return self->state.tables->rows();
       },
   };
 }

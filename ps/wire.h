@@ -1,41 +1,98 @@
-// The wire form of the parameter-server messages (ps/messages.h): what a
-// pull or push becomes when it crosses processes through transport proxies.
-// Key and row payloads travel as transport::Tensors (raw buffers beside the
-// envelope), with one count per table; the small fields as integers.
+// The shard protocol: what workers (through workers/ps_client.h) and
+// parameter-server shards (ps/shard.h) say to each other, in a form that
+// crosses processes through transport proxies unchanged. Keys, rows and
+// gradients travel as transport::Tensors (raw buffers beside the envelope,
+// zero copy on receive); small fields as integers. One key count per table,
+// keys of all tables back to back.
 //
-//   pull:       (pull_atom, bool create, Tensor key counts u64, Tensor keys u64)
-//   pull reply: (Tensor float counts u64, Tensor rows f32)
-//   push:       (push_atom, i64 worker, i64 sequence, i64 step,
-//                Tensor key counts u64, Tensor keys u64,
-//                Tensor gradient float counts u64, Tensor grads f32)
+//   pull:   (pull_atom, i64 worker, i64 step, bool create, bool dense,
+//            Tensor key counts u64[T], Tensor keys u64[n])
+//           -> (Tensor rows f32[sum_t n_t x dim_t], Tensor dense f32[slice or 0])
+//   push:   (push_atom, i64 worker, i64 sequence, i64 step,
+//            Tensor key counts u64[T], Tensor keys u64[n],
+//            Tensor grads f32[sum_t n_t x dim_t], Tensor dense grads f32[slice or 0])
+//           -> i64 sequence, once applied
+//   leave:  (leave_atom, i64 worker) -> i64 worker   the worker trains no more
+//   stats:  (stats_atom) -> ShardStats as 6 x i64
 //
-// Decoders trust nothing: dtypes, lengths, counts against payload sizes and
-// the number of tables are checked, and a mismatch is a corruption Status
-// naming it.
+// `step` is the worker's training step (0-based): the consistency clock.
+// Decoders trust nothing: element types, dtypes, lengths and counts are
+// checked against the shard's tables and dense slice, and a mismatch is a
+// corruption Status naming it.
 //
 // Threading: plain functions; safe from any thread.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
+#include <caf/atom.hpp>
 #include <caf/fwd.hpp>
 
 #include "common/status.h"
 #include "ps/messages.h"
+#include "transport/tensor.h"
 
 namespace troupe::ps {
+
+using leave_atom = caf::atom_constant<caf::atom("leave")>;
 
 // More tables than this in one message is refused.
 inline constexpr size_t kMaxWireTables = 4096;
 
-caf::message pullToWire(const PullRequest& request);
-caf::message pullReplyToWire(const PullReply& reply);
-caf::message pushToWire(const PushRequest& request);
+// A pull as received; the pointers live as long as the message.
+struct PullView {
+  int64_t worker = 0;
+  int64_t step = 0;
+  bool create = true;
+  bool dense = false;
+  const uint64_t* counts = nullptr;  // [tables]
+  const uint64_t* keys = nullptr;    // [keyCount]
+  size_t keyCount = 0;
+  size_t rowFloats = 0;              // sum_t counts[t] x dims[t]
+};
 
-// From a message received through a proxy. `dims` (floats per row, one per
-// table) checks a push's gradients; empty skips that check.
-Expected<PullRequest> pullFromWire(const caf::message& msg);
-Expected<PullReply> pullReplyFromWire(const caf::message& msg);
-Expected<PushRequest> pushFromWire(const caf::message& msg, const std::vector<int>& dims = {});
+struct PushView {
+  int64_t worker = 0;
+  int64_t sequence = 0;
+  int64_t step = 0;
+  const uint64_t* counts = nullptr;
+  const uint64_t* keys = nullptr;
+  size_t keyCount = 0;
+  const float* grads = nullptr;  // [sum_t counts[t] x dims[t]]
+  size_t gradFloats = 0;
+  const float* denseGrads = nullptr;  // [denseFloats], 0 or the shard's slice
+  size_t denseFloats = 0;
+};
+
+struct PullReplyView {
+  const float* rows = nullptr;
+  size_t rowFloats = 0;
+  const float* dense = nullptr;
+  size_t denseFloats = 0;
+};
+
+// `dims`: floats per row of each table the receiver holds; `denseSlice`: the
+// floats of its dense slice (a dense part must be empty or exactly that).
+Expected<PullView> pullFromWire(const caf::message& msg, const std::vector<int64_t>& dims);
+Expected<PushView> pushFromWire(const caf::message& msg, const std::vector<int64_t>& dims, size_t denseSlice);
+// `rowFloats` and `denseFloats`: what the pull asked for.
+Expected<PullReplyView> pullReplyFromWire(const caf::message& msg, size_t rowFloats, size_t denseFloats);
+
+caf::message pullToWire(int64_t worker, int64_t step, bool create, bool dense, transport::Tensor counts,
+                        transport::Tensor keys);
+caf::message pushToWire(int64_t worker, int64_t sequence, int64_t step, transport::Tensor counts,
+                        transport::Tensor keys, transport::Tensor grads, transport::Tensor denseGrads);
+caf::message pullReplyToWire(transport::Tensor rows, transport::Tensor dense);
+
+// A shard's counters (stats reply).
+struct ShardStats {
+  int64_t rows = 0;            // embedding rows held, all tables
+  int64_t pushesApplied = 0;   // distinct pushes applied
+  int64_t duplicatePushes = 0; // pushes seen again and only acknowledged
+  int64_t pullsServed = 0;
+  int64_t pullsDelayed = 0;    // pulls that waited for the consistency clock
+  int64_t maxLead = 0;         // largest (pull step - slowest live worker's clock) served
+};
 
 }  // namespace troupe::ps

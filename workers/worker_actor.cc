@@ -7,6 +7,7 @@
 
 #include "common/logging.h"
 #include "ps/messages.h"
+#include "ps/wire.h"
 #include "workers/messages.h"
 
 namespace troupe::workers {
@@ -30,6 +31,9 @@ struct WorkerState {
   EvalResult eval;
   Clock::time_point evalStart;
   bool finished = false;
+  int64_t pushesInFlight = 0;
+  bool gatePassed = false;
+  std::function<void()> whenDrained;  // runs once every push is acknowledged
   static inline const char* name = "worker";
 };
 
@@ -94,7 +98,18 @@ void trainOn(Self* self, BatchPtr batch, ps::PullReplyPtr rows) {
     // The holder applies pushes and pulls in arrival order, so the next pull
     // sees this update; the acknowledgement is only counted.
     self->request(st.tables, st.options.requestTimeout, ps::push_atom::value, *push)
-        .then([=](int64_t) { ++self->state.report->pushesAcked; }, [=](caf::error& err) { fail(self, err); });
+        .then(
+            [=](int64_t) {
+              auto& st = self->state;
+              ++st.report->pushesAcked;
+              if (--st.pushesInFlight == 0 && st.whenDrained) {
+                auto next = std::move(st.whenDrained);
+                st.whenDrained = nullptr;
+                next();
+              }
+            },
+            [=](caf::error& err) { fail(self, err); });
+    ++st.pushesInFlight;
   }
   afterStep(self, *batch);
 }
@@ -107,7 +122,7 @@ void nextTrainBatch(Self* self) {
             auto& st = self->state;
             if (!batch) return evaluate(self);
             st.stepStart = Clock::now();
-            if (!st.core->hasTables()) return trainOn(self, batch, nullptr);
+            if (!st.core->needsServer()) return trainOn(self, batch, nullptr);
             auto pull = st.core->prepare(*batch, true);
             if (!pull.hasValue()) return fail(self, pull.status());
             self->request(st.tables, st.options.requestTimeout, ps::pull_atom::value, *pull)
@@ -140,10 +155,10 @@ void nextEvalBatch(Self* self) {
                 st.options.onEvent(e);
               }
               const bool stepsDone = st.options.maxSteps > 0 && st.core->steps() >= st.options.maxSteps;
-              if (++st.epoch < st.options.epochs && !stepsDone) return startEpoch(self);
+              if (!st.gatePassed && ++st.epoch < st.options.epochs && !stepsDone) return startEpoch(self);
               return finish(self);
             }
-            if (!st.core->hasTables()) return evalBatch(self, batch, nullptr);
+            if (!st.core->needsServer()) return evalBatch(self, batch, nullptr);
             auto pull = st.core->prepare(*batch, false);
             if (!pull.hasValue()) return fail(self, pull.status());
             self->request(st.tables, st.options.requestTimeout, ps::pull_atom::value, *pull)
@@ -159,6 +174,33 @@ void evalBatch(Self* self, BatchPtr batch, ps::PullReplyPtr rows) {
   nextEvalBatch(self);
 }
 
+void startEvaluation(Self* self);
+
+// Before the final evaluation of a job with a gate: every push acknowledged,
+// the tables told this worker trains no more, then the gate decides.
+void passGate(Self* self) {
+  auto& st = self->state;
+  if (st.pushesInFlight > 0) {
+    st.whenDrained = [=] { passGate(self); };
+    return;
+  }
+  self->request(st.tables, st.options.requestTimeout, ps::leave_atom::value)
+      .then(
+          [=](int64_t) {
+            auto& st = self->state;
+            self->request(st.options.evalGate, st.options.gateTimeout, gate_atom::value, st.core->options().worker,
+                          st.core->steps(), st.report->samples, st.trainSeconds)
+                .then(
+                    [=](bool evaluate) {
+                      self->state.gatePassed = true;
+                      if (evaluate) return startEvaluation(self);
+                      finish(self);
+                    },
+                    [=](caf::error& err) { fail(self, err); });
+          },
+          [=](caf::error& err) { fail(self, err); });
+}
+
 void evaluate(Self* self) {
   auto& st = self->state;
   const bool last = st.epoch + 1 >= st.options.epochs ||
@@ -167,6 +209,12 @@ void evaluate(Self* self) {
     ++st.epoch;
     return startEpoch(self);
   }
+  if (last && st.options.evalGate) return passGate(self);
+  startEvaluation(self);
+}
+
+void startEvaluation(Self* self) {
+  auto& st = self->state;
   st.evalStart = Clock::now();
   self->request(st.testLoader, st.options.requestTimeout, epoch_atom::value, st.epoch)
       .then([=](int64_t) { nextEvalBatch(self); }, [=](caf::error& err) { fail(self, err); });

@@ -6,6 +6,7 @@
 //   (run_atom) -> TrainReportPtr   answered when training ends (or with the error
 //                                  that stopped it)
 //
+// With an evalGate (a job of several workers), see WorkerOptions::evalGate.
 // Progress and evaluations are reported through WorkerOptions::onEvent, called
 // on the worker's thread. Runs detached: compute blocks only its own thread.
 // Every request it makes carries requestTimeout; a timeout fails the run.
@@ -55,6 +56,12 @@ struct WorkerOptions {
   bool evaluateEachEpoch = true;  // otherwise only after the last
   double lrDecayPerEpoch = 1.0;   // dense learning rate x this^epoch
   std::chrono::seconds requestTimeout{600};
+  // A job of several workers: before its final evaluation the worker waits
+  // for every push to be acknowledged, tells the tables it leaves
+  // (leave_atom), and asks the gate (gate_atom, worker, steps, samples,
+  // train seconds) -> bool: evaluate (true) or finish without (false).
+  caf::actor evalGate;
+  std::chrono::seconds gateTimeout{86400};
   std::function<void(const WorkerEvent&)> onEvent;
 };
 

@@ -45,7 +45,16 @@ double WorkerCore::takeMeanLoss() {
   return mean;
 }
 
+DenseParameters& WorkerCore::dense() { return dlrm_ ? dlrm_->parameters() : *mlpParams_; }
+
 Expected<ps::PullRequestPtr> WorkerCore::prepare(const Batch& batch, bool create) {
+  if (!hasTables()) {
+    auto req = std::make_shared<ps::PullRequest>();
+    req->create = create;
+    req->step = steps_;
+    req->dense = options_.denseOnServers;
+    return ps::PullRequestPtr(std::move(req));
+  }
   const int tables = options_.dlrm.numTables;
   if (batch.numTables != tables || int64_t(batch.keys.size()) != batch.rows * tables) {
     return Status::invalidArgument(
@@ -54,6 +63,8 @@ Expected<ps::PullRequestPtr> WorkerCore::prepare(const Batch& batch, bool create
   }
   auto req = std::make_shared<ps::PullRequest>();
   req->create = create;
+  req->step = steps_;
+  req->dense = options_.denseOnServers;
   req->keys.resize(size_t(tables));
   uniqueKeys_.resize(size_t(tables));
   inverse_.resize(size_t(tables));
@@ -118,6 +129,14 @@ kernels::EmbeddingBags WorkerCore::allBags(int64_t rows) const {
 }
 
 Status WorkerCore::forward(const Batch& batch, const ps::PullReplyPtr& rows) {
+  if (options_.denseOnServers) {
+    DenseParameters& p = dense();
+    if (!rows || int64_t(rows->dense.size()) != p.size()) {
+      return Status::invalidArgument(fmt::format("pull reply has {} dense weights, the model {}",
+                                                 rows ? rows->dense.size() : 0, p.size()));
+    }
+    std::copy(rows->dense.begin(), rows->dense.end(), p.weights());
+  }
   logits_.resize(size_t(batch.rows * (dlrm_ ? 1 : options_.mlpWidths.back())));
   if (dlrm_) {
     if (!rows) return Status::invalidArgument("a DLRM step needs the pulled rows");
@@ -165,6 +184,7 @@ Expected<ps::PushRequestPtr> WorkerCore::trainStep(const Batch& batch, const ps:
     push->worker = options_.worker;
     push->sequence = sequence_++;
     push->step = steps_;
+    push->clock = steps_ - 1;
     push->keys.resize(size_t(tables));
     push->grads.resize(size_t(tables));
     for (int t = 0; t < tables; ++t) {
@@ -172,8 +192,13 @@ Expected<ps::PushRequestPtr> WorkerCore::trainStep(const Batch& batch, const ps:
       push->grads[size_t(t)].assign(gradRows_.begin() + rowOffset_[size_t(t)] * dim,
                                     gradRows_.begin() + rowOffset_[size_t(t) + 1] * dim);
     }
-    s = dlrm_->parameters().apply(*kernels_, steps_);
-    if (!s.isOk()) return s;
+    if (options_.denseOnServers) {
+      const DenseParameters& p = dlrm_->parameters();
+      push->denseGrads.assign(p.grads(), p.grads() + p.size());
+    } else {
+      s = dlrm_->parameters().apply(*kernels_, steps_);
+      if (!s.isOk()) return s;
+    }
     return ps::PushRequestPtr(std::move(push));
   }
   auto loss = kernels_->softmaxCrossEntropy(logits_.data(), batch.classes.data(), batch.rows,
@@ -183,6 +208,15 @@ Expected<ps::PushRequestPtr> WorkerCore::trainStep(const Batch& batch, const ps:
   ++lossCount_;
   s = mlp_->backward(*kernels_, dLogits_.data(), nullptr);
   if (!s.isOk()) return s;
+  if (options_.denseOnServers) {
+    auto push = std::make_shared<ps::PushRequest>();
+    push->worker = options_.worker;
+    push->sequence = sequence_++;
+    push->step = steps_;
+    push->clock = steps_ - 1;
+    push->denseGrads.assign(mlpParams_->grads(), mlpParams_->grads() + mlpParams_->size());
+    return ps::PushRequestPtr(std::move(push));
+  }
   s = mlpParams_->apply(*kernels_, steps_);
   if (!s.isOk()) return s;
   return ps::PushRequestPtr();

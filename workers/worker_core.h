@@ -43,6 +43,11 @@ struct WorkerCoreOptions {
   uint64_t seed = 1;
   int threads = 1;
   int64_t worker = 0;  // this worker's id in push requests
+  // PS mode: the dense parameters live on the shards. Every pull also asks
+  // for them (the reply's weights replace the local ones before forward),
+  // and a step puts its dense gradients into the push instead of applying
+  // them.
+  bool denseOnServers = false;
   // Kernels shared with other actors of the process; when null the core
   // makes its own with `threads` threads.
   std::shared_ptr<kernels::Kernels> kernels;
@@ -66,9 +71,11 @@ class WorkerCore final {
   WorkerCore& operator=(const WorkerCore&) = delete;
 
   bool hasTables() const { return options_.kind == ModelKind::kDlrm; }
+  // Whether each step pulls from (and pushes to) tables or shards.
+  bool needsServer() const { return hasTables() || options_.denseOnServers; }
   const WorkerCoreOptions& options() const { return options_; }
 
-  // The pull for a batch (tables only). create=false for evaluation.
+  // The pull for a batch (when needsServer()). create=false for evaluation.
   Expected<ps::PullRequestPtr> prepare(const Batch& batch, bool create);
 
   // One training step on the batch prepared last (rows: the pull's reply, or
@@ -98,6 +105,7 @@ class WorkerCore final {
   // The bags of all tables of the last embed(), table-major.
   kernels::EmbeddingBags allBags(int64_t rows) const;
   Status forward(const Batch& batch, const ps::PullReplyPtr& rows);
+  DenseParameters& dense();
 
   WorkerCoreOptions options_;
   std::shared_ptr<kernels::Kernels> kernels_;

@@ -1,0 +1,306 @@
+#include "ps/shard.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <set>
+
+#include <caf/all.hpp>
+
+#include "common/hash.h"
+#include "common/logging.h"
+#include "kernels/kernels.h"
+#include "ps/table_set.h"
+#include "ps/wire.h"
+
+namespace troupe::ps {
+
+using transport::DType;
+using transport::Tensor;
+
+Expected<Consistency> parseConsistency(const std::string& text) {
+  if (text == "bsp") return Consistency::kBsp;
+  if (text == "ssp") return Consistency::kSsp;
+  if (text == "asp") return Consistency::kAsp;
+  return Status::invalidArgument(fmt::format("'{}' is not a consistency model (bsp, ssp, asp)", text));
+}
+
+const char* consistencyName(Consistency c) {
+  switch (c) {
+    case Consistency::kBsp: return "bsp";
+    case Consistency::kSsp: return "ssp";
+    case Consistency::kAsp: return "asp";
+  }
+  return "?";
+}
+
+int shardOfKey(uint64_t key, int shards) { return shards <= 1 ? 0 : int(mix64(key) % uint64_t(shards)); }
+
+std::pair<int64_t, int64_t> denseSlice(int64_t total, int shard, int shards) {
+  return {total * shard / shards, total * (shard + 1) / shards};
+}
+
+namespace {
+
+using PullPromise = caf::typed_response_promise<Tensor, Tensor>;
+using PushPromise = caf::typed_response_promise<int64_t>;
+
+struct ParkedPull {
+  caf::message msg;  // keeps the view's buffers alive
+  PullView view;
+  PullPromise promise;
+};
+
+// The pushes of one BSP step, applied together once every live worker's is in.
+struct PendingStep {
+  struct Part {
+    caf::message msg;
+    PushView view;
+    std::vector<PushPromise> promises;  // the push and any duplicates of it
+  };
+  std::map<int64_t, Part> parts;  // by worker
+};
+
+struct ShardState {
+  ShardOptions options;
+  std::unique_ptr<TableSet> tables;
+  std::shared_ptr<kernels::Kernels> kernels;
+  std::vector<float> dense;  // [weights | optimizer state] of the slice, one row
+  int64_t denseSize = 0;
+  int64_t updates = 0;       // optimizer steps applied (the optimizers' global step)
+  std::vector<int64_t> clock;        // per worker: steps applied
+  std::vector<int64_t> lastSequence; // per worker
+  std::set<int64_t> live;            // workers still training
+  std::vector<ParkedPull> parked;
+  std::map<int64_t, PendingStep> pending;  // bsp, by step
+  ShardStats stats;
+  std::shared_ptr<spdlog::logger> log = logger("ps");
+  // Scratch of a combined BSP update.
+  std::vector<uint64_t> counts, keys;
+  std::vector<float> grads, denseGrads;
+  static inline const char* name = "ps_shard";
+};
+
+using Self = caf::stateful_actor<ShardState>;
+
+caf::error invalid(const Status& s) { return caf::make_error(caf::sec::invalid_argument, s.message()); }
+
+int64_t minLiveClock(const ShardState& st) {
+  int64_t m = std::numeric_limits<int64_t>::max();
+  for (int64_t w : st.live) m = std::min(m, st.clock[size_t(w)]);
+  return m;
+}
+
+bool pullReady(const ShardState& st, const PullView& v) {
+  if (!v.create || st.options.consistency == Consistency::kAsp || st.live.empty()) return true;
+  const int64_t bound = st.options.consistency == Consistency::kBsp ? 0 : st.options.staleness;
+  return minLiveClock(st) >= v.step - bound;
+}
+
+void serve(Self* self, const PullView& v, PullPromise& promise) {
+  auto& st = self->state;
+  if (v.create && !st.live.empty()) st.stats.maxLead = std::max(st.stats.maxLead, v.step - minLiveClock(st));
+  std::vector<float> rows(v.rowFloats);
+  st.tables->pull(v.counts, v.keys, v.create, rows.data());
+  std::vector<float> dense;
+  if (v.dense) dense.assign(st.dense.begin(), st.dense.begin() + st.denseSize);
+  ++st.stats.pullsServed;
+  promise.deliver(Tensor::adopt(std::move(rows), DType::kFloat32), Tensor::adopt(std::move(dense), DType::kFloat32));
+}
+
+void serveParked(Self* self) {
+  auto& parked = self->state.parked;
+  for (size_t i = 0; i < parked.size();) {
+    if (pullReady(self->state, parked[i].view)) {
+      serve(self, parked[i].view, parked[i].promise);
+      parked.erase(parked.begin() + int64_t(i));
+    } else {
+      ++i;
+    }
+  }
+}
+
+// One optimizer step for the tables and the dense slice.
+Status apply(ShardState& st, const uint64_t* counts, const uint64_t* keys, const float* grads,
+             const float* denseGrads) {
+  const int64_t step = ++st.updates;
+  Status s = st.tables->push(counts, keys, grads, step, *st.kernels);
+  if (!s.isOk()) return s;
+  if (denseGrads && st.denseSize > 0) {
+    kernels::OptimizerConfig c = st.options.denseOptimizer;
+    c.step = step;
+    float* row = st.dense.data();
+    s = st.kernels->applyRowOptimizer(c, &row, 1, st.denseSize, denseGrads);
+  }
+  ++st.stats.pushesApplied;
+  return s;
+}
+
+// Applies every complete BSP step, in order.
+void applyReadySteps(Self* self) {
+  auto& st = self->state;
+  while (!st.pending.empty()) {
+    auto it = st.pending.begin();
+    PendingStep& step = it->second;
+    bool complete = !step.parts.empty();
+    for (int64_t w : st.live) complete = complete && step.parts.count(w) > 0;
+    if (!complete) return;
+    // Average the parts: the gradient of the mean loss over the global batch.
+    const float scale = 1.0f / float(step.parts.size());
+    const size_t tables = st.tables->size();
+    st.counts.assign(tables, 0);
+    st.keys.clear();
+    st.grads.clear();
+    st.denseGrads.assign(size_t(st.denseSize), 0.0f);
+    bool anyDense = false;
+    for (size_t t = 0; t < tables; ++t) {
+      const int64_t dim = st.tables->dims()[t];
+      for (auto& [w, part] : step.parts) {
+        const PushView& v = part.view;
+        uint64_t keyAt = 0, gradAt = 0;
+        for (size_t u = 0; u < t; ++u) {
+          keyAt += v.counts[u];
+          gradAt += v.counts[u] * uint64_t(st.tables->dims()[u]);
+        }
+        st.counts[t] += v.counts[t];
+        st.keys.insert(st.keys.end(), v.keys + keyAt, v.keys + keyAt + v.counts[t]);
+        const float* g = v.grads + gradAt;
+        for (uint64_t i = 0; i < v.counts[t] * uint64_t(dim); ++i) st.grads.push_back(g[i] * scale);
+      }
+    }
+    for (auto& [w, part] : step.parts) {
+      if (!part.view.denseGrads) continue;
+      anyDense = true;
+      for (size_t i = 0; i < part.view.denseFloats; ++i) st.denseGrads[i] += part.view.denseGrads[i] * scale;
+    }
+    Status s = apply(st, st.counts.data(), st.keys.data(), st.grads.data(), anyDense ? st.denseGrads.data() : nullptr);
+    const int64_t stepIndex = it->first;
+    for (auto& [w, part] : step.parts) {
+      st.lastSequence[size_t(w)] = std::max(st.lastSequence[size_t(w)], part.view.sequence);
+      st.clock[size_t(w)] = std::max(st.clock[size_t(w)], stepIndex + 1);
+      for (auto& p : part.promises) {
+        if (s.isOk()) {
+          p.deliver(part.view.sequence);
+        } else {
+          p.deliver(caf::make_error(caf::sec::runtime_error, s.toString()));
+        }
+      }
+    }
+    st.pending.erase(it);
+  }
+}
+
+caf::behavior shard(Self* self, ShardOptions options) {
+  auto& st = self->state;
+  st.options = std::move(options);
+  st.tables = std::make_unique<TableSet>(st.options.tables);
+  st.kernels = st.options.kernels ? st.options.kernels
+                                  : std::shared_ptr<kernels::Kernels>(
+                                        kernels::createKernels({kernels::Device::kCpu, st.options.threads}));
+  st.denseSize = int64_t(st.options.denseInit.size());
+  st.dense.assign(size_t(kernels::optimizerRowFloats(st.options.denseOptimizer.kind, st.denseSize)), 0.0f);
+  std::copy(st.options.denseInit.begin(), st.options.denseInit.end(), st.dense.begin());
+  kernels::initRowState(st.options.denseOptimizer, st.dense.data(), st.denseSize);
+  st.clock.assign(size_t(st.options.workers), 0);
+  st.lastSequence.assign(size_t(st.options.workers), -1);
+  for (int w = 0; w < st.options.workers; ++w) st.live.insert(w);
+  return {
+      [=](pull_atom a, int64_t worker, int64_t step, bool create, bool dense, const Tensor& counts,
+          const Tensor& keys) -> PullPromise {
+        auto& st = self->state;
+        auto promise = self->make_response_promise<Tensor, Tensor>();
+        caf::message msg = caf::make_message(a, worker, step, create, dense, counts, keys);
+        auto view = pullFromWire(msg, st.tables->dims());
+        if (!view.hasValue()) {
+          st.log->warn("shard {}: refused a pull: {}", st.options.shard, view.status().message());
+          promise.deliver(invalid(view.status()));
+          return promise;
+        }
+        if (pullReady(st, *view)) {
+          serve(self, *view, promise);
+        } else {
+          ++st.stats.pullsDelayed;
+          st.parked.push_back(ParkedPull{std::move(msg), *view, promise});
+        }
+        return promise;
+      },
+      [=](push_atom a, int64_t worker, int64_t sequence, int64_t step, const Tensor& counts, const Tensor& keys,
+          const Tensor& grads, const Tensor& denseGrads) -> PushPromise {
+        auto& st = self->state;
+        auto promise = self->make_response_promise<int64_t>();
+        caf::message msg = caf::make_message(a, worker, sequence, step, counts, keys, grads, denseGrads);
+        auto view = pushFromWire(msg, st.tables->dims(), size_t(st.denseSize));
+        Status bad = view.hasValue() ? Status::ok() : view.status();
+        if (bad.isOk() && (worker < 0 || worker >= st.options.workers)) {
+          bad = Status::invalidArgument(fmt::format("push from worker {}; the job has {}", worker, st.options.workers));
+        }
+        if (bad.isOk() && step < 0) bad = Status::invalidArgument(fmt::format("push for step {}", step));
+        if (!bad.isOk()) {
+          st.log->warn("shard {}: refused a push: {}", st.options.shard, bad.message());
+          promise.deliver(invalid(bad));
+          return promise;
+        }
+        if (sequence <= st.lastSequence[size_t(worker)]) {
+          ++st.stats.duplicatePushes;
+          promise.deliver(sequence);
+          return promise;
+        }
+        if (st.options.consistency == Consistency::kBsp) {
+          for (auto& [s, pendingStep] : st.pending) {
+            auto it = pendingStep.parts.find(worker);
+            if (it != pendingStep.parts.end() && it->second.view.sequence == sequence) {
+              ++st.stats.duplicatePushes;
+              it->second.promises.push_back(promise);
+              return promise;
+            }
+          }
+          auto& part = st.pending[step].parts[worker];
+          if (!part.promises.empty()) {
+            promise.deliver(invalid(Status::invalidArgument(
+                fmt::format("worker {} pushed step {} twice (sequences {} and {})", worker, step,
+                            part.view.sequence, sequence))));
+            return promise;
+          }
+          part.msg = std::move(msg);
+          part.view = *view;
+          part.promises.push_back(promise);
+          applyReadySteps(self);
+        } else {
+          Status s = apply(st, view->counts, view->keys, view->grads, view->denseGrads);
+          if (!s.isOk()) {
+            promise.deliver(caf::make_error(caf::sec::runtime_error, s.toString()));
+            return promise;
+          }
+          st.lastSequence[size_t(worker)] = sequence;
+          st.clock[size_t(worker)] = std::max(st.clock[size_t(worker)], step + 1);
+          promise.deliver(sequence);
+        }
+        serveParked(self);
+        return promise;
+      },
+      [=](leave_atom, int64_t worker) -> int64_t {
+        auto& st = self->state;
+        if (st.live.erase(worker) == 0) return worker;
+        st.log->debug("shard {}: worker {} left", st.options.shard, worker);
+        if (st.options.consistency == Consistency::kBsp) applyReadySteps(self);
+        serveParked(self);
+        return worker;
+      },
+      [=](stats_atom) {
+        auto& st = self->state;
+        st.stats.rows = st.tables->rows();
+        const ShardStats& s = st.stats;
+        return caf::make_message(s.rows, s.pushesApplied, s.duplicatePushes, s.pullsServed, s.pullsDelayed,
+                                 s.maxLead);
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawnShard(caf::actor_system& system, const ShardOptions& options) {
+  (void)TableSet(options.tables);  // throws SetupError on a bad table before any actor starts
+  return system.spawn<caf::detached>(shard, options);
+}
+
+}  // namespace troupe::ps

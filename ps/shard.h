@@ -1,0 +1,66 @@
+// A parameter-server shard (DESIGN.md, Parameter server): an actor owning
+// hash(key) mod S of every embedding table and one contiguous slice of the
+// dense parameters, applying server-side optimizers, and answering the shard
+// protocol of ps/wire.h (pull, push, leave, stats) under the job's
+// consistency model:
+//
+//  - asp: pulls are served at once; pushes applied as they arrive.
+//  - ssp(s): a training pull for step t waits until every live worker's
+//    clock (steps whose pushes this shard applied) is >= t - s.
+//  - bsp: as ssp(0), and the pushes of one step from every live worker are
+//    averaged and applied as one update, so a step equals one step of a
+//    single process on the concatenated global batch.
+//
+// Evaluation pulls (create == false) never wait. A push is acknowledged
+// (its sequence number) only once applied; a push whose (worker, sequence)
+// was applied or is pending already is acknowledged without being applied
+// again. A worker that leaves (done, or lost: the coordinator says so) no
+// longer holds anyone back. Malformed messages are answered with an error
+// naming what is wrong and change nothing.
+//
+// Runs detached (its own thread); optimizers run on the given kernels.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/fwd.hpp>
+
+#include "common/status.h"
+#include "kernels/row_optimizer.h"
+#include "ps/embedding_table.h"
+
+namespace troupe::ps {
+
+enum class Consistency { kBsp, kSsp, kAsp };
+
+// "bsp", "ssp", "asp"; anything else is an error naming the text.
+Expected<Consistency> parseConsistency(const std::string& text);
+const char* consistencyName(Consistency c);
+
+// The shard owning `key` among `shards`.
+int shardOfKey(uint64_t key, int shards);
+// The dense slice [begin, end) of `shard` among `shards`, of `total` floats.
+std::pair<int64_t, int64_t> denseSlice(int64_t total, int shard, int shards);
+
+struct ShardOptions {
+  int shard = 0;
+  int shards = 1;
+  int workers = 1;  // worker ids are 0 .. workers-1
+  std::vector<EmbeddingTableOptions> tables;
+  // This shard's slice of the dense parameters: initial weights (empty: none)
+  // and the optimizer that updates them.
+  std::vector<float> denseInit;
+  kernels::OptimizerConfig denseOptimizer;
+  Consistency consistency = Consistency::kAsp;
+  int64_t staleness = 0;  // ssp
+  int threads = 1;
+  std::shared_ptr<kernels::Kernels> kernels;  // null: its own, with `threads`
+};
+
+// Throws SetupError on bad tables.
+caf::actor spawnShard(caf::actor_system& system, const ShardOptions& options);
+
+}  // namespace troupe::ps

@@ -1,0 +1,250 @@
+// Shards and the worker-side client in one process (local actors; the
+// multi-process tests run the same code over the transport): consistency
+// models, exact counting, duplicates, averaging in BSP, dense slices, and
+// malformed messages.
+#include "ps/shard.h"
+
+#include <chrono>
+#include <memory>
+
+#include <caf/all.hpp>
+#include <gtest/gtest.h>
+
+#include "ps/messages.h"
+#include "ps/wire.h"
+#include "workers/ps_client.h"
+
+namespace troupe::ps {
+namespace {
+
+using namespace std::chrono_literals;
+constexpr auto kTimeout = std::chrono::seconds(10);
+
+struct Job {
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> system;
+  std::vector<caf::actor> shards, clients;
+  std::vector<EmbeddingTableOptions> tables;
+  int64_t denseSize = 10;
+
+  Job(int workers, int numShards, Consistency c, int64_t staleness = 0) {
+    system = std::make_unique<caf::actor_system>(cfg);
+    for (int t = 0; t < 2; ++t) {
+      EmbeddingTableOptions table;
+      table.tableId = t;
+      table.dim = t == 0 ? 2 : 3;
+      table.seed = 5;
+      table.optimizer.kind = kernels::OptimizerKind::kSgd;
+      table.optimizer.learningRate = 1.0f;
+      tables.push_back(table);
+    }
+    for (int s = 0; s < numShards; ++s) {
+      ShardOptions o;
+      o.shard = s;
+      o.shards = numShards;
+      o.workers = workers;
+      o.tables = tables;
+      auto slice = denseSlice(denseSize, s, numShards);
+      for (int64_t i = slice.first; i < slice.second; ++i) o.denseInit.push_back(float(i));
+      o.denseOptimizer.kind = kernels::OptimizerKind::kSgd;
+      o.denseOptimizer.learningRate = 1.0f;
+      o.consistency = c;
+      o.staleness = staleness;
+      shards.push_back(spawnShard(*system, o));
+    }
+    for (int w = 0; w < workers; ++w) {
+      workers::PsClientOptions o;
+      o.worker = w;
+      o.shards = shards;
+      o.dims = {2, 3};
+      o.denseSize = denseSize;
+      o.requestTimeout = kTimeout;
+      clients.push_back(workers::spawnPsClient(*system, o));
+    }
+  }
+  ~Job() {
+    caf::scoped_actor self{*system};
+    for (auto& a : shards) self->send_exit(a, caf::exit_reason::user_shutdown);
+    for (auto& a : clients) self->send_exit(a, caf::exit_reason::user_shutdown);
+  }
+};
+
+PullRequestPtr pullOf(std::vector<std::vector<uint64_t>> keys, int64_t step, bool create = true) {
+  auto r = std::make_shared<PullRequest>();
+  r->keys = std::move(keys);
+  r->step = step;
+  r->create = create;
+  r->dense = true;
+  return r;
+}
+
+PushRequestPtr pushOf(int64_t worker, int64_t seq, int64_t clock, std::vector<std::vector<uint64_t>> keys,
+                      float grad, float denseGrad) {
+  auto r = std::make_shared<PushRequest>();
+  r->worker = worker;
+  r->sequence = seq;
+  r->clock = clock;
+  r->keys = keys;
+  for (size_t t = 0; t < keys.size(); ++t) r->grads.emplace_back(keys[t].size() * (t == 0 ? 2 : 3), grad);
+  r->denseGrads.assign(10, denseGrad);
+  return r;
+}
+
+// Sends a pull; the reply (or nothing within `wait`) comes back to `self`.
+PullReplyPtr pullNow(caf::scoped_actor& self, const caf::actor& client, PullRequestPtr req,
+                     std::chrono::milliseconds wait = std::chrono::milliseconds(5000)) {
+  PullReplyPtr out;
+  self->request(client, wait, pull_atom::value, req)
+      .receive([&](PullReplyPtr r) { out = r; }, [&](caf::error&) {});
+  return out;
+}
+
+int64_t pushNow(caf::scoped_actor& self, const caf::actor& client, PushRequestPtr req) {
+  int64_t ack = -1;
+  self->request(client, kTimeout, push_atom::value, req)
+      .receive([&](int64_t a) { ack = a; }, [&](caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
+  return ack;
+}
+
+std::vector<float> initial(const Job& job, int table, uint64_t key) {
+  std::vector<float> w(size_t(job.tables[size_t(table)].dim));
+  EmbeddingTable::initialWeights(5, table, key, 1.0f / std::sqrt(float(w.size())), w.data(), int64_t(w.size()));
+  return w;
+}
+
+// Every worker adds 1 to every key per step (SGD, lr 1, gradient -1), each
+// push delivered twice: every key ends exactly W x steps above its start, in
+// every consistency model.
+TEST(Shard, ExactCountInEveryModel) {
+  for (Consistency c : {Consistency::kBsp, Consistency::kSsp, Consistency::kAsp}) {
+    SCOPED_TRACE(consistencyName(c));
+    constexpr int kWorkers = 3, kSteps = 12;
+    Job job(kWorkers, 2, c, 2);
+    std::vector<std::vector<uint64_t>> keys = {{1, 2, 3, 1000, 77}, {9, 10}};
+    caf::scoped_actor self{*job.system};
+    // Requests from all workers interleaved: each worker pulls, then pushes
+    // (twice), step by step; responses are collected asynchronously.
+    int acks = 0, pulls = 0;
+    for (int step = 0; step < kSteps; ++step) {
+      for (int w = 0; w < kWorkers; ++w) {
+        // Plain sends: the replies arrive as ordinary messages, in any order.
+        self->send(job.clients[size_t(w)], pull_atom::value, pullOf(keys, step));
+        auto push = pushOf(w, step, step, keys, -1.0f, 0.0f);
+        for (int copy = 0; copy < 2; ++copy) {
+          self->send(job.clients[size_t(w)], push_atom::value, push);
+        }
+      }
+    }
+    for (int i = 0; i < kSteps * kWorkers * 3; ++i) {
+      self->receive([&](PullReplyPtr) { ++pulls; }, [&](int64_t) { ++acks; },
+                    caf::after(kTimeout) >> [&] { ADD_FAILURE() << "no reply"; });
+    }
+    EXPECT_EQ(acks + pulls, kSteps * kWorkers * 3);
+    auto reply = pullNow(self, job.clients[0], pullOf(keys, 0, false));
+    ASSERT_TRUE(reply);
+    for (size_t t = 0; t < keys.size(); ++t) {
+      const size_t dim = t == 0 ? 2 : 3;
+      for (size_t i = 0; i < keys[t].size(); ++i) {
+        auto w0 = initial(job, int(t), keys[t][i]);
+        for (size_t d = 0; d < dim; ++d) {
+          // BSP averages each step's pushes: one +1 per step.
+          const float expect = c == Consistency::kBsp ? kSteps : kWorkers * kSteps;
+          EXPECT_NEAR(reply->rows[t][i * dim + d] - w0[d], expect, 1e-3) << "key " << keys[t][i];
+        }
+      }
+    }
+  }
+}
+
+// A pull sent now whose reply is checked later.
+struct PendingPull {
+  PullReplyPtr reply;
+  bool failed = false;
+};
+
+TEST(Shard, BspWaitsForEveryWorkerAndAverages) {
+  Job job(2, 2, Consistency::kBsp);
+  caf::scoped_actor self{*job.system};
+  std::vector<std::vector<uint64_t>> keys = {{42}, {}};
+  auto w0 = initial(job, 0, 42);
+  int acks = 0;
+  self->send(job.clients[0], push_atom::value, pushOf(0, 0, 0, keys, 2.0f, 1.0f));
+  // Worker 0's step-1 pull must wait for worker 1's step 0.
+  EXPECT_FALSE(pullNow(self, job.clients[0], pullOf(keys, 1), 300ms)) << "BSP served a pull before the step was in";
+  self->send(job.clients[1], push_atom::value, pushOf(1, 0, 0, keys, 4.0f, 3.0f));
+  for (int i = 0; i < 2; ++i) self->receive([&](int64_t) { ++acks; }, caf::after(kTimeout) >> [] {});
+  EXPECT_EQ(acks, 2);
+  auto reply = pullNow(self, job.clients[0], pullOf(keys, 1));
+  ASSERT_TRUE(reply);
+  // One SGD step with the mean gradient (2 + 4) / 2.
+  EXPECT_NEAR(reply->rows[0][0], w0[0] - 3.0f, 1e-5);
+  EXPECT_NEAR(reply->rows[0][1], w0[1] - 3.0f, 1e-5);
+  ASSERT_EQ(reply->dense.size(), 10u);
+  for (int i = 0; i < 10; ++i) EXPECT_NEAR(reply->dense[size_t(i)], float(i) - 2.0f, 1e-5);
+}
+
+TEST(Shard, SspBoundsTheLeadAndLeaveReleases) {
+  Job job(2, 1, Consistency::kSsp, 1);
+  caf::scoped_actor self{*job.system};
+  std::vector<std::vector<uint64_t>> keys = {{7}, {8}};
+  ASSERT_TRUE(pullNow(self, job.clients[0], pullOf(keys, 0)));
+  ASSERT_EQ(pushNow(self, job.clients[0], pushOf(0, 0, 0, keys, 0, 0)), 0);
+  ASSERT_TRUE(pullNow(self, job.clients[0], pullOf(keys, 1))) << "one step ahead is within staleness 1";
+  ASSERT_EQ(pushNow(self, job.clients[0], pushOf(0, 1, 1, keys, 0, 0)), 1);
+  EXPECT_FALSE(pullNow(self, job.clients[0], pullOf(keys, 2), 300ms)) << "two ahead of worker 1";
+  // Evaluation pulls never wait.
+  EXPECT_TRUE(pullNow(self, job.clients[0], pullOf(keys, 2, false), 2000ms));
+  ASSERT_EQ(pushNow(self, job.clients[1], pushOf(1, 0, 0, keys, 0, 0)), 0);
+  EXPECT_TRUE(pullNow(self, job.clients[0], pullOf(keys, 2)));
+  EXPECT_FALSE(pullNow(self, job.clients[0], pullOf(keys, 3), 300ms));
+  // Worker 1 leaves: nobody holds worker 0 back any more.
+  self->request(job.clients[1], kTimeout, leave_atom::value).receive([](int64_t) {}, [](caf::error&) {});
+  EXPECT_TRUE(pullNow(self, job.clients[0], pullOf(keys, 3)));
+  int64_t lead = -1;
+  self->request(job.shards[0], kTimeout, stats_atom::value)
+      .receive([&](int64_t, int64_t, int64_t, int64_t, int64_t delayed, int64_t maxLead) {
+        lead = maxLead;
+        EXPECT_GE(delayed, 2);
+      }, [](caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
+  EXPECT_EQ(lead, 1);
+}
+
+TEST(Shard, AspNeverWaits) {
+  Job job(3, 2, Consistency::kAsp);
+  caf::scoped_actor self{*job.system};
+  EXPECT_TRUE(pullNow(self, job.clients[2], pullOf({{1}, {2}}, 1000), 2000ms));
+}
+
+TEST(Shard, MalformedMessagesAreRefusedAndChangeNothing) {
+  Job job(1, 1, Consistency::kAsp);
+  caf::scoped_actor self{*job.system};
+  std::vector<uint64_t> counts = {1}, keys = {5};
+  std::vector<float> grads = {1, 2};
+  auto t64 = [](const std::vector<uint64_t>& v) {
+    return transport::Tensor::copyOf(v.data(), v.size() * 8, transport::DType::kUInt64);
+  };
+  auto f32 = [](const std::vector<float>& v) {
+    return transport::Tensor::copyOf(v.data(), v.size() * 4, transport::DType::kFloat32);
+  };
+  std::string error;
+  // One key count for a shard of two tables.
+  self->request(job.shards[0], kTimeout, pushToWire(0, 0, 0, t64(counts), t64(keys), f32(grads), f32({})))
+      .receive([](int64_t) { ADD_FAILURE() << "accepted"; }, [&](caf::error& e) { error = caf::to_string(e); });
+  EXPECT_NE(error.find("key counts"), std::string::npos) << error;
+  // A worker id the job does not have.
+  error.clear();
+  self->request(job.shards[0], kTimeout,
+                pushToWire(7, 0, 0, t64({1, 0}), t64(keys), f32(grads), f32({})))
+      .receive([](int64_t) { ADD_FAILURE() << "accepted"; }, [&](caf::error& e) { error = caf::to_string(e); });
+  EXPECT_NE(error.find("worker 7"), std::string::npos) << error;
+  int64_t rows = -1;
+  self->request(job.shards[0], kTimeout, stats_atom::value)
+      .receive([&](int64_t r, int64_t pushes, int64_t, int64_t, int64_t, int64_t) {
+        rows = r;
+        EXPECT_EQ(pushes, 0);
+      }, [](caf::error&) {});
+  EXPECT_EQ(rows, 0);
+}
+
+}  // namespace
+}  // namespace troupe::ps

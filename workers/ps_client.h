@@ -1,0 +1,36 @@
+// The parameter-server client of one worker: an actor that speaks the table
+// holder's messages (ps/messages.h) to the worker and the shard protocol
+// (ps/wire.h) to the S shards, so the worker actor runs unchanged whether
+// its tables live in its own process or on shards elsewhere.
+//
+//   (pull_atom, PullRequestPtr) -> PullReplyPtr     the keys split by
+//        shardOfKey and pulled from every shard in parallel (each shard also
+//        sends its dense slice when the pull asks for dense parameters)
+//   (push_atom, PushRequestPtr) -> int64_t sequence once every shard has
+//        applied its part (every shard gets a push each step, empty or not,
+//        so their consistency clocks advance)
+//   (leave_atom) -> unit once every shard knows this worker trains no more
+//
+// The first error from a shard (or a timeout) fails the request with it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/fwd.hpp>
+
+namespace troupe::workers {
+
+struct PsClientOptions {
+  int64_t worker = 0;
+  std::vector<caf::actor> shards;  // by shard index
+  std::vector<int64_t> dims;       // floats per row of each table
+  int64_t denseSize = 0;           // dense parameters of the model (all shards)
+  std::chrono::seconds requestTimeout{600};
+};
+
+caf::actor spawnPsClient(caf::actor_system& system, const PsClientOptions& options);
+
+}  // namespace troupe::workers
