@@ -9,6 +9,7 @@
 #include "apps/cli_common.h"
 #include "apps/config_command.h"
 #include "apps/gen_data_command.h"
+#include "apps/launch_command.h"
 #include "apps/train_command.h"
 #include "apps/version_command.h"
 #include "troupe/config.h"
@@ -19,6 +20,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   int result = troupe::apps::kExitOk;
   troupe::apps::addTrainCommand(&app, &result);
+  troupe::apps::addLaunchCommand(&app, &result);
   troupe::apps::addGenDataCommand(&app, &result);
   troupe::apps::addConfigCommand(&app, &result);
   troupe::apps::addVersionCommand(&app, &result);

@@ -1,5 +1,8 @@
 #include "apps/train_command.h"
 
+#include <signal.h>
+
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -9,11 +12,15 @@
 #include <memory>
 
 #include "apps/cli_common.h"
+#include "apps/job.h"
+#include "apps/process_util.h"
+#include "apps/job_setup.h"
 #include "apps/progress_line.h"
 #include "apps/synthetic_cache.h"
 #include "common/check.h"
 #include "common/logging.h"
 #include "data/criteo_reader.h"
+#include "transport/node_config.h"
 #include "workers/trainer.h"
 
 namespace troupe::apps {
@@ -21,123 +28,17 @@ namespace {
 
 namespace fs = std::filesystem;
 
+}  // namespace
+
 struct TrainFlags {
   CommonFlags common;
   std::string summaryJson;
   std::string predictions;
+  // `troupe launch --role coordinator`: listen here and start no processes.
+  std::string coordinatorAddress;
 };
 
-kernels::OptimizerKind optimizerKind(const std::string& name, const char* key) {
-  if (name == "sgd") return kernels::OptimizerKind::kSgd;
-  if (name == "adagrad") return kernels::OptimizerKind::kAdagrad;
-  if (name == "adam") return kernels::OptimizerKind::kAdam;
-  if (name == "ftrl") return kernels::OptimizerKind::kFtrl;
-  TROUPE_SETUP_ERROR("config: {} = '{}' is not an optimizer (sgd, adagrad, adam, ftrl)", key, name);
-}
-
-int64_t positive(const Config& c, const char* key) {
-  const int64_t v = c.getInt(key);
-  if (v < 1) TROUPE_SETUP_ERROR("config: {} must be >= 1, got {}", key, v);
-  return v;
-}
-
-std::string jsonNumber(double v) { return std::isfinite(v) ? fmt::format("{:.17g}", v) : "null"; }
-
-// What the data section names, opened as batch sources.
-struct DataSources {
-  std::shared_ptr<workers::BatchSource> train, test;
-  std::string description;
-  bool synthetic = false;
-  double oracleAuc = std::nan(""), oracleLogloss = std::nan("");
-};
-
-DataSources openData(const Config& c, int threads) {
-  DataSources d;
-  const std::string kind = c.getString("data.kind");
-  const std::string model = c.getString("model.kind");
-  const int64_t batch = positive(c, "train.batch_size");
-  auto check = [](auto&& opened) {
-    if (!opened.hasValue()) TROUPE_SETUP_ERROR("{}", opened.status().message());
-    return std::shared_ptr<workers::BatchSource>(std::move(*opened));
-  };
-  if (kind == "criteo-synthetic" || kind == "criteo") {
-    if (model != "dlrm") TROUPE_SETUP_ERROR("config: data.kind '{}' needs model.kind 'dlrm', got '{}'", kind, model);
-    std::string trainPath = c.getString("data.train"), testPath = c.getString("data.test");
-    int categorical = int(c.getInt("data.categorical"));
-    if (kind == "criteo-synthetic") {
-      auto set = ensureSyntheticData(c, "", false, threads);
-      if (!set.hasValue()) TROUPE_SETUP_ERROR("synthetic data: {}", set.status().toString());
-      trainPath = set->trainPath;
-      testPath = set->testPath;
-      categorical = int(c.getInt("data.synthetic.tables"));
-      d.synthetic = true;
-      d.oracleAuc = set->oracle.auc;
-      d.oracleLogloss = set->oracle.logloss;
-    } else if (trainPath.empty() || testPath.empty()) {
-      TROUPE_SETUP_ERROR("config: data.kind 'criteo' needs data.train and data.test");
-    }
-    workers::CriteoSourceOptions o;
-    o.batchSize = batch;
-    o.numCategorical = categorical;
-    o.skipBadLines = c.getBool("data.skip_bad_lines");
-    o.inMemory = c.getBool("data.in_memory");
-    o.path = trainPath;
-    o.maxRows = c.getInt("data.max_train_rows");
-    d.train = check(workers::openCriteoSource(o));
-    o.path = testPath;
-    o.inMemory = true;
-    o.maxRows = -1;
-    d.test = check(workers::openCriteoSource(o));
-    d.description = fmt::format("{} ({}, {})", kind, trainPath, testPath);
-  } else if (kind == "fashion-mnist") {
-    if (model != "mlp") TROUPE_SETUP_ERROR("config: data.kind 'fashion-mnist' needs model.kind 'mlp', got '{}'", model);
-    std::string dir = c.getString("data.train");
-    if (dir.empty()) dir = "/usr/share/datasets/fashion-mnist";
-    workers::MnistSourceOptions o;
-    o.batchSize = batch;
-    o.seed = uint64_t(c.getInt("run.seed"));
-    o.imagesPath = dir + "/train-images-idx3-ubyte.gz";
-    o.labelsPath = dir + "/train-labels-idx1-ubyte.gz";
-    d.train = check(workers::openMnistSource(o));
-    o.shuffle = false;
-    o.imagesPath = dir + "/t10k-images-idx3-ubyte.gz";
-    o.labelsPath = dir + "/t10k-labels-idx1-ubyte.gz";
-    d.test = check(workers::openMnistSource(o));
-    d.description = fmt::format("fashion-mnist ({})", dir);
-  } else {
-    TROUPE_SETUP_ERROR("config: data.kind '{}' cannot be trained on (criteo-synthetic, criteo, fashion-mnist)", kind);
-  }
-  return d;
-}
-
-workers::WorkerCoreOptions modelOptions(const Config& c, int threads) {
-  workers::WorkerCoreOptions o;
-  const std::string kind = c.getString("model.kind");
-  o.seed = uint64_t(c.getInt("run.seed"));
-  o.threads = threads;
-  o.denseOptimizer.kind = optimizerKind(c.getString("train.dense_optimizer"), "train.dense_optimizer");
-  o.denseOptimizer.learningRate = float(c.getFloat("train.dense_lr"));
-  o.denseOptimizer.weightDecay = float(c.getFloat("train.weight_decay"));
-  o.denseOptimizer.initialAccumulator = float(c.getFloat("train.adagrad_initial_accumulator"));
-  if (kind == "dlrm") {
-    o.kind = workers::ModelKind::kDlrm;
-    o.dlrm.embeddingDim = positive(c, "model.embedding_dim");
-    o.dlrm.bottom = c.getIntList("model.bottom_mlp");
-    o.dlrm.top = c.getIntList("model.top_mlp");
-    o.dlrm.concatEmbeddings = c.getBool("model.concat_embeddings");
-    o.dlrm.numTables = int(c.getString("data.kind") == "criteo-synthetic" ? c.getInt("data.synthetic.tables")
-                                                                           : c.getInt("data.categorical"));
-    o.dlrm.numDense = data::kCriteoIntFeatures;
-  } else if (kind == "mlp") {
-    o.kind = workers::ModelKind::kMlp;
-    o.mlpWidths = {784};
-    for (int64_t w : c.getIntList("model.hidden")) o.mlpWidths.push_back(w);
-    o.mlpWidths.push_back(positive(c, "model.classes"));
-  } else {
-    TROUPE_SETUP_ERROR("config: model.kind '{}' is not a model (dlrm, mlp)", kind);
-  }
-  return o;
-}
+namespace {
 
 std::string makeRunDir(const Config& c) {
   std::string name = c.getString("run.name");
@@ -154,6 +55,130 @@ std::string makeRunDir(const Config& c) {
   return dir.string();
 }
 
+std::atomic<bool> interrupted{false};
+
+void onInterrupt(int) { interrupted = true; }
+
+// The outcome of a multi-process job as the single-process report, so both
+// print and summarise alike.
+Expected<workers::TrainReport> reportOf(const JobOutcome& o) {
+  if (!o.ok) return Status::internal(o.error);
+  workers::TrainReport r;
+  r.steps = o.steps;
+  r.samples = o.samples;
+  r.pulledRows = o.pulledRows;
+  r.trainSeconds = o.trainSeconds;
+  r.evalSeconds = o.evalSeconds;
+  for (const auto& w : o.workers) r.pushesAcked += w.pushesAcked;
+  workers::EvalResult e;
+  e.rows = o.rows;
+  e.auc = o.auc;
+  e.loss = o.loss;
+  e.accuracy = o.accuracy;
+  e.labels = o.labels;
+  e.predictions = o.predictions;
+  r.evals.push_back(std::move(e));
+  return r;
+}
+
+// `troupe train` with cluster.workers > 0: this process coordinates; S ps
+// and W worker processes start from this binary on loopback, each logging to
+// the run directory, and are stopped (by PID) when the job ends.
+JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, const std::string& runDir,
+                       ProgressLine& progress) {
+  const CommonFlags& common = flags.common;
+  auto log = logger("apps");
+  const int64_t workers = config.getInt("cluster.workers");
+  const int64_t servers = config.getInt("cluster.servers");
+  if (servers < 1) TROUPE_SETUP_ERROR("config: cluster.servers must be >= 1, got {}", servers);
+  if (workers > 256 || servers > 256) TROUPE_SETUP_ERROR("config: at most 256 workers and 256 servers on one machine");
+  if (config.getString("transport.listen_host") == "0.0.0.0") {
+    TROUPE_SETUP_ERROR("config: transport.listen_host must be a concrete address");
+  }
+  const bool launchHere = flags.coordinatorAddress.empty();
+  std::string token;
+  if (launchHere) {
+    token = transport::newJobToken();
+    ::setenv(transport::kJobTokenVariable, token.c_str(), 1);
+  } else {
+    token = transport::jobTokenFromEnvironment();
+  }
+  CoordinatorOptions co;
+  co.config = config;
+  co.node = transport::nodeOptionsFromConfig(config);
+  co.node.token = token;
+  co.node.listenPort = 0;
+  if (!launchHere) {
+    auto hp = transport::parseHostPort(flags.coordinatorAddress);
+    if (!hp.hasValue()) TROUPE_SETUP_ERROR("--coordinator: {}", hp.status().message());
+    co.node.listenHost = hp->first == "localhost" ? "127.0.0.1" : hp->first;
+    co.node.listenPort = hp->second;
+  }
+  std::vector<std::unique_ptr<ChildProcess>> children;
+  std::vector<std::string> names, logs;
+  co.onListening = [&](const std::string& address) {
+    if (!launchHere) {
+      log->info("coordinator of {} ps and {} worker processes at {}: start them with "
+                "'troupe launch --role ps|worker --coordinator {}' and the same TROUPE_JOB_TOKEN",
+                servers, workers, address, address);
+      return;
+    }
+    auto start = [&](const std::string& role, int64_t rank) {
+      std::vector<std::string> argv = {selfExe(), "launch", "--role", role, "--coordinator", address, "--rank",
+                                       std::to_string(rank)};
+      if (!common.configPath.empty()) argv.insert(argv.end(), {"--config", common.configPath});
+      for (const auto& o : common.overrides) argv.insert(argv.end(), {"--set", o});
+      argv.insert(argv.end(), {"--log-level", config.getString("log.level")});
+      const std::string logPath = fmt::format("{}/{}-{}.log", runDir, role, rank);
+      children.push_back(std::make_unique<ChildProcess>(argv, logPath));
+      names.push_back(fmt::format("{} {} (pid {})", role, rank, children.back()->pid()));
+      logs.push_back(logPath);
+    };
+    for (int64_t i = 0; i < servers; ++i) start("ps", i);
+    for (int64_t i = 0; i < workers; ++i) start("worker", i);
+    log->info("started {} ps and {} worker processes; their logs are {}/{{ps,worker}}-N.log", servers, workers, runDir);
+  };
+  const int64_t epochs = config.getInt("train.epochs");
+  co.onProgress = [&](const JobProgress& p) {
+    if (p.worker != 0) return;
+    const int64_t total = p.rowsPerEpoch * epochs;
+    const int64_t done = p.rowsPerEpoch * p.epoch + p.epochRows;
+    progress.update(done, total,
+                    fmt::format("worker 0: epoch {}/{}  step {}  loss {:.4f}  all workers {:.0f} samples/s",
+                                p.epoch + 1, epochs, p.step, p.loss, p.samplesPerSec));
+  };
+  co.checkAbort = [&]() -> std::string {
+    if (interrupted) return "interrupted (Ctrl-C)";
+    // A child that fails exits with a status; one killed by a signal is
+    // also seen by the coordinator through the transport, which decides
+    // (a lost worker in ssp / asp is not the end of the job).
+    const bool bsp = config.getString("ps.consistency") == "bsp";
+    for (size_t i = 0; i < children.size(); ++i) {
+      auto status = children[i]->poll();
+      const bool shard = i < size_t(servers);
+      if (status && (*status > 0 || (*status < 0 && (shard || bsp)))) {
+        return *status > 0 ? fmt::format("{} exited with status {}; see {}", names[i], *status, logs[i])
+                           : fmt::format("{} was killed by signal {}; see {}", names[i], -*status, logs[i]);
+      }
+    }
+    return "";
+  };
+  struct sigaction sa {}, oldInt {}, oldTerm {};
+  sa.sa_handler = onInterrupt;
+  sigaction(SIGINT, &sa, &oldInt);
+  sigaction(SIGTERM, &sa, &oldTerm);
+  JobOutcome outcome = runCoordinator(co);
+  // Every child got its shutdown; give them a moment, then stop them by PID.
+  for (auto& c : children) c->wait(std::chrono::seconds(10));
+  for (auto& c : children) c->stop(std::chrono::seconds(2));
+  sigaction(SIGINT, &oldInt, nullptr);
+  sigaction(SIGTERM, &oldTerm, nullptr);
+  for (const auto& e : outcome.events) log->warn("{}", e);
+  return outcome;
+}
+
+}  // namespace
+
 int runTrain(const TrainFlags& flags) {
   const auto wallStart = std::chrono::steady_clock::now();
   Config config = loadConfig(flags.common);
@@ -168,8 +193,7 @@ int runTrain(const TrainFlags& flags) {
   if (!(worker.lrDecayPerEpoch > 0 && worker.lrDecayPerEpoch <= 1)) {
     TROUPE_SETUP_ERROR("config: train.lr_decay must be in (0, 1], got {}", worker.lrDecayPerEpoch);
   }
-  const kernels::OptimizerKind embeddingKind =
-      optimizerKind(config.getString("train.embedding_optimizer"), "train.embedding_optimizer");
+  (void)optimizerKind(config.getString("train.embedding_optimizer"), "train.embedding_optimizer");
 
   const std::string runDir = makeRunDir(config);
   { std::ofstream(runDir + "/config.toml") << config.toToml(); }
@@ -183,20 +207,8 @@ int runTrain(const TrainFlags& flags) {
   job.train = data.train;
   job.test = data.test;
   job.prefetch = int(positive(config, "data.prefetch"));
-  if (worker.core.kind == workers::ModelKind::kDlrm) {
-    for (int t = 0; t < worker.core.dlrm.numTables; ++t) {
-      ps::EmbeddingTableOptions table;
-      table.tableId = t;
-      table.dim = worker.core.dlrm.embeddingDim;
-      table.seed = worker.core.seed;
-      table.initScale = float(config.getFloat("model.embedding_init_scale"));
-      table.optimizer.kind = embeddingKind;
-      table.optimizer.learningRate = float(config.getFloat("train.embedding_lr"));
-      table.optimizer.initialAccumulator = float(config.getFloat("train.adagrad_initial_accumulator"));
-      job.tables.tables.push_back(table);
-    }
-    job.tables.threads = threads;
-  }
+  job.tables.tables = tableOptions(config, worker.core);
+  job.tables.threads = threads;
 
   std::ofstream metrics(runDir + "/metrics.csv");
   metrics << "epoch,step,elapsed_s,rows,loss,auc,accuracy\n";
@@ -229,7 +241,18 @@ int runTrain(const TrainFlags& flags) {
   };
 
   job.worker = worker;
-  auto report = workers::runInProcess(job);
+  const int64_t clusterWorkers = config.getInt("cluster.workers");
+  JobOutcome outcome;
+  Expected<workers::TrainReport> report = Status::internal("no report");
+  if (clusterWorkers <= 0 && !flags.coordinatorAddress.empty()) {
+    TROUPE_SETUP_ERROR("launch --role coordinator needs cluster.workers >= 1 (--set cluster.workers=W)");
+  }
+  if (clusterWorkers > 0) {
+    outcome = runLocalJob(config, flags, runDir, progress);
+    report = reportOf(outcome);
+  } else {
+    report = workers::runInProcess(job);
+  }
   progress.finish();
   if (!report.hasValue()) {
     std::fprintf(stderr, "troupe: error: train: %s\n", report.status().message().c_str());
@@ -272,6 +295,28 @@ int runTrain(const TrainFlags& flags) {
     field("embedding_dim", std::to_string(worker.core.dlrm.embeddingDim));
     field("embedding_optimizer", fmt::format("\"{}\"", config.getString("train.embedding_optimizer")));
   }
+  if (clusterWorkers > 0) {
+    field("workers", std::to_string(clusterWorkers));
+    field("servers", std::to_string(config.getInt("cluster.servers")));
+    field("consistency", fmt::format("\"{}\"", config.getString("ps.consistency")));
+    if (config.getString("ps.consistency") == "ssp") field("staleness", std::to_string(config.getInt("ps.staleness")));
+    std::string shards, lost;
+    for (const auto& sh : outcome.shards) {
+      shards += fmt::format("{}{{\"rank\": {}, \"rows\": {}, \"pushes_applied\": {}, \"duplicate_pushes\": {}, "
+                            "\"pulls_served\": {}, \"pulls_delayed\": {}, \"max_lead\": {}}}",
+                            shards.empty() ? "" : ", ", sh.rank, sh.rows, sh.pushesApplied, sh.duplicatePushes,
+                            sh.pullsServed, sh.pullsDelayed, sh.maxLead);
+    }
+    std::string perWorker;
+    for (const auto& w : outcome.workers) {
+      perWorker += fmt::format("{}{{\"rank\": {}, \"steps\": {}, \"samples\": {}, \"train_seconds\": {}}}",
+                               perWorker.empty() ? "" : ", ", w.rank, w.steps, w.samples, jsonNumber(w.trainSeconds));
+    }
+    for (const auto& e : outcome.events) lost += fmt::format("{}\"{}\"", lost.empty() ? "" : ", ", e);
+    field("shards", "[" + shards + "]");
+    field("worker_reports", "[" + perWorker + "]");
+    field("lost", "[" + lost + "]");
+  }
   json += fmt::format("  \"run_dir\": \"{}\"\n}}\n", runDir);
   { std::ofstream(runDir + "/summary.json") << json; }
   if (!flags.summaryJson.empty()) {
@@ -303,11 +348,17 @@ int runTrain(const TrainFlags& flags) {
   return kExitOk;
 }
 
-}  // namespace
+int runCoordinatorCommand(const CommonFlags& common, const std::string& address, const std::string& summaryJson) {
+  TrainFlags flags;
+  flags.common = common;
+  flags.coordinatorAddress = address;
+  flags.summaryJson = summaryJson;
+  return runTrain(flags);
+}
 
 void addTrainCommand(CLI::App* app, int* result) {
   auto flags = std::make_shared<TrainFlags>();
-  auto* cmd = app->add_subcommand("train", "Train a model (one process, every role an actor)");
+  auto* cmd = app->add_subcommand("train", "Train a model: in one process, or with cluster.workers > 0 as a multi-process parameter-server job on this machine");
   addCommonFlags(cmd, &flags->common);
   cmd->add_option("--summary-json", flags->summaryJson, "write the run's summary (metrics, speed) as JSON here");
   cmd->add_option("--predictions", flags->predictions,

@@ -18,6 +18,7 @@
 
 #include <caf/all.hpp>
 
+#include "apps/process_util.h"
 #include "common/check.h"
 #include "common/logging.h"
 #include "transport/handshake.h"
@@ -69,56 +70,6 @@ caf::behavior sinkActor(caf::stateful_actor<SinkState>* self) {
   };
 }
 
-std::string selfExe() {
-  char buf[4096];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  return std::string(buf, size_t(std::max<ssize_t>(n, 0)));
-}
-
-// A child process killed (by PID) when this goes away.
-class ChildProcess final {
- public:
-  explicit ChildProcess(std::vector<std::string> argv, bool quiet = false) {
-    pid_ = fork();
-    TROUPE_CHECK(pid_ >= 0, "fork failed");
-    if (pid_ == 0) {
-      if (quiet) {
-        const int fd = open("/dev/null", O_WRONLY);
-        dup2(fd, 1);
-        dup2(fd, 2);
-      }
-      std::vector<char*> args;
-      for (auto& a : argv) args.push_back(a.data());
-      args.push_back(nullptr);
-      execvp(args[0], args.data());
-      _exit(127);
-    }
-  }
-  ~ChildProcess() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      int status;
-      waitpid(pid_, &status, 0);
-    }
-  }
-  // Waits up to `timeout` for a clean exit.
-  bool wait(std::chrono::milliseconds timeout) {
-    const auto deadline = Clock::now() + timeout;
-    while (Clock::now() < deadline) {
-      int status;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      }
-      std::this_thread::sleep_for(5ms);
-    }
-    return false;
-  }
-
- private:
-  pid_t pid_ = -1;
-};
-
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -148,7 +99,7 @@ std::vector<double> runPerftest(const std::string& test, uint64_t bytes, uint64_
   for (int attempt = 0; attempt < 3; ++attempt) {
     if (tcpOnly) setenv("UCX_TLS", "tcp", 1);
     const uint16_t port = freePort();
-    ChildProcess server({"ucx_perftest", "-p", std::to_string(port)}, /*quiet=*/true);
+    ChildProcess server({"ucx_perftest", "-p", std::to_string(port)}, "/dev/null");
     std::this_thread::sleep_for(300ms);
     const std::string cmd = fmt::format("timeout 120 ucx_perftest 127.0.0.1 -p {} -t {} -s {} -n {} 2>&1", port,
                                         test, bytes, iterations);

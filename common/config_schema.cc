@@ -69,6 +69,18 @@ std::vector<Config::Key> troupeConfigSchema() {
       {"data.synthetic.rare_rank", T::kFloat, 20.0,
        "values past this rank carry less signal, by (1 + rank / rare_rank)^-rare_shrink"},
       {"data.synthetic.rare_shrink", T::kFloat, 2.0, "how fast signal fades with rank (see rare_rank)"},
+      // ---- cluster: a multi-process job (parameter-server mode) ----
+      {"cluster.workers", T::kInt, int64_t{0},
+       "worker processes; 0 = the whole job in this process (every role an actor, no transport)"},
+      {"cluster.servers", T::kInt, int64_t{2}, "parameter-server processes (each one shard)"},
+      {"cluster.start_timeout_s", T::kInt, int64_t{120}, "every process must join the coordinator within this"},
+      {"cluster.worker_threads", T::kInt, int64_t{0}, "compute threads per worker process; 0 = cores / workers"},
+      {"cluster.server_threads", T::kInt, int64_t{1}, "compute threads per parameter-server process"},
+      {"cluster.slow_worker", T::kInt, int64_t{-1}, "experiments: this worker rank sleeps cluster.slow_ms per step"},
+      {"cluster.slow_ms", T::kInt, int64_t{0}, "see cluster.slow_worker"},
+      {"ps.consistency", T::kString, std::string("bsp"),
+       "bsp (every step sees every worker's previous step), ssp (at most ps.staleness steps ahead) or asp"},
+      {"ps.staleness", T::kInt, int64_t{4}, "ssp: how many steps a worker may run ahead of the slowest"},
       // ---- transport (between processes; the job token comes from TROUPE_JOB_TOKEN, never a file) ----
       {"transport.listen_host", T::kString, std::string("127.0.0.1"),
        "the only address this process listens on; a concrete IPv4 address its peers can reach"},

@@ -157,25 +157,27 @@ Status Node::Impl::init() {
 
 void Node::Impl::shutdown() {
   if (thread_.joinable()) {
-    // Close every endpoint on the progress thread, then stop it.
-    std::atomic<bool> closed{false};
-    post([this, &closed] {
-      if (listener_) ucp_listener_destroy(listener_);  // no new connections while closing
+    // Say goodbye to every peer, let those sends (and any others) finish,
+    // then stop progress and let ucp_worker_destroy release the endpoints.
+    // Endpoints are not closed one by one here: on shared memory (no UCX
+    // error handling) an endpoint's wire id is its address, so closing one
+    // while a peer that is also leaving still sends to it makes UCX read
+    // freed memory. A peer stops sending to us once it has our goodbye.
+    std::atomic<bool> said{false};
+    post([this, &said] {
+      if (listener_) ucp_listener_destroy(listener_);  // no new connections while leaving
       listener_ = nullptr;
-      std::vector<Connection*> all;
-      for (auto& [ep, c] : connections_) all.push_back(c.get());
-      for (Connection* c : all) {
-        if (c->state == State::kReady) {
-          sendControl(c, kGoodbye, encodeEmpty());
-          c->flushOnClose = true;
-        }
-        closeConnection(c, Status::ok(), false);
+      for (auto& [ep, c] : connections_) {
+        if (c->state == State::kReady) sendControl(c.get(), kGoodbye, encodeEmpty());
       }
-      closed = true;
+      said = true;
     });
     const auto deadline = Clock::now() + std::chrono::seconds(2);
-    while (!closed && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    // Let the close requests finish (bounded).
+    while (!said && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const auto sendDeadline = Clock::now() + std::chrono::milliseconds(500);
+    while (pendingSends_.load() > 0 && Clock::now() < sendDeadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     const auto closeDeadline = Clock::now() + std::chrono::milliseconds(500);
     std::atomic<bool> drained{false};
     while (!drained && Clock::now() < closeDeadline) {

@@ -139,4 +139,38 @@ Expected<std::unique_ptr<BatchSource>> openMnistSource(const MnistSourceOptions&
   return std::unique_ptr<BatchSource>(new MnistSource(options, std::move(*dataset)));
 }
 
+namespace {
+
+class EveryNth final : public BatchSource {
+ public:
+  EveryNth(std::shared_ptr<BatchSource> inner, int64_t part, int64_t parts)
+      : inner_(std::move(inner)), part_(part), parts_(parts) {}
+  Status startEpoch(int64_t epoch) override {
+    index_ = 0;
+    return inner_->startEpoch(epoch);
+  }
+  Expected<BatchPtr> next() override {
+    for (;;) {
+      auto b = inner_->next();
+      if (!b.hasValue() || !*b) return b;
+      if (index_++ % parts_ == part_) return b;
+    }
+  }
+  int64_t rowsPerEpoch() const override {
+    return inner_->rowsPerEpoch() / parts_;  // about: the last batches may fall to fewer parts
+  }
+  int64_t badLines() const override { return inner_->badLines(); }
+
+ private:
+  std::shared_ptr<BatchSource> inner_;
+  int64_t part_, parts_;
+  int64_t index_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<BatchSource> everyNthBatch(std::shared_ptr<BatchSource> inner, int64_t part, int64_t parts) {
+  return std::make_unique<EveryNth>(std::move(inner), part, std::max<int64_t>(parts, 1));
+}
+
 }  // namespace troupe::workers

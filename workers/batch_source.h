@@ -51,6 +51,11 @@ struct MnistSourceOptions {
   uint64_t seed = 1;
 };
 
+// Batch i of `inner` for every i = part (mod parts): one worker's share of a
+// data set read by `parts` workers, so together they see each batch once,
+// in the global order batch 0, 1, 2, ...
+std::unique_ptr<BatchSource> everyNthBatch(std::shared_ptr<BatchSource> inner, int64_t part, int64_t parts);
+
 Expected<std::unique_ptr<BatchSource>> openCriteoSource(const CriteoSourceOptions& options);
 Expected<std::unique_ptr<BatchSource>> openMnistSource(const MnistSourceOptions& options);
 

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <thread>
 
 #include <caf/all.hpp>
 
@@ -92,6 +93,7 @@ void afterStep(Self* self, const Batch& batch) {
 
 void trainOn(Self* self, BatchPtr batch, ps::PullReplyPtr rows) {
   auto& st = self->state;
+  if (st.options.stepDelay.count() > 0) std::this_thread::sleep_for(st.options.stepDelay);
   auto push = st.core->trainStep(*batch, rows);
   if (!push.hasValue()) return fail(self, push.status());
   if (*push) {

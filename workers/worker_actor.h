@@ -61,6 +61,8 @@ struct WorkerOptions {
   // (leave_atom), and asks the gate (gate_atom, worker, steps, samples,
   // train seconds) -> bool: evaluate (true) or finish without (false).
   caf::actor evalGate;
+  // Experiments: sleep this long in every training step (a slow worker).
+  std::chrono::milliseconds stepDelay{0};
   std::chrono::seconds gateTimeout{86400};
   std::function<void(const WorkerEvent&)> onEvent;
 };

@@ -1,0 +1,133 @@
+#include "apps/job_setup.h"
+
+#include <cmath>
+
+#include "apps/synthetic_cache.h"
+#include "common/check.h"
+#include "data/criteo_reader.h"
+
+namespace troupe::apps {
+
+kernels::OptimizerKind optimizerKind(const std::string& name, const char* key) {
+  if (name == "sgd") return kernels::OptimizerKind::kSgd;
+  if (name == "adagrad") return kernels::OptimizerKind::kAdagrad;
+  if (name == "adam") return kernels::OptimizerKind::kAdam;
+  if (name == "ftrl") return kernels::OptimizerKind::kFtrl;
+  TROUPE_SETUP_ERROR("config: {} = '{}' is not an optimizer (sgd, adagrad, adam, ftrl)", key, name);
+}
+
+int64_t positive(const Config& c, const char* key) {
+  const int64_t v = c.getInt(key);
+  if (v < 1) TROUPE_SETUP_ERROR("config: {} must be >= 1, got {}", key, v);
+  return v;
+}
+
+std::string jsonNumber(double v) { return std::isfinite(v) ? fmt::format("{:.17g}", v) : "null"; }
+
+DataSources openData(const Config& c, int threads) {
+  DataSources d;
+  const std::string kind = c.getString("data.kind");
+  const std::string model = c.getString("model.kind");
+  const int64_t batch = positive(c, "train.batch_size");
+  auto check = [](auto&& opened) {
+    if (!opened.hasValue()) TROUPE_SETUP_ERROR("{}", opened.status().message());
+    return std::shared_ptr<workers::BatchSource>(std::move(*opened));
+  };
+  if (kind == "criteo-synthetic" || kind == "criteo") {
+    if (model != "dlrm") TROUPE_SETUP_ERROR("config: data.kind '{}' needs model.kind 'dlrm', got '{}'", kind, model);
+    std::string trainPath = c.getString("data.train"), testPath = c.getString("data.test");
+    int categorical = int(c.getInt("data.categorical"));
+    if (kind == "criteo-synthetic") {
+      auto set = ensureSyntheticData(c, "", false, threads);
+      if (!set.hasValue()) TROUPE_SETUP_ERROR("synthetic data: {}", set.status().toString());
+      trainPath = set->trainPath;
+      testPath = set->testPath;
+      categorical = int(c.getInt("data.synthetic.tables"));
+      d.synthetic = true;
+      d.oracleAuc = set->oracle.auc;
+      d.oracleLogloss = set->oracle.logloss;
+    } else if (trainPath.empty() || testPath.empty()) {
+      TROUPE_SETUP_ERROR("config: data.kind 'criteo' needs data.train and data.test");
+    }
+    workers::CriteoSourceOptions o;
+    o.batchSize = batch;
+    o.numCategorical = categorical;
+    o.skipBadLines = c.getBool("data.skip_bad_lines");
+    o.inMemory = c.getBool("data.in_memory");
+    o.path = trainPath;
+    o.maxRows = c.getInt("data.max_train_rows");
+    d.train = check(workers::openCriteoSource(o));
+    o.path = testPath;
+    o.inMemory = true;
+    o.maxRows = -1;
+    d.test = check(workers::openCriteoSource(o));
+    d.description = fmt::format("{} ({}, {})", kind, trainPath, testPath);
+  } else if (kind == "fashion-mnist") {
+    if (model != "mlp") TROUPE_SETUP_ERROR("config: data.kind 'fashion-mnist' needs model.kind 'mlp', got '{}'", model);
+    std::string dir = c.getString("data.train");
+    if (dir.empty()) dir = "/usr/share/datasets/fashion-mnist";
+    workers::MnistSourceOptions o;
+    o.batchSize = batch;
+    o.seed = uint64_t(c.getInt("run.seed"));
+    o.imagesPath = dir + "/train-images-idx3-ubyte.gz";
+    o.labelsPath = dir + "/train-labels-idx1-ubyte.gz";
+    d.train = check(workers::openMnistSource(o));
+    o.shuffle = false;
+    o.imagesPath = dir + "/t10k-images-idx3-ubyte.gz";
+    o.labelsPath = dir + "/t10k-labels-idx1-ubyte.gz";
+    d.test = check(workers::openMnistSource(o));
+    d.description = fmt::format("fashion-mnist ({})", dir);
+  } else {
+    TROUPE_SETUP_ERROR("config: data.kind '{}' cannot be trained on (criteo-synthetic, criteo, fashion-mnist)", kind);
+  }
+  return d;
+}
+
+workers::WorkerCoreOptions modelOptions(const Config& c, int threads) {
+  workers::WorkerCoreOptions o;
+  const std::string kind = c.getString("model.kind");
+  o.seed = uint64_t(c.getInt("run.seed"));
+  o.threads = threads;
+  o.denseOptimizer.kind = optimizerKind(c.getString("train.dense_optimizer"), "train.dense_optimizer");
+  o.denseOptimizer.learningRate = float(c.getFloat("train.dense_lr"));
+  o.denseOptimizer.weightDecay = float(c.getFloat("train.weight_decay"));
+  o.denseOptimizer.initialAccumulator = float(c.getFloat("train.adagrad_initial_accumulator"));
+  if (kind == "dlrm") {
+    o.kind = workers::ModelKind::kDlrm;
+    o.dlrm.embeddingDim = positive(c, "model.embedding_dim");
+    o.dlrm.bottom = c.getIntList("model.bottom_mlp");
+    o.dlrm.top = c.getIntList("model.top_mlp");
+    o.dlrm.concatEmbeddings = c.getBool("model.concat_embeddings");
+    o.dlrm.numTables = int(c.getString("data.kind") == "criteo-synthetic" ? c.getInt("data.synthetic.tables")
+                                                                           : c.getInt("data.categorical"));
+    o.dlrm.numDense = data::kCriteoIntFeatures;
+  } else if (kind == "mlp") {
+    o.kind = workers::ModelKind::kMlp;
+    o.mlpWidths = {784};
+    for (int64_t w : c.getIntList("model.hidden")) o.mlpWidths.push_back(w);
+    o.mlpWidths.push_back(positive(c, "model.classes"));
+  } else {
+    TROUPE_SETUP_ERROR("config: model.kind '{}' is not a model (dlrm, mlp)", kind);
+  }
+  return o;
+}
+
+std::vector<ps::EmbeddingTableOptions> tableOptions(const Config& c, const workers::WorkerCoreOptions& model) {
+  std::vector<ps::EmbeddingTableOptions> tables;
+  if (model.kind != workers::ModelKind::kDlrm) return tables;
+  const kernels::OptimizerKind kind = optimizerKind(c.getString("train.embedding_optimizer"), "train.embedding_optimizer");
+  for (int t = 0; t < model.dlrm.numTables; ++t) {
+    ps::EmbeddingTableOptions table;
+    table.tableId = t;
+    table.dim = model.dlrm.embeddingDim;
+    table.seed = model.seed;
+    table.initScale = float(c.getFloat("model.embedding_init_scale"));
+    table.optimizer.kind = kind;
+    table.optimizer.learningRate = float(c.getFloat("train.embedding_lr"));
+    table.optimizer.initialAccumulator = float(c.getFloat("train.adagrad_initial_accumulator"));
+    tables.push_back(table);
+  }
+  return tables;
+}
+
+}  // namespace troupe::apps

@@ -1,0 +1,42 @@
+// What every process of a training job builds from the config: the data
+// sources, the model's options, the embedding tables' options. One place, so
+// the single-process trainer, the workers and the shards of a multi-process
+// job agree on every shape and hyperparameter. Errors are SetupErrors naming
+// the key.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "kernels/row_optimizer.h"
+#include "ps/embedding_table.h"
+#include "workers/batch_source.h"
+#include "workers/worker_core.h"
+
+namespace troupe::apps {
+
+kernels::OptimizerKind optimizerKind(const std::string& name, const char* key);
+int64_t positive(const Config& c, const char* key);
+std::string jsonNumber(double v);
+
+// What the data section names, opened as batch sources.
+struct DataSources {
+  std::shared_ptr<workers::BatchSource> train, test;
+  std::string description;
+  bool synthetic = false;
+  double oracleAuc = std::nan(""), oracleLogloss = std::nan("");
+};
+
+// Generates synthetic data first when the config asks for it (cached).
+DataSources openData(const Config& c, int threads);
+
+workers::WorkerCoreOptions modelOptions(const Config& c, int threads);
+
+// The embedding tables of a DLRM (empty for other models).
+std::vector<ps::EmbeddingTableOptions> tableOptions(const Config& c, const workers::WorkerCoreOptions& model);
+
+}  // namespace troupe::apps

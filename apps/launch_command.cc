@@ -1,0 +1,73 @@
+#include "apps/launch_command.h"
+
+#include <memory>
+
+#include "apps/cli_common.h"
+#include "apps/job.h"
+#include "apps/process_util.h"
+#include "apps/train_command.h"
+#include "common/check.h"
+#include "common/logging.h"
+#include "transport/node_config.h"
+
+namespace troupe::apps {
+namespace {
+
+struct LaunchFlags {
+  CommonFlags common;
+  std::string role;
+  std::string coordinator;
+  std::string listen;
+  int64_t rank = -1;
+  std::string summaryJson;
+};
+
+int runLaunch(const LaunchFlags& flags) {
+  if (flags.role == "coordinator") return runCoordinatorCommand(flags.common, flags.coordinator, flags.summaryJson);
+  Config config = loadConfig(flags.common);
+  MemberOptions m;
+  m.role = flags.role;
+  m.node = transport::nodeOptionsFromConfig(config);
+  m.node.token = transport::jobTokenFromEnvironment();
+  m.node.coordinator = flags.coordinator;
+  m.node.listenPort = uint16_t(config.getInt("transport.listen_port"));
+  auto hp = transport::parseHostPort(flags.coordinator);
+  if (!hp.hasValue()) TROUPE_SETUP_ERROR("--coordinator: {}", hp.status().message());
+  if (!flags.listen.empty()) {
+    m.node.listenHost = flags.listen;
+  } else if (!config.isSet("transport.listen_host") && hp->first.rfind("127.", 0) != 0 && hp->first != "localhost") {
+    TROUPE_SETUP_ERROR("the coordinator is at {}, not on loopback: give --listen ADDRESS, the address of this "
+                       "machine the other processes reach it at", flags.coordinator);
+  }
+  m.requestedRank = flags.rank;
+  if (m.requestedRank < 0) {
+    std::string from;
+    if (auto r = launcherRank(&from)) {
+      m.requestedRank = *r;
+      logger("apps")->info("rank {} from {}", *r, from);
+    }
+  }
+  m.threads = flags.common.threads > 0 ? flags.common.threads : 0;
+  return runMember(m);
+}
+
+}  // namespace
+
+void addLaunchCommand(CLI::App* app, int* result) {
+  auto flags = std::make_shared<LaunchFlags>();
+  auto* cmd = app->add_subcommand("launch", "Start one process of a multi-process job (coordinator, ps or worker)");
+  addCommonFlags(cmd, &flags->common);
+  cmd->add_option("--role", flags->role, "coordinator, ps or worker")
+      ->required()
+      ->check(CLI::IsMember({"coordinator", "ps", "worker"}));
+  cmd->add_option("--coordinator", flags->coordinator,
+                  "HOST:PORT of the coordinator (for the coordinator: where it listens)")
+      ->required();
+  cmd->add_option("--listen", flags->listen, "ps / worker: the address this process listens on (default: "
+                                             "transport.listen_host)");
+  cmd->add_option("--rank", flags->rank, "ps / worker: the rank to ask for (default: the launcher's rank variable)");
+  cmd->add_option("--summary-json", flags->summaryJson, "coordinator: write the job's summary as JSON here");
+  cmd->callback([=] { *result = runGuarded([&] { return runLaunch(*flags); }); });
+}
+
+}  // namespace troupe::apps
