@@ -181,7 +181,10 @@ void onLost(Coord* self, Proc& p, const caf::error& reason) {
   st.log->warn("{}; the other workers go on without it ({})", what, ps::consistencyName(st.consistency));
   if (st.wk[size_t(p.rank)].node != 0) {
     for (const auto& s : st.ps) {
-      if (s.node) self->send(st.remote->remoteActor(s.node, kShardActor), ps::leave_atom::value, p.rank);
+      if (s.node) {
+        self->request(st.remote->remoteActor(s.node, kShardActor), 10s, ps::leave_atom::value, p.rank)
+            .then([](int64_t) {}, [](caf::error&) {});  // a lost shard ends the job on its own
+      }
     }
   }
   st.gateWaiters.erase(p.rank);
@@ -202,6 +205,13 @@ caf::behavior coordinator(Coord* self, CoordinatorOptions options, transport::Re
   st.workerRate.assign(size_t(st.workers), 0.0);
   st.outcome->workers.resize(size_t(st.workers));
   for (int i = 0; i < st.workers; ++i) st.outcome->workers[size_t(i)].rank = i;
+  self->set_error_handler([=](caf::error& err) {
+    self->state.log->warn("coordinator: ignored an error message: {}", caf::to_string(err));
+  });
+  self->set_default_handler([=](caf::scheduled_actor*, caf::message_view& x) -> caf::result<caf::message> {
+    self->state.log->warn("coordinator: refused an unknown message {}", caf::to_string(x.content()));
+    return caf::sec::unexpected_message;
+  });
   self->set_down_handler([=](caf::down_msg& dm) {
     for (auto* list : {&self->state.ps, &self->state.wk}) {
       for (auto& p : *list) {
@@ -490,6 +500,9 @@ int runMember(const MemberOptions& options) {
       so.staleness = config.getInt("ps.staleness");
       so.kernels = kernels;
       shard = ps::spawnShard(system, so);
+      shard->attach_functor([rank](const caf::error& reason) {
+        if (reason) logger("job")->error("ps {}: the shard actor stopped: {}", rank, caf::to_string(reason));
+      });
       (*remote)->publish(shard, kShardActor);
     }
     Tensor shardNodes;

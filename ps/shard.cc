@@ -204,6 +204,16 @@ caf::behavior shard(Self* self, ShardOptions options) {
   st.clock.assign(size_t(st.options.workers), 0);
   st.lastSequence.assign(size_t(st.options.workers), -1);
   for (int w = 0; w < st.options.workers; ++w) st.live.insert(w);
+  // Whatever else arrives (a stray error, an unknown message from the
+  // network) is logged and dropped: it must not stop the shard.
+  self->set_error_handler([=](caf::error& err) {
+    self->state.log->warn("shard {}: ignored an error message: {}", self->state.options.shard, caf::to_string(err));
+  });
+  self->set_default_handler([=](caf::scheduled_actor*, caf::message_view& x) -> caf::result<caf::message> {
+    self->state.log->warn("shard {}: refused an unknown message {}", self->state.options.shard,
+                          caf::to_string(x.content()));
+    return caf::sec::unexpected_message;
+  });
   return {
       [=](pull_atom a, int64_t worker, int64_t step, bool create, bool dense, const Tensor& counts,
           const Tensor& keys) -> PullPromise {

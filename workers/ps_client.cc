@@ -51,6 +51,7 @@ struct Gather {
 
 caf::behavior psClient(Self* self, PsClientOptions options) {
   self->state.options = std::move(options);
+  self->set_error_handler([](caf::error&) {});  // a stray error must not stop the client
   return {
       [=](ps::pull_atom, const ps::PullRequestPtr& req) -> caf::typed_response_promise<ps::PullReplyPtr> {
         auto& o = self->state.options;
@@ -103,7 +104,8 @@ caf::behavior psClient(Self* self, PsClientOptions options) {
                   [=](caf::error& err) mutable {
                     if (gather->failed) return;
                     gather->failed = true;
-                    promise.deliver(err);
+                    promise.deliver(caf::make_error(caf::sec::runtime_error,
+                                                    fmt::format("pull from shard {}: {}", s, caf::to_string(err))));
                   });
         }
         return promise;
@@ -147,7 +149,8 @@ caf::behavior psClient(Self* self, PsClientOptions options) {
                   [=](caf::error& err) mutable {
                     if (gather->failed) return;
                     gather->failed = true;
-                    promise.deliver(err);
+                    promise.deliver(caf::make_error(caf::sec::runtime_error,
+                                                    fmt::format("push to shard {}: {}", s, caf::to_string(err))));
                   });
         }
         return promise;
@@ -170,7 +173,8 @@ caf::behavior psClient(Self* self, PsClientOptions options) {
                   [=](caf::error& err) mutable {
                     if (gather->failed) return;
                     gather->failed = true;
-                    promise.deliver(err);
+                    promise.deliver(caf::make_error(caf::sec::runtime_error,
+                                                    fmt::format("leave at a shard: {}", caf::to_string(err))));
                   });
         }
         return promise;

@@ -43,6 +43,7 @@ using Self = caf::stateful_actor<WorkerState>;
 void fail(Self* self, const caf::error& err) {
   auto& st = self->state;
   if (st.finished) return;
+  logger("worker")->error("worker {} stops: {}", st.core->options().worker, caf::to_string(err));
   st.finished = true;
   st.done.deliver(err);
   self->quit(err);

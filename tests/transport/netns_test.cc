@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/common/netns.h"
 #include "tests/common/subprocess.h"
 #include "tests/common/temp_dir.h"
 #include "tests/transport/transport_peer.h"
@@ -25,51 +26,12 @@ using troupe::testing::Child;
 using troupe::testing::runProcess;
 using troupe::testing::TempDir;
 
-bool run(const std::string& cmd) {
-  auto r = runProcess({"/bin/sh", "-c", cmd}, 20s);
-  return r.exitCode == 0;
-}
-
-class NetnsPair final {
- public:
-  NetnsPair() {
-    const std::string tag = std::to_string(getpid() % 100000);
-    a_ = "trpA" + tag;
-    b_ = "trpB" + tag;
-    const int subnet = 16 + int(getpid() % 200);
-    addrA_ = "10.231." + std::to_string(subnet) + ".1";
-    addrB_ = "10.231." + std::to_string(subnet) + ".2";
-    const std::string va = "tva" + tag, vb = "tvb" + tag;
-    ok_ = run("ip netns add " + a_) && run("ip netns add " + b_) &&
-          run("ip link add " + va + " netns " + a_ + " type veth peer name " + vb + " netns " + b_) &&
-          run("ip -n " + a_ + " addr add " + addrA_ + "/24 dev " + va) &&
-          run("ip -n " + b_ + " addr add " + addrB_ + "/24 dev " + vb) && run("ip -n " + a_ + " link set " + va + " up") &&
-          run("ip -n " + b_ + " link set " + vb + " up") && run("ip -n " + a_ + " link set lo up") &&
-          run("ip -n " + b_ + " link set lo up");
-    // UCX lists the interfaces that are running when a process starts, and
-    // the kernel reports a veth's carrier with a delay: wait for it (bounded).
-    bool up = false;
-    for (int i = 0; ok_ && i < 300 && !up; ++i) {
-      up = run("ip -n " + a_ + " link show " + va + " | grep -q 'state UP'") &&
-           run("ip -n " + b_ + " link show " + vb + " | grep -q 'state UP'");
-      if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    ok_ = ok_ && up;
-  }
-  ~NetnsPair() {
-    run("ip netns del " + a_ + " 2>/dev/null");
-    run("ip netns del " + b_ + " 2>/dev/null");
-  }
-  bool ok() const { return ok_; }
-  std::string a_, b_, addrA_, addrB_;
-
- private:
-  bool ok_ = false;
-};
+using troupe::testing::NetnsPair;
+using troupe::testing::shell;
 
 TEST(TransportNetns, JobAcrossTwoNamespaces) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to make network namespaces (ip netns + veth)";
-  if (!run("command -v ip >/dev/null")) GTEST_SKIP() << "needs iproute2 (ip)";
+  if (!shell("command -v ip >/dev/null")) GTEST_SKIP() << "needs iproute2 (ip)";
   NetnsPair ns;
   if (!ns.ok()) GTEST_SKIP() << "could not make network namespaces here (ip netns add failed; no CAP_SYS_ADMIN?)";
   TempDir dir;

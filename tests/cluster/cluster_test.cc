@@ -1,0 +1,470 @@
+// Multi-process parameter-server jobs, as users run them: `troupe train`
+// with cluster.workers / cluster.servers (a local job), and `troupe launch`
+// per process (as srun / mpirun would), on loopback and across network
+// namespaces. Every process is started by this test or by the troupe it
+// started, and killed by PID when a test ends.
+//
+// This binary is also a fake worker for the exact-count test
+// (`cluster_test count-worker ...`): it joins a real coordinator, gets the
+// real shards' addresses, and adds 1 to a set of keys per step, sending
+// every push twice.
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <caf/all.hpp>
+#include <gtest/gtest.h>
+
+#include "apps/job_protocol.h"
+#include "ps/embedding_table.h"
+#include "ps/wire.h"
+#include "tests/common/netns.h"
+#include "tests/common/subprocess.h"
+#include "tests/common/temp_dir.h"
+#include "transport/remote_actors.h"
+#include "workers/messages.h"
+#include "workers/ps_client.h"
+
+namespace troupe {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Child;
+using testing::ProcessResult;
+using testing::readFile;
+using testing::runProcess;
+using testing::TempDir;
+
+std::string selfExe() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return std::string(buf, size_t(std::max<ssize_t>(n, 0)));
+}
+
+double field(const std::string& json, const std::string& key) {
+  auto pos = json.find("\"" + key + "\": ");
+  if (pos == std::string::npos) return std::nan("");
+  return std::strtod(json.c_str() + pos + key.size() + 4, nullptr);
+}
+
+// Every value of `key` in the JSON text, in order (shard and worker lists).
+std::vector<double> fields(const std::string& json, const std::string& key) {
+  std::vector<double> out;
+  for (size_t pos = json.find("\"" + key + "\": "); pos != std::string::npos;
+       pos = json.find("\"" + key + "\": ", pos + 1)) {
+    out.push_back(std::strtod(json.c_str() + pos + key.size() + 4, nullptr));
+  }
+  return out;
+}
+
+uint16_t freePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sin{};
+  sin.sin_family = AF_INET;
+  sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof sin;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&sin), sizeof sin);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&sin), &len);
+  ::close(fd);
+  return ntohs(sin.sin_port);
+}
+
+// The small DLRM job every test trains (seconds on 2 cores).
+std::vector<std::string> smallJob(const TempDir& dir, const std::string& run) {
+  return {"--config", std::string(TROUPE_SOURCE_ROOT) + "/configs/dlrm-synthetic.toml",
+          "--set", "data.synthetic.rows=40000", "--set", "data.synthetic.test_rows=5000",
+          "--set", "data.synthetic.tables=4", "--set", "data.synthetic.max_vocab=2000",
+          "--set", "data.cache_dir=" + dir.file("cache"), "--set", "run.dir=" + dir.file("runs"),
+          "--set", "run.name=" + run, "--set", "train.batch_size=128", "--set", "train.progress_every=20"};
+}
+
+ProcessResult troupe(std::vector<std::string> args, std::chrono::seconds timeout = 180s) {
+  args.insert(args.begin(), TROUPE_BINARY);
+  return runProcess(args, timeout);
+}
+
+std::vector<std::string> plus(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// Waits (bounded) until `path` contains `text`.
+bool waitForText(const std::string& path, const std::string& text, std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream in(path);
+    std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (all.find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ::setenv("TROUPE_JOB_TOKEN", "cluster-test-token-0123456789abcdef", 1); }
+};
+
+TEST_F(ClusterTest, EveryConsistencyModelLearnsWithTwoWorkersAndTwoShards) {
+  TempDir dir;
+  for (const std::string mode : {"bsp", "ssp", "asp"}) {
+    SCOPED_TRACE(mode);
+    auto r = troupe(plus({"train"}, plus(smallJob(dir, mode),
+                                         {"--set", "cluster.workers=2", "--set", "cluster.servers=2", "--set",
+                                          "ps.consistency=" + mode, "--summary-json", dir.file(mode + ".json")})));
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    const std::string json = readFile(dir.file(mode + ".json"));
+    // Single-process training of this job reaches 0.721 (oracle 0.741).
+    EXPECT_GT(field(json, "test_auc"), 0.70) << json;
+    EXPECT_EQ(field(json, "test_rows"), 5000) << json;
+    EXPECT_EQ(field(json, "workers"), 2) << json;
+    EXPECT_EQ(field(json, "samples"), 40000) << json;  // each batch trained once, by one worker
+    const auto rows = fields(json, "rows");
+    ASSERT_EQ(rows.size(), 2u) << json;
+    EXPECT_GT(rows[0], 0) << json;  // both shards hold part of the tables
+    EXPECT_GT(rows[1], 0) << json;
+    const std::string run = dir.file("runs/" + mode);
+    EXPECT_NE(readFile(run + "/ps-1.log").find("exits (0)"), std::string::npos);
+    EXPECT_NE(readFile(run + "/worker-1.log").find("exits (0)"), std::string::npos);
+  }
+}
+
+// Two BSP workers with batches of 128 take the same steps as one process with
+// batches of 256 made of the same rows: the same model up to float rounding
+// (sums over 128 rows then 2 halves instead of over 256). After a few steps
+// the predictions agree to 1e-4; over a whole epoch rounding grows through
+// Adam, so the metrics agree to 1e-3.
+struct Comparison {
+  double aucOne = 0, aucBsp = 0, lossOne = 0, lossBsp = 0, worst = 1;
+  int rows = 0;
+};
+
+Comparison compareBspWithOneProcess(TempDir& dir, const std::string& tag, std::vector<std::string> extra) {
+  Comparison c;
+  auto one = troupe(plus({"train"}, plus(plus(smallJob(dir, tag + "one"), extra),
+                                         {"--set", "train.batch_size=256", "--predictions", dir.file(tag + "one.tsv"),
+                                          "--summary-json", dir.file(tag + "one.json")})));
+  EXPECT_EQ(one.exitCode, 0) << one.err;
+  auto bsp = troupe(plus({"train"}, plus(plus(smallJob(dir, tag + "bsp"), extra),
+                                         {"--set", "cluster.workers=2", "--set", "cluster.servers=2", "--set",
+                                          "ps.consistency=bsp", "--predictions", dir.file(tag + "bsp.tsv"),
+                                          "--summary-json", dir.file(tag + "bsp.json")})));
+  EXPECT_EQ(bsp.exitCode, 0) << bsp.err;
+  if (one.exitCode != 0 || bsp.exitCode != 0) return c;
+  const std::string a = readFile(dir.file(tag + "one.json")), b = readFile(dir.file(tag + "bsp.json"));
+  c.aucOne = field(a, "test_auc");
+  c.aucBsp = field(b, "test_auc");
+  c.lossOne = field(a, "test_logloss");
+  c.lossBsp = field(b, "test_logloss");
+  EXPECT_EQ(field(a, "samples"), field(b, "samples")) << a << b;
+  std::ifstream pa(dir.file(tag + "one.tsv")), pb(dir.file(tag + "bsp.tsv"));
+  int label1, label2;
+  double p1, p2;
+  c.worst = 0;
+  while (pa >> label1 >> p1 && pb >> label2 >> p2) {
+    EXPECT_EQ(label1, label2);
+    c.worst = std::max(c.worst, std::fabs(p1 - p2));
+    ++c.rows;
+  }
+  return c;
+}
+
+TEST_F(ClusterTest, BspEqualsASingleProcessOnTheSameGlobalBatches) {
+  TempDir dir;
+  Comparison shortRun = compareBspWithOneProcess(dir, "short", {"--set", "train.max_steps=12"});
+  EXPECT_EQ(shortRun.rows, 5000);
+  EXPECT_LT(shortRun.worst, 1e-4) << "largest difference of a test prediction after 12 steps";
+  Comparison epoch = compareBspWithOneProcess(dir, "epoch", {});
+  EXPECT_EQ(epoch.rows, 5000);
+  EXPECT_NEAR(epoch.aucOne, epoch.aucBsp, 1e-3);
+  EXPECT_NEAR(epoch.lossOne, epoch.lossBsp, 1e-3);
+  EXPECT_LT(epoch.worst, 2e-2) << "largest difference of a test prediction after an epoch";
+}
+
+TEST_F(ClusterTest, SspNeverLetsAWorkerRunMoreThanStalenessAhead) {
+  TempDir dir;
+  auto r = troupe(plus({"train"}, plus(smallJob(dir, "ssp"),
+                                       {"--set", "cluster.workers=2", "--set", "cluster.servers=2", "--set",
+                                        "ps.consistency=ssp", "--set", "ps.staleness=2", "--set",
+                                        "cluster.slow_worker=1", "--set", "cluster.slow_ms=4", "--summary-json",
+                                        dir.file("ssp.json")})));
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  const std::string json = readFile(dir.file("ssp.json"));
+  // Recorded by each shard at every training pull it served: the puller's
+  // step minus the slowest live worker's clock.
+  const auto leads = fields(json, "max_lead");
+  ASSERT_EQ(leads.size(), 2u) << json;
+  for (double lead : leads) {
+    EXPECT_LE(lead, 2) << json;
+    EXPECT_GE(lead, 1) << "the fast worker never ran ahead: " << json;
+  }
+  for (double d : fields(json, "pulls_delayed")) EXPECT_GT(d, 0) << json;
+}
+
+// A job started process by process, as a launcher would.
+struct LaunchedJob {
+  TempDir& dir;
+  std::string address;
+  std::unique_ptr<Child> coordinator;
+  std::vector<std::unique_ptr<Child>> ps, workers;
+
+  LaunchedJob(TempDir& d, const std::vector<std::string>& config, int numWorkers, int numServers,
+              const std::string& json)
+      : dir(d) {
+    address = "127.0.0.1:" + std::to_string(freePort());
+    std::vector<std::string> args = {TROUPE_BINARY, "launch", "--role", "coordinator", "--coordinator", address};
+    args = plus(args, config);
+    args = plus(args, {"--set", "cluster.workers=" + std::to_string(numWorkers), "--set",
+                       "cluster.servers=" + std::to_string(numServers), "--summary-json", json});
+    coordinator = std::make_unique<Child>(args, dir.file("coordinator.log"));
+    for (int i = 0; i < numServers; ++i) {
+      ps.push_back(std::make_unique<Child>(
+          std::vector<std::string>{TROUPE_BINARY, "launch", "--role", "ps", "--coordinator", address, "--rank",
+                                   std::to_string(i)},
+          dir.file("ps-" + std::to_string(i) + ".log")));
+    }
+  }
+  void startWorkers(int n) {
+    for (int i = 0; i < n; ++i) {
+      workers.push_back(std::make_unique<Child>(
+          std::vector<std::string>{TROUPE_BINARY, "launch", "--role", "worker", "--coordinator", address, "--rank",
+                                   std::to_string(i)},
+          dir.file("worker-" + std::to_string(i) + ".log")));
+    }
+  }
+};
+
+TEST_F(ClusterTest, AKilledWorkerInAspLetsTheOthersFinish) {
+  TempDir dir;
+  LaunchedJob job(dir, plus(smallJob(dir, "asp"), {"--set", "ps.consistency=asp", "--set", "cluster.slow_worker=0",
+                                                   "--set", "cluster.slow_ms=15"}),
+                  2, 2, dir.file("asp.json"));
+  job.startWorkers(2);
+  ASSERT_TRUE(waitForText(dir.file("coordinator.log"), "training starts", 60s)) << readFile(dir.file("coordinator.log"));
+  std::this_thread::sleep_for(300ms);
+  job.workers[1]->kill(SIGKILL);
+  auto c = job.coordinator->wait(120s);
+  EXPECT_EQ(c.exitCode, 0) << readFile(dir.file("coordinator.log"));
+  const std::string json = readFile(dir.file("asp.json"));
+  EXPECT_NE(json.find("worker 1"), std::string::npos) << "the loss is in the summary: " << json;
+  EXPECT_GT(field(json, "test_auc"), 0.6) << json;
+  EXPECT_NE(readFile(dir.file("coordinator.log")).find("the other workers go on without it"), std::string::npos);
+  for (auto& p : job.ps) EXPECT_EQ(p->wait(20s).exitCode, 0);
+  EXPECT_EQ(job.workers[0]->wait(20s).exitCode, 0);
+}
+
+TEST_F(ClusterTest, AKilledShardEndsTheJobWithAClearError) {
+  TempDir dir;
+  LaunchedJob job(dir, plus(smallJob(dir, "lost"), {"--set", "ps.consistency=bsp", "--set", "cluster.slow_worker=0",
+                                                    "--set", "cluster.slow_ms=15"}),
+                  2, 2, dir.file("lost.json"));
+  job.startWorkers(2);
+  ASSERT_TRUE(waitForText(dir.file("coordinator.log"), "training starts", 60s)) << readFile(dir.file("coordinator.log"));
+  std::this_thread::sleep_for(300ms);
+  const auto killed = std::chrono::steady_clock::now();
+  job.ps[1]->kill(SIGKILL);
+  auto c = job.coordinator->wait(60s);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  EXPECT_FALSE(c.timedOut);
+  EXPECT_EQ(c.exitCode, 1);
+  const std::string log = readFile(dir.file("coordinator.log"));
+  EXPECT_NE(log.find("ps 1 (127.0.0.1:"), std::string::npos) << log;
+  EXPECT_NE(log.find("is down"), std::string::npos) << log;
+  // The heartbeat timeout is 3 s; allow for start-up and shutdown.
+  EXPECT_LT(seconds, 3.0 + 5.0) << log;
+  // Every other process ends too (no hang).
+  EXPECT_FALSE(job.ps[0]->wait(20s).timedOut);
+  for (auto& w : job.workers) EXPECT_FALSE(w->wait(20s).timedOut);
+}
+
+// ---------------------------------------------------------------- exact count
+
+constexpr int kCountSteps = 25;
+
+std::vector<std::vector<uint64_t>> countKeys() {
+  std::vector<uint64_t> t0;
+  for (uint64_t k = 1; k <= 60; ++k) t0.push_back(k * 7919);
+  return {t0, {}, {3, 5}, {uint64_t(1) << 62}};
+}
+
+TEST_F(ClusterTest, ExactCountWorkersTimesStepsInEveryModel) {
+  for (const std::string mode : {"bsp", "ssp", "asp"}) {
+    SCOPED_TRACE(mode);
+    TempDir dir;
+    constexpr int kWorkers = 3;
+    LaunchedJob job(dir, plus(smallJob(dir, "count"), {"--set", "ps.consistency=" + mode, "--set",
+                                                       "train.embedding_optimizer=sgd", "--set",
+                                                       "train.embedding_lr=1"}),
+                    kWorkers, 2, dir.file("count.json"));
+    std::vector<std::unique_ptr<Child>> counters;
+    for (int i = 0; i < kWorkers; ++i) {
+      counters.push_back(std::make_unique<Child>(
+          std::vector<std::string>{selfExe(), "count-worker", job.address, mode, std::to_string(kWorkers)},
+          dir.file("counter-" + std::to_string(i) + ".log")));
+    }
+    auto c = job.coordinator->wait(120s);
+    EXPECT_EQ(c.exitCode, 0) << readFile(dir.file("coordinator.log"));
+    int lead = 0;
+    for (int i = 0; i < kWorkers; ++i) {
+      auto r = counters[size_t(i)]->wait(30s);
+      const std::string log = readFile(dir.file("counter-" + std::to_string(i) + ".log"));
+      EXPECT_EQ(r.exitCode, 0) << log;
+      lead += log.find("every key counted exactly") != std::string::npos;
+    }
+    EXPECT_EQ(lead, 1) << "one worker checks the final counts";
+    const std::string json = readFile(dir.file("count.json"));
+    EXPECT_EQ(field(json, "test_auc"), 1.0) << json;
+    for (double d : fields(json, "duplicate_pushes")) EXPECT_EQ(d, kWorkers * kCountSteps) << json;
+  }
+}
+
+// The fake worker: joins, adds 1 per step to every key of countKeys() (each
+// push sent twice), leaves, and if the gate picks it, checks the counts.
+int countWorker(const std::string& coordinator, const std::string& mode, int workers) {
+  caf::actor_system_config cfg;
+  caf::actor_system system{cfg};
+  transport::NodeOptions node;
+  node.role = "worker";
+  node.token = std::getenv("TROUPE_JOB_TOKEN");
+  node.coordinator = coordinator;
+  auto remote = transport::RemoteActors::start(system, node);
+  if (!remote.hasValue()) return std::fprintf(stderr, "%s\n", remote.status().message().c_str()), 1;
+  uint64_t coordNode = 0;
+  for (int i = 0; i < 3000 && coordNode == 0; ++i) {
+    for (const auto& m : (*remote)->node().members()) {
+      if (m.role == "coordinator") coordNode = m.nodeId;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  auto coord = (*remote)->remoteActor(coordNode, apps::kCoordinatorActor);
+  caf::scoped_actor self{system};
+  int64_t rank = -1;
+  std::string toml;
+  self->request(coord, 60s, apps::hello_atom::value, std::string("worker"), int64_t{-1}, (*remote)->node().id(),
+                (*remote)->node().address())
+      .receive([&](int64_t r, std::string& t) { rank = r, toml = t; }, [](caf::error&) {});
+  if (rank < 0) return std::fprintf(stderr, "no rank\n"), 1;
+  transport::Tensor shardNodes;
+  self->request(coord, 60s, apps::ready_atom::value, std::string("worker"), rank)
+      .receive([&](transport::Tensor& t) { shardNodes = t; }, [](caf::error&) {});
+  workers::PsClientOptions co;
+  co.worker = rank;
+  for (size_t s = 0; s < shardNodes.count<uint64_t>(); ++s) {
+    co.shards.push_back((*remote)->remoteActor(shardNodes.as<uint64_t>()[s], apps::kShardActor));
+  }
+  const auto keys = countKeys();
+  co.dims = std::vector<int64_t>(keys.size(), 16);
+  co.denseSize = 0;
+  auto client = workers::spawnPsClient(system, co);
+  // BSP applies the mean of a step's pushes: each worker's 1 counts as 1/W.
+  const float grad = mode == "bsp" ? -float(workers) : -1.0f;
+  for (int step = 0; step < kCountSteps; ++step) {
+    auto pull = std::make_shared<ps::PullRequest>();
+    pull->keys = keys;
+    pull->step = step;
+    bool pulled = false;
+    self->request(client, 60s, ps::pull_atom::value, ps::PullRequestPtr(pull))
+        .receive([&](ps::PullReplyPtr) { pulled = true; }, [](caf::error& e) { std::fprintf(stderr, "pull: %s\n", caf::to_string(e).c_str()); });
+    if (!pulled) return 1;
+    auto push = std::make_shared<ps::PushRequest>();
+    push->worker = rank;
+    push->sequence = step;
+    push->clock = step;
+    push->keys = keys;
+    for (const auto& k : keys) push->grads.emplace_back(k.size() * 16, grad);
+    int acks = 0;
+    for (int copy = 0; copy < 2; ++copy) self->send(client, ps::push_atom::value, ps::PushRequestPtr(push));
+    for (int copy = 0; copy < 2; ++copy) {
+      self->receive([&](int64_t) { ++acks; }, [](caf::error&) {}, caf::after(60s) >> [] {});
+    }
+    if (acks != 2) return std::fprintf(stderr, "push not acknowledged\n"), 1;
+  }
+  self->request(client, 60s, ps::leave_atom::value).receive([](int64_t) {}, [](caf::error&) {});
+  bool evaluate = false;
+  self->request(coord, 300s, workers::gate_atom::value, rank, int64_t{kCountSteps}, int64_t{0}, 0.0)
+      .receive([&](bool e) { evaluate = e; }, [](caf::error&) {});
+  double exact = 0;
+  if (evaluate) {
+    auto pull = std::make_shared<ps::PullRequest>();
+    pull->keys = keys;
+    pull->create = false;
+    ps::PullReplyPtr reply;
+    self->request(client, 60s, ps::pull_atom::value, ps::PullRequestPtr(pull))
+        .receive([&](ps::PullReplyPtr r) { reply = r; }, [](caf::error&) {});
+    int bad = 0;
+    const double expect = double(workers) * kCountSteps;
+    for (size_t t = 0; reply && t < keys.size(); ++t) {
+      for (size_t i = 0; i < keys[t].size(); ++i) {
+        std::vector<float> w0(16);
+        ps::EmbeddingTable::initialWeights(1, int(t), keys[t][i], 0.25f, w0.data(), 16);
+        for (int d = 0; d < 16; ++d) {
+          const double got = reply->rows[t][i * 16 + size_t(d)] - w0[size_t(d)];
+          if (std::fabs(got - expect) > 1e-3) {
+            if (bad++ < 5) std::fprintf(stderr, "table %zu key %llu: +%g, want +%g\n", t, (unsigned long long)keys[t][i], got, expect);
+          }
+        }
+      }
+    }
+    if (reply && bad == 0) {
+      exact = 1;
+      std::printf("every key counted exactly %g times\n", expect);
+    }
+  }
+  const transport::Tensor none = transport::Tensor::copyOf(nullptr, 0, transport::DType::kFloat32);
+  self->request(coord, 60s, apps::done_atom::value, rank, true, std::string(), int64_t{kCountSteps}, int64_t{0},
+                int64_t{kCountSteps}, int64_t{0}, 0.0, 0.0, evaluate, exact, 0.0, 0.0, int64_t{0}, none, none)
+      .receive([](int64_t) {}, [](caf::error&) {});
+  std::fflush(stdout);
+  // Until the coordinator shuts the job down.
+  self->monitor(coord);
+  self->receive([](caf::down_msg&) {}, caf::after(20s) >> [] {});
+  self->send_exit(client, caf::exit_reason::user_shutdown);
+  return evaluate && exact != 1 ? 1 : 0;
+}
+
+TEST_F(ClusterTest, AJobAcrossNetworkNamespaces) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to make network namespaces (ip netns + veth)";
+  if (!testing::shell("command -v ip >/dev/null")) GTEST_SKIP() << "needs iproute2 (ip)";
+  testing::NetnsPair ns;
+  if (!ns.ok()) GTEST_SKIP() << "could not make network namespaces here (ip netns add failed)";
+  TempDir dir;
+  const std::string address = ns.addrA_ + ":" + std::to_string(20000 + getpid() % 20000);
+  // The coordinator and the shard in one namespace, the worker in the other.
+  Child coordinator(plus({"ip", "netns", "exec", ns.a_, TROUPE_BINARY, "launch", "--role", "coordinator",
+                          "--coordinator", address},
+                         plus(smallJob(dir, "netns"), {"--set", "cluster.workers=1", "--set", "cluster.servers=1",
+                                                       "--summary-json", dir.file("netns.json")})),
+                    dir.file("coordinator.log"));
+  Child shard({"ip", "netns", "exec", ns.a_, TROUPE_BINARY, "launch", "--role", "ps", "--coordinator", address,
+               "--listen", ns.addrA_},
+              dir.file("ps.log"));
+  Child worker({"ip", "netns", "exec", ns.b_, TROUPE_BINARY, "launch", "--role", "worker", "--coordinator", address,
+                "--listen", ns.addrB_},
+               dir.file("worker.log"));
+  auto c = coordinator.wait(180s);
+  ASSERT_EQ(c.exitCode, 0) << readFile(dir.file("coordinator.log")) << readFile(dir.file("worker.log"));
+  EXPECT_NE(readFile(dir.file("coordinator.log")).find("worker 0 (" + ns.addrB_), std::string::npos);
+  EXPECT_GT(field(readFile(dir.file("netns.json")), "test_auc"), 0.65);
+  EXPECT_EQ(worker.wait(20s).exitCode, 0);
+  EXPECT_EQ(shard.wait(20s).exitCode, 0);
+}
+
+}  // namespace
+}  // namespace troupe
+
+int main(int argc, char** argv) {
+  if (argc == 5 && std::string(argv[1]) == "count-worker") {
+    return troupe::countWorker(argv[2], argv[3], std::atoi(argv[4]));
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,58 @@
+// Two network namespaces joined by a veth pair, each with its own address,
+// made by a test (as root) and deleted when it ends: a job whose processes
+// sit in them talks over a (virtual) network instead of loopback.
+#pragma once
+
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "tests/common/subprocess.h"
+
+namespace troupe::testing {
+
+inline bool shell(const std::string& cmd) {
+  auto r = runProcess({"/bin/sh", "-c", cmd}, std::chrono::seconds(20));
+  return r.exitCode == 0;
+}
+
+class NetnsPair final {
+ public:
+  NetnsPair() {
+    const std::string tag = std::to_string(getpid() % 100000);
+    a_ = "trpA" + tag;
+    b_ = "trpB" + tag;
+    const int subnet = 16 + int(getpid() % 200);
+    addrA_ = "10.231." + std::to_string(subnet) + ".1";
+    addrB_ = "10.231." + std::to_string(subnet) + ".2";
+    const std::string va = "tva" + tag, vb = "tvb" + tag;
+    ok_ = shell("ip netns add " + a_) && shell("ip netns add " + b_) &&
+          shell("ip link add " + va + " netns " + a_ + " type veth peer name " + vb + " netns " + b_) &&
+          shell("ip -n " + a_ + " addr add " + addrA_ + "/24 dev " + va) &&
+          shell("ip -n " + b_ + " addr add " + addrB_ + "/24 dev " + vb) && shell("ip -n " + a_ + " link set " + va + " up") &&
+          shell("ip -n " + b_ + " link set " + vb + " up") && shell("ip -n " + a_ + " link set lo up") &&
+          shell("ip -n " + b_ + " link set lo up");
+    // UCX lists the interfaces that are running when a process starts, and
+    // the kernel reports a veth's carrier with a delay: wait for it (bounded).
+    bool up = false;
+    for (int i = 0; ok_ && i < 300 && !up; ++i) {
+      up = shell("ip -n " + a_ + " link show " + va + " | grep -q 'state UP'") &&
+           shell("ip -n " + b_ + " link show " + vb + " | grep -q 'state UP'");
+      if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ok_ = ok_ && up;
+  }
+  ~NetnsPair() {
+    shell("ip netns del " + a_ + " 2>/dev/null");
+    shell("ip netns del " + b_ + " 2>/dev/null");
+  }
+  bool ok() const { return ok_; }
+  std::string a_, b_, addrA_, addrB_;
+
+ private:
+  bool ok_ = false;
+};
+
+}  // namespace troupe::testing
