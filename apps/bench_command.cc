@@ -1,6 +1,7 @@
 #include "apps/bench_command.h"
 
 #include "apps/cli_common.h"
+#include "apps/ps_bench.h"
 #include "apps/transport_bench.h"
 #include "common/logging.h"
 #include "transport/node_config.h"
@@ -40,6 +41,27 @@ void addBenchCommand(CLI::App* app, int* result) {
       options->passOn.push_back("--log-level");
       options->passOn.push_back(config.getString("log.level"));
       return runTransportBench(*options);
+    });
+  });
+
+  auto psOptions = std::make_shared<PsBenchOptions>();
+  auto psFlags = std::make_shared<CommonFlags>();
+  CLI::App* psCmd = bench->add_subcommand(
+      "ps", "Push / pull throughput of a worker against a shard in another process, beside ucx_perftest");
+  psCmd->add_option("--json", psOptions->jsonPath, "Also write the figures as JSON to this path");
+  psCmd->add_option("--seconds", psOptions->seconds, "Measuring time per figure")->check(CLI::PositiveNumber);
+  psCmd->add_flag("!--no-perftest", psOptions->withPerftest, "Skip the ucx_perftest ceiling");
+  addCommonFlags(psCmd, psFlags.get());
+  psCmd->add_flag("--serve", psOptions->serve)->group("");
+  psCmd->add_option("--coordinator", psOptions->coordinator)->group("");
+  psCmd->callback([=] {
+    *result = runGuarded([&] {
+      Config config = loadConfig(*psFlags);
+      psOptions->node = transport::nodeOptionsFromConfig(config);
+      psOptions->passOn.clear();
+      if (!psFlags->configPath.empty()) psOptions->passOn = {"--config", psFlags->configPath};
+      for (const auto& o : psFlags->overrides) psOptions->passOn.insert(psOptions->passOn.end(), {"--set", o});
+      return runPsBench(*psOptions);
     });
   });
 }

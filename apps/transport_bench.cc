@@ -95,42 +95,6 @@ uint16_t freePort() {
 
 // The "Final:" row of one ucx_perftest run as numbers, empty on failure.
 // tcpOnly: UCX_TLS=tcp, to compare with troupe's TCP mode.
-std::vector<double> runPerftest(const std::string& test, uint64_t bytes, uint64_t iterations, bool tcpOnly) {
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    if (tcpOnly) setenv("UCX_TLS", "tcp", 1);
-    const uint16_t port = freePort();
-    ChildProcess server({"ucx_perftest", "-p", std::to_string(port)}, "/dev/null");
-    std::this_thread::sleep_for(300ms);
-    const std::string cmd = fmt::format("timeout 120 ucx_perftest 127.0.0.1 -p {} -t {} -s {} -n {} 2>&1", port,
-                                        test, bytes, iterations);
-    FILE* p = popen(cmd.c_str(), "r");
-    if (!p) return {};
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    pclose(p);
-    if (tcpOnly) unsetenv("UCX_TLS");
-    std::istringstream lines(out);
-    std::string line;
-    while (std::getline(lines, line)) {
-      if (line.rfind("Final:", 0) != 0) continue;
-      std::istringstream fields(line.substr(6));
-      std::vector<double> values;
-      double v;
-      while (fields >> v) values.push_back(v);
-      if (values.size() >= 8) return values;
-    }
-    logger("apps")->warn("ucx_perftest {} gave no result (attempt {}): {}", test, attempt + 1,
-                         out.substr(0, 300));
-  }
-  return {};
-}
-
-bool havePerftest() { return std::system("command -v ucx_perftest >/dev/null 2>&1") == 0; }
-
-// ---------------------------------------------------------------- troupe
-
 int serve(const TransportBenchOptions& options) {
   const std::string token = transport::jobTokenFromEnvironment();
   caf::actor_system_config cfg;
@@ -219,6 +183,44 @@ double measureRoundTrip(caf::actor_system& system, const caf::actor& sink, int r
 }
 
 }  // namespace
+
+std::vector<double> runPerftest(const std::string& test, uint64_t bytes, uint64_t iterations, bool tcpOnly) {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    if (tcpOnly) setenv("UCX_TLS", "tcp", 1);
+    const uint16_t port = freePort();
+    ChildProcess server({"ucx_perftest", "-p", std::to_string(port)}, "/dev/null");
+    std::this_thread::sleep_for(300ms);
+    const std::string cmd = fmt::format("timeout 120 ucx_perftest 127.0.0.1 -p {} -t {} -s {} -n {} 2>&1", port,
+                                        test, bytes, iterations);
+    FILE* p = popen(cmd.c_str(), "r");
+    if (!p) return {};
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    pclose(p);
+    if (tcpOnly) unsetenv("UCX_TLS");
+    std::istringstream lines(out);
+    std::string line;
+    while (std::getline(lines, line)) {
+      if (line.rfind("Final:", 0) != 0) continue;
+      std::istringstream fields(line.substr(6));
+      std::vector<double> values;
+      double v;
+      while (fields >> v) values.push_back(v);
+      if (values.size() >= 8) return values;
+    }
+    logger("apps")->warn("ucx_perftest {} gave no result (attempt {}): {}", test, attempt + 1,
+                         out.substr(0, 300));
+  }
+  return {};
+}
+
+bool havePerftest() { return std::system("command -v ucx_perftest >/dev/null 2>&1") == 0; }
+
+// ---------------------------------------------------------------- troupe
+
+
 
 int runTransportBench(const TransportBenchOptions& options) {
   if (options.serve) return serve(options);

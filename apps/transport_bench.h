@@ -28,4 +28,9 @@ struct TransportBenchOptions {
 // Returns the process exit status.
 int runTransportBench(const TransportBenchOptions& options);
 
+// ucx_perftest on loopback (shared with bench ps): whether it is installed,
+// and one run's figures (perftest's final row; [5] is bandwidth in MB/s).
+bool havePerftest();
+std::vector<double> runPerftest(const std::string& test, uint64_t bytes, uint64_t iterations, bool tcpOnly);
+
 }  // namespace troupe::apps

@@ -8,4 +8,5 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$here/scripts/setup.sh"
 cd "$here"
-exec "$here/build/bin/troupe" train --config configs/dlrm-synthetic.toml "$@"
+exec "$here/build/bin/troupe" train --config configs/dlrm-synthetic.toml \
+  --set cluster.workers=2 --set cluster.servers=2 "$@"
