@@ -9,6 +9,7 @@
 
 #include "apps/job_protocol.h"
 #include "apps/job_setup.h"
+#include "apps/process_util.h"
 #include "common/check.h"
 #include "common/logging.h"
 #include "kernels/kernels.h"
@@ -29,11 +30,6 @@ using namespace std::chrono_literals;
 using transport::DType;
 using transport::Tensor;
 using JobOutcomePtr = std::shared_ptr<JobOutcome>;
-
-void configureSystem(caf::actor_system_config& cfg, int threads) {
-  cfg.set("scheduler.max-threads", threads);
-  cfg.set("scheduler.policy", caf::atom("sharing"));  // work stealing costs hundreds of us per hop
-}
 
 // ------------------------------------------------------------------ coordinator
 
@@ -113,8 +109,7 @@ void finalize(Coord* self) {
   auto& st = self->state;
   if (st.finishing || st.finished) return;
   st.finishing = true;
-  bool evaluated = st.outcome->evaluated;
-  if (!evaluated) return fail(self, "every worker finished, but none evaluated the model (the evaluating worker was lost)");
+  if (!st.outcome->evaluated) return fail(self, "every worker finished, but none evaluated the model (the evaluating worker was lost)");
   // Shard counters, then shut down.
   auto left = std::make_shared<int>(st.servers);
   st.outcome->shards.assign(size_t(st.servers), ShardSummary{});
@@ -179,12 +174,10 @@ void onLost(Coord* self, Proc& p, const caf::error& reason) {
     return fail(self, what + "; BSP cannot take a step without every worker");
   }
   st.log->warn("{}; the other workers go on without it ({})", what, ps::consistencyName(st.consistency));
-  if (st.wk[size_t(p.rank)].node != 0) {
-    for (const auto& s : st.ps) {
-      if (s.node) {
-        self->request(st.remote->remoteActor(s.node, kShardActor), 10s, ps::leave_atom::value, p.rank)
-            .then([](int64_t) {}, [](caf::error&) {});  // a lost shard ends the job on its own
-      }
+  for (const auto& s : st.ps) {
+    if (s.node) {
+      self->request(st.remote->remoteActor(s.node, kShardActor), 10s, ps::leave_atom::value, p.rank)
+          .then([](int64_t) {}, [](caf::error&) {});  // a lost shard ends the job on its own
     }
   }
   st.gateWaiters.erase(p.rank);
@@ -355,7 +348,7 @@ JobOutcome runCoordinator(const CoordinatorOptions& options) {
   auto parsed = ps::parseConsistency(options.config.getString("ps.consistency"));
   if (!parsed.hasValue()) TROUPE_SETUP_ERROR("config: ps.consistency: {}", parsed.status().message());
   caf::actor_system_config cfg;
-  configureSystem(cfg, 2);
+  configureSharingScheduler(cfg, 2);
   caf::actor_system system{cfg};
   transport::NodeOptions node = options.node;
   node.role = "coordinator";
@@ -428,7 +421,7 @@ int memberThreads(const Config& c, const std::string& role, int requested) {
 int runMember(const MemberOptions& options) {
   auto log = logger("job");
   caf::actor_system_config cfg;
-  configureSystem(cfg, 2);
+  configureSharingScheduler(cfg, 2);
   caf::actor_system system{cfg};
   transport::NodeOptions nodeOptions = options.node;
   nodeOptions.role = options.role;

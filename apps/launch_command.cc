@@ -30,7 +30,6 @@ int runLaunch(const LaunchFlags& flags) {
   m.node = transport::nodeOptionsFromConfig(config);
   m.node.token = transport::jobTokenFromEnvironment();
   m.node.coordinator = flags.coordinator;
-  m.node.listenPort = uint16_t(config.getInt("transport.listen_port"));
   auto hp = transport::parseHostPort(flags.coordinator);
   if (!hp.hasValue()) TROUPE_SETUP_ERROR("--coordinator: {}", hp.status().message());
   if (!flags.listen.empty()) {

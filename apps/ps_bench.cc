@@ -30,21 +30,11 @@ constexpr uint64_t kBenchCoordinator = 0xbe7c0001, kBenchShard = 0xbe7c0002;
 // One table per row width measured.
 const std::vector<int64_t> kDims = {16, 64, 256, 1024, 65536, 1 << 20};
 
-void configure(caf::actor_system_config& cfg) {
-  cfg.set("scheduler.max-threads", 1);
-  cfg.set("scheduler.policy", caf::atom("sharing"));
-}
-
 int serve(const PsBenchOptions& options) {
   caf::actor_system_config cfg;
-  configure(cfg);
+  configureSharingScheduler(cfg, 1);
   caf::actor_system system{cfg};
-  transport::NodeOptions node = options.node;
-  node.nodeId = kBenchShard;
-  node.role = "ps";
-  node.token = transport::jobTokenFromEnvironment();
-  node.coordinator = options.coordinator;
-  auto remote = transport::RemoteActors::start(system, node);
+  auto remote = joinBenchPair(system, options.node, kBenchShard, "ps", options.coordinator);
   if (!remote.hasValue()) return std::fprintf(stderr, "troupe: error: %s\n", remote.status().message().c_str()), 1;
   ps::ShardOptions so;
   so.workers = 1;
@@ -95,7 +85,6 @@ Figure measure(caf::actor_system& system, const caf::actor& shard, size_t table,
   self->send(shard, message());
   self->receive([](const Tensor&, const Tensor&) {}, [](int64_t) {}, caf::after(30s) >> [] {});
   std::vector<double> latencies;
-  std::vector<Clock::time_point> sent;
   int64_t done = 0, inFlight = 0;
   const auto start = Clock::now();
   const auto end = start + std::chrono::duration<double>(seconds);
@@ -141,24 +130,15 @@ int runPsBench(const PsBenchOptions& options) {
   if (!options.jsonPath.empty() && !std::ofstream(options.jsonPath, std::ios::app)) {
     TROUPE_SETUP_ERROR("bench ps: cannot write --json {}", options.jsonPath);
   }
-  const std::string token = transport::newJobToken();
-  setenv(transport::kJobTokenVariable, token.c_str(), 1);
   caf::actor_system_config cfg;
-  configure(cfg);
+  configureSharingScheduler(cfg, 1);
   caf::actor_system system{cfg};
-  transport::NodeOptions node = options.node;
-  node.nodeId = kBenchCoordinator;
-  node.role = "bench-worker";
-  node.isCoordinator = true;
-  node.token = token;
-  auto remote = transport::RemoteActors::start(system, node);
-  if (!remote.hasValue()) return std::fprintf(stderr, "troupe: error: %s\n", remote.status().message().c_str()), 1;
-  std::vector<std::string> argv = {selfExe(), "bench", "ps", "--serve", "--coordinator", (*remote)->node().address()};
+  const transport::NodeOptions& node = options.node;
+  std::vector<std::string> argv = {selfExe(), "bench", "ps", "--serve"};
   argv.insert(argv.end(), options.passOn.begin(), options.passOn.end());
-  ChildProcess child(argv);
-  Status joined = (*remote)->node().waitForMembers(2, 30s);
-  if (!joined.isOk()) return std::fprintf(stderr, "troupe: error: the shard process did not join: %s\n", joined.message().c_str()), 1;
-  auto shard = (*remote)->remoteActor(kBenchShard, "shard");
+  auto pair = startBenchPair(system, node, kBenchCoordinator, argv);
+  if (!pair.hasValue()) return std::fprintf(stderr, "troupe: error: %s\n", pair.status().message().c_str()), 1;
+  auto shard = pair->remote->remoteActor(kBenchShard, "shard");
   const bool perftest = options.withPerftest && havePerftest();
   if (options.withPerftest && !perftest) logger("apps")->warn("ucx_perftest not found (Debian ucx-utils): no ceiling");
   std::printf("troupe bench ps: 1 worker + 1 shard process on %s (%s), %.1f s per figure\n", node.listenHost.c_str(),
@@ -199,7 +179,7 @@ int runPsBench(const PsBenchOptions& options) {
     std::ofstream out(options.jsonPath);
     out << "{\"bench\": \"ps\", \"rows\": [\n  " << rows << "\n]}\n";
   }
-  child.stop(2s);  // the shard process has nothing to save
+  pair->child->stop(2s);  // the shard process has nothing to save
   return 0;
 }
 

@@ -41,14 +41,8 @@ constexpr uint64_t kCoordinatorId = 1;
 constexpr uint64_t kSinkId = 2;
 constexpr double kMiB = 1024.0 * 1024.0;
 
-// One scheduler thread per process, and CAF's work-sharing policy: its idle
-// threads sleep on a condition variable and wake when a message arrives,
-// where work stealing polls with sleeps in between (measured here: round
-// trips of 210-290 us with work stealing, 85-135 us with sharing).
-void configureBenchSystem(caf::actor_system_config& cfg) {
-  cfg.set("scheduler.max-threads", 1);
-  cfg.set("scheduler.policy", caf::atom("sharing"));
-}
+// One scheduler thread per process (configureSharingScheduler).
+void configureBenchSystem(caf::actor_system_config& cfg) { configureSharingScheduler(cfg, 1); }
 
 struct SinkState {
   int64_t messages = 0;
@@ -96,16 +90,10 @@ uint16_t freePort() {
 // The "Final:" row of one ucx_perftest run as numbers, empty on failure.
 // tcpOnly: UCX_TLS=tcp, to compare with troupe's TCP mode.
 int serve(const TransportBenchOptions& options) {
-  const std::string token = transport::jobTokenFromEnvironment();
   caf::actor_system_config cfg;
   configureBenchSystem(cfg);
   caf::actor_system system{cfg};
-  transport::NodeOptions node = options.node;
-  node.nodeId = kSinkId;
-  node.role = "bench-sink";
-  node.token = token;
-  node.coordinator = options.coordinator;
-  auto remote = transport::RemoteActors::start(system, node);
+  auto remote = joinBenchPair(system, options.node, kSinkId, "bench-sink", options.coordinator);
   if (!remote.hasValue()) {
     std::fprintf(stderr, "troupe: error: %s\n", remote.status().message().c_str());
     return 1;
@@ -228,32 +216,19 @@ int runTransportBench(const TransportBenchOptions& options) {
     TROUPE_SETUP_ERROR("bench transport: cannot write --json {}", options.jsonPath);
   }
   auto log = logger("apps");
-  const std::string token = transport::newJobToken();
-  setenv(transport::kJobTokenVariable, token.c_str(), 1);
-
   caf::actor_system_config cfg;
   configureBenchSystem(cfg);
   caf::actor_system system{cfg};
-  transport::NodeOptions node = options.node;
-  node.nodeId = kCoordinatorId;
-  node.role = "bench";
-  node.isCoordinator = true;
-  node.token = token;
-  auto remote = transport::RemoteActors::start(system, node);
-  if (!remote.hasValue()) {
-    std::fprintf(stderr, "troupe: error: %s\n", remote.status().message().c_str());
-    return 1;
-  }
-  std::vector<std::string> argv = {selfExe(), "bench", "transport", "--serve", "--coordinator",
-                                   (*remote)->node().address()};
+  const transport::NodeOptions& node = options.node;
+  std::vector<std::string> argv = {selfExe(), "bench", "transport", "--serve"};
   argv.insert(argv.end(), options.passOn.begin(), options.passOn.end());
-  ChildProcess child(argv);
-  Status joined = (*remote)->node().waitForMembers(2, 30s);
-  if (!joined.isOk()) {
-    std::fprintf(stderr, "troupe: error: the receiving process did not join: %s\n", joined.message().c_str());
+  auto pair = startBenchPair(system, node, kCoordinatorId, argv);
+  if (!pair.hasValue()) {
+    std::fprintf(stderr, "troupe: error: %s\n", pair.status().message().c_str());
     return 1;
   }
-  auto sink = (*remote)->remoteActor(kSinkId, "sink");
+  auto& remote = pair->remote;
+  auto sink = remote->remoteActor(kSinkId, "sink");
   const bool perftest = options.withPerftest && havePerftest();
   if (options.withPerftest && !perftest) log->warn("ucx_perftest not found (Debian ucx-utils): no ceiling");
 
@@ -295,13 +270,13 @@ int runTransportBench(const TransportBenchOptions& options) {
   const double ours = median(rtt), theirs = median(ucxRtt);
   std::printf("round trip of a small request: troupe %.2f us, ucx_perftest %.2f us (2 x tag_lat), ratio %s\n", ours,
               theirs, theirs > 0 ? fmt::format("{:.1f}", ours / theirs).c_str() : "-");
-  auto stats = (*remote)->node().stats();
+  auto stats = remote->node().stats();
   std::printf("frames sent %llu, received %llu, malformed %llu\n", (unsigned long long)stats.framesSent,
               (unsigned long long)stats.framesReceived, (unsigned long long)stats.malformedDropped);
 
   caf::scoped_actor self{system};
   self->request(sink, 5s, quit_atom::value).receive([](bool) {}, [](caf::error&) {});
-  child.wait(5s);
+  pair->child->wait(5s);
 
   if (!options.jsonPath.empty()) {
     std::ofstream out(options.jsonPath);

@@ -153,19 +153,21 @@ void applyReadySteps(Self* self) {
     st.grads.clear();
     st.denseGrads.assign(size_t(st.denseSize), 0.0f);
     bool anyDense = false;
+    // Table by table, each part's keys and gradients in turn: every part's
+    // read position moves through its own message once.
+    std::vector<std::pair<const uint64_t*, const float*>> at;
+    for (auto& [w, part] : step.parts) at.emplace_back(part.view.keys, part.view.grads);
     for (size_t t = 0; t < tables; ++t) {
       const int64_t dim = st.tables->dims()[t];
+      size_t p = 0;
       for (auto& [w, part] : step.parts) {
-        const PushView& v = part.view;
-        uint64_t keyAt = 0, gradAt = 0;
-        for (size_t u = 0; u < t; ++u) {
-          keyAt += v.counts[u];
-          gradAt += v.counts[u] * uint64_t(st.tables->dims()[u]);
-        }
-        st.counts[t] += v.counts[t];
-        st.keys.insert(st.keys.end(), v.keys + keyAt, v.keys + keyAt + v.counts[t]);
-        const float* g = v.grads + gradAt;
-        for (uint64_t i = 0; i < v.counts[t] * uint64_t(dim); ++i) st.grads.push_back(g[i] * scale);
+        const uint64_t n = part.view.counts[t];
+        auto& [keys, grads] = at[p++];
+        st.counts[t] += n;
+        st.keys.insert(st.keys.end(), keys, keys + n);
+        for (uint64_t i = 0; i < n * uint64_t(dim); ++i) st.grads.push_back(grads[i] * scale);
+        keys += n;
+        grads += n * uint64_t(dim);
       }
     }
     for (auto& [w, part] : step.parts) {

@@ -43,11 +43,27 @@ Split splitKeys(const std::vector<std::vector<uint64_t>>& keys, int shards) {
   return s;
 }
 
-// Counts replies; the first error wins.
+// One request fanned out to every shard: answered once, with the first
+// failure or when the last reply is in.
+template <class Promise>
 struct Gather {
-  int left = 0;
+  Gather(Promise p, int shards) : promise(std::move(p)), left(shards) {}
+  // Counts a reply; true when it was the last one and nothing failed.
+  bool arrived() { return !failed && --left == 0; }
+  void fail(std::string what) {
+    if (failed) return;
+    failed = true;
+    promise.deliver(caf::make_error(caf::sec::runtime_error, std::move(what)));
+  }
+  Promise promise;
+  int left;
   bool failed = false;
 };
+
+template <class Promise>
+std::shared_ptr<Gather<Promise>> gatherOf(Promise promise, size_t shards) {
+  return std::make_shared<Gather<Promise>>(std::move(promise), int(shards));
+}
 
 caf::behavior psClient(Self* self, PsClientOptions options) {
   self->state.options = std::move(options);
@@ -68,8 +84,7 @@ caf::behavior psClient(Self* self, PsClientOptions options) {
         reply->rows.resize(req->keys.size());
         for (size_t t = 0; t < req->keys.size(); ++t) reply->rows[t].resize(req->keys[t].size() * size_t(o.dims[t]));
         if (req->dense) reply->dense.resize(size_t(o.denseSize));
-        auto gather = std::make_shared<Gather>();
-        gather->left = shards;
+        auto gather = gatherOf(promise, o.shards.size());
         for (int s = 0; s < shards; ++s) {
           size_t rowFloats = 0;
           for (size_t t = 0; t < o.dims.size(); ++t) rowFloats += split->counts[size_t(s)][t] * size_t(o.dims[t]);
@@ -82,15 +97,10 @@ caf::behavior psClient(Self* self, PsClientOptions options) {
                              Tensor::adopt(std::move(split->keys[size_t(s)]), DType::kUInt64));
           self->request(o.shards[size_t(s)], o.requestTimeout, std::move(msg))
               .then(
-                  [=](const Tensor& rowsT, const Tensor& denseT) mutable {
+                  [=](const Tensor& rowsT, const Tensor& denseT) {
                     if (gather->failed) return;
                     auto view = ps::pullReplyFromWire(caf::make_message(rowsT, denseT), rowFloats, denseFloats);
-                    if (!view.hasValue()) {
-                      gather->failed = true;
-                      promise.deliver(caf::make_error(
-                          caf::sec::runtime_error, fmt::format("shard {}: {}", s, view.status().message())));
-                      return;
-                    }
+                    if (!view.hasValue()) return gather->fail(fmt::format("shard {}: {}", s, view.status().message()));
                     const auto& dims = self->state.options.dims;
                     const float* src = view->rows;
                     for (auto [t, i] : split->origin[size_t(s)]) {
@@ -99,14 +109,9 @@ caf::behavior psClient(Self* self, PsClientOptions options) {
                       src += dim;
                     }
                     if (denseFloats) std::copy_n(view->dense, denseFloats, reply->dense.data() + begin);
-                    if (--gather->left == 0) promise.deliver(ps::PullReplyPtr(reply));
+                    if (gather->arrived()) gather->promise.deliver(ps::PullReplyPtr(reply));
                   },
-                  [=](caf::error& err) mutable {
-                    if (gather->failed) return;
-                    gather->failed = true;
-                    promise.deliver(caf::make_error(caf::sec::runtime_error,
-                                                    fmt::format("pull from shard {}: {}", s, caf::to_string(err))));
-                  });
+                  [=](caf::error& err) { gather->fail(fmt::format("pull from shard {}: {}", s, caf::to_string(err))); });
         }
         return promise;
       },
@@ -119,12 +124,10 @@ caf::behavior psClient(Self* self, PsClientOptions options) {
           return promise;
         }
         Split split = splitKeys(req->keys, shards);
-        auto gather = std::make_shared<Gather>();
-        gather->left = shards;
+        auto gather = gatherOf(promise, o.shards.size());
         const int64_t sequence = req->sequence;
         for (int s = 0; s < shards; ++s) {
           std::vector<float> grads;
-          grads.reserve(split.keys[size_t(s)].size() * size_t(o.dims.empty() ? 0 : o.dims.front()));
           for (auto [t, i] : split.origin[size_t(s)]) {
             const int64_t dim = o.dims[t];
             const float* g = req->grads[t].data() + int64_t(i) * dim;
@@ -142,16 +145,10 @@ caf::behavior psClient(Self* self, PsClientOptions options) {
                                             Tensor::adopt(std::move(dense), DType::kFloat32));
           self->request(o.shards[size_t(s)], o.requestTimeout, std::move(msg))
               .then(
-                  [=](int64_t) mutable {
-                    if (gather->failed) return;
-                    if (--gather->left == 0) promise.deliver(sequence);
+                  [=](int64_t) {
+                    if (gather->arrived()) gather->promise.deliver(sequence);
                   },
-                  [=](caf::error& err) mutable {
-                    if (gather->failed) return;
-                    gather->failed = true;
-                    promise.deliver(caf::make_error(caf::sec::runtime_error,
-                                                    fmt::format("push to shard {}: {}", s, caf::to_string(err))));
-                  });
+                  [=](caf::error& err) { gather->fail(fmt::format("push to shard {}: {}", s, caf::to_string(err))); });
         }
         return promise;
       },
@@ -162,20 +159,14 @@ caf::behavior psClient(Self* self, PsClientOptions options) {
           promise.deliver(o.worker);
           return promise;
         }
-        auto gather = std::make_shared<Gather>();
-        gather->left = int(o.shards.size());
+        auto gather = gatherOf(promise, o.shards.size());
         for (const auto& shard : o.shards) {
           self->request(shard, o.requestTimeout, ps::leave_atom::value, o.worker)
               .then(
-                  [=](int64_t worker) mutable {
-                    if (!gather->failed && --gather->left == 0) promise.deliver(worker);
+                  [=](int64_t worker) {
+                    if (gather->arrived()) gather->promise.deliver(worker);
                   },
-                  [=](caf::error& err) mutable {
-                    if (gather->failed) return;
-                    gather->failed = true;
-                    promise.deliver(caf::make_error(caf::sec::runtime_error,
-                                                    fmt::format("leave at a shard: {}", caf::to_string(err))));
-                  });
+                  [=](caf::error& err) { gather->fail(fmt::format("leave at a shard: {}", caf::to_string(err))); });
         }
         return promise;
       },

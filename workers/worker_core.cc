@@ -35,7 +35,7 @@ const float* WorkerCore::denseWeights() const {
 
 void WorkerCore::setDenseLearningRateScale(double scale) {
   const float lr = float(double(options_.denseOptimizer.learningRate) * scale);
-  (dlrm_ ? dlrm_->parameters() : *mlpParams_).setLearningRate(lr);
+  dense().setLearningRate(lr);
 }
 
 double WorkerCore::takeMeanLoss() {
@@ -48,23 +48,17 @@ double WorkerCore::takeMeanLoss() {
 DenseParameters& WorkerCore::dense() { return dlrm_ ? dlrm_->parameters() : *mlpParams_; }
 
 Expected<ps::PullRequestPtr> WorkerCore::prepare(const Batch& batch, bool create) {
-  if (!hasTables()) {
-    auto req = std::make_shared<ps::PullRequest>();
-    req->create = create;
-    req->step = steps_;
-    req->dense = options_.denseOnServers;
-    return ps::PullRequestPtr(std::move(req));
-  }
+  auto req = std::make_shared<ps::PullRequest>();
+  req->create = create;
+  req->step = steps_;
+  req->dense = options_.denseOnServers;
+  if (!hasTables()) return ps::PullRequestPtr(std::move(req));
   const int tables = options_.dlrm.numTables;
   if (batch.numTables != tables || int64_t(batch.keys.size()) != batch.rows * tables) {
     return Status::invalidArgument(
         fmt::format("batch has {} tables ({} keys for {} rows), the model {}", batch.numTables, batch.keys.size(),
                     batch.rows, tables));
   }
-  auto req = std::make_shared<ps::PullRequest>();
-  req->create = create;
-  req->step = steps_;
-  req->dense = options_.denseOnServers;
   req->keys.resize(size_t(tables));
   uniqueKeys_.resize(size_t(tables));
   inverse_.resize(size_t(tables));
@@ -158,6 +152,15 @@ Status WorkerCore::forward(const Batch& batch, const ps::PullReplyPtr& rows) {
   return Status::ok();
 }
 
+std::shared_ptr<ps::PushRequest> WorkerCore::newPush() {
+  auto push = std::make_shared<ps::PushRequest>();
+  push->worker = options_.worker;
+  push->sequence = sequence_++;
+  push->step = steps_;
+  push->clock = steps_ - 1;
+  return push;
+}
+
 Expected<ps::PushRequestPtr> WorkerCore::trainStep(const Batch& batch, const ps::PullReplyPtr& rows) {
   Status s = forward(batch, rows);
   if (!s.isOk()) return s;
@@ -180,11 +183,7 @@ Expected<ps::PushRequestPtr> WorkerCore::trainStep(const Batch& batch, const ps:
     gradRows_.assign(size_t(totalRows * dim), 0.0f);
     s = kernels_->embeddingBagBackward(dPooled_.data(), dim, allBags(batch.rows), gradRows_.data(), totalRows);
     if (!s.isOk()) return s;
-    auto push = std::make_shared<ps::PushRequest>();
-    push->worker = options_.worker;
-    push->sequence = sequence_++;
-    push->step = steps_;
-    push->clock = steps_ - 1;
+    auto push = newPush();
     push->keys.resize(size_t(tables));
     push->grads.resize(size_t(tables));
     for (int t = 0; t < tables; ++t) {
@@ -209,11 +208,7 @@ Expected<ps::PushRequestPtr> WorkerCore::trainStep(const Batch& batch, const ps:
   s = mlp_->backward(*kernels_, dLogits_.data(), nullptr);
   if (!s.isOk()) return s;
   if (options_.denseOnServers) {
-    auto push = std::make_shared<ps::PushRequest>();
-    push->worker = options_.worker;
-    push->sequence = sequence_++;
-    push->step = steps_;
-    push->clock = steps_ - 1;
+    auto push = newPush();
     push->denseGrads.assign(mlpParams_->grads(), mlpParams_->grads() + mlpParams_->size());
     return ps::PushRequestPtr(std::move(push));
   }

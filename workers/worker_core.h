@@ -106,6 +106,8 @@ class WorkerCore final {
   kernels::EmbeddingBags allBags(int64_t rows) const;
   Status forward(const Batch& batch, const ps::PullReplyPtr& rows);
   DenseParameters& dense();
+  // The push of the step just taken: this worker, the next sequence number.
+  std::shared_ptr<ps::PushRequest> newPush();
 
   WorkerCoreOptions options_;
   std::shared_ptr<kernels::Kernels> kernels_;

@@ -42,13 +42,8 @@ using testing::Child;
 using testing::ProcessResult;
 using testing::readFile;
 using testing::runProcess;
+using testing::selfExe;
 using testing::TempDir;
-
-std::string selfExe() {
-  char buf[4096];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  return std::string(buf, size_t(std::max<ssize_t>(n, 0)));
-}
 
 double field(const std::string& json, const std::string& key) {
   auto pos = json.find("\"" + key + "\": ");
@@ -241,16 +236,27 @@ struct LaunchedJob {
           dir.file("worker-" + std::to_string(i) + ".log")));
     }
   }
+  // Starts the workers and returns once training has run for a moment
+  // (false if it did not start within a minute).
+  bool startTraining(int numWorkers) {
+    startWorkers(numWorkers);
+    if (!waitForText(dir.file("coordinator.log"), "training starts", 60s)) return false;
+    std::this_thread::sleep_for(300ms);
+    return true;
+  }
 };
+
+// A job whose worker 0 takes 15 ms a step, so it is still training when a
+// test kills something.
+std::vector<std::string> slowJob(const TempDir& dir, const std::string& run, const std::string& mode) {
+  return plus(smallJob(dir, run),
+              {"--set", "ps.consistency=" + mode, "--set", "cluster.slow_worker=0", "--set", "cluster.slow_ms=15"});
+}
 
 TEST_F(ClusterTest, AKilledWorkerInAspLetsTheOthersFinish) {
   TempDir dir;
-  LaunchedJob job(dir, plus(smallJob(dir, "asp"), {"--set", "ps.consistency=asp", "--set", "cluster.slow_worker=0",
-                                                   "--set", "cluster.slow_ms=15"}),
-                  2, 2, dir.file("asp.json"));
-  job.startWorkers(2);
-  ASSERT_TRUE(waitForText(dir.file("coordinator.log"), "training starts", 60s)) << readFile(dir.file("coordinator.log"));
-  std::this_thread::sleep_for(300ms);
+  LaunchedJob job(dir, slowJob(dir, "asp", "asp"), 2, 2, dir.file("asp.json"));
+  ASSERT_TRUE(job.startTraining(2)) << readFile(dir.file("coordinator.log"));
   job.workers[1]->kill(SIGKILL);
   auto c = job.coordinator->wait(120s);
   EXPECT_EQ(c.exitCode, 0) << readFile(dir.file("coordinator.log"));
@@ -264,12 +270,8 @@ TEST_F(ClusterTest, AKilledWorkerInAspLetsTheOthersFinish) {
 
 TEST_F(ClusterTest, AKilledShardEndsTheJobWithAClearError) {
   TempDir dir;
-  LaunchedJob job(dir, plus(smallJob(dir, "lost"), {"--set", "ps.consistency=bsp", "--set", "cluster.slow_worker=0",
-                                                    "--set", "cluster.slow_ms=15"}),
-                  2, 2, dir.file("lost.json"));
-  job.startWorkers(2);
-  ASSERT_TRUE(waitForText(dir.file("coordinator.log"), "training starts", 60s)) << readFile(dir.file("coordinator.log"));
-  std::this_thread::sleep_for(300ms);
+  LaunchedJob job(dir, slowJob(dir, "lost", "bsp"), 2, 2, dir.file("lost.json"));
+  ASSERT_TRUE(job.startTraining(2)) << readFile(dir.file("coordinator.log"));
   const auto killed = std::chrono::steady_clock::now();
   job.ps[1]->kill(SIGKILL);
   auto c = job.coordinator->wait(60s);

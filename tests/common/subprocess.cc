@@ -13,6 +13,12 @@
 
 namespace troupe::testing {
 
+std::string selfExe() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return std::string(buf, size_t(n > 0 ? n : 0));
+}
+
 ProcessResult runProcess(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
                          const std::string& workingDir) {
   TROUPE_CHECK(!argv.empty(), "runProcess needs a program");

@@ -25,6 +25,10 @@ ProcessResult runProcess(const std::vector<std::string>& argv,
 // `logPath` (or are discarded when empty). The destructor kills it (SIGKILL,
 // by PID) and reaps it if it is still running, so a failing test leaves no
 // process behind.
+// This test binary's own path (/proc/self/exe): tests whose peers are the
+// binary run again.
+std::string selfExe();
+
 class Child final {
  public:
   Child(const std::vector<std::string>& argv, const std::string& logPath = "");

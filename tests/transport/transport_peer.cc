@@ -219,12 +219,6 @@ caf::message ask(caf::actor_system& system, const caf::actor& dest, caf::message
   return out;
 }
 
-std::string selfExe() {
-  char buf[4096];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  return std::string(buf, size_t(std::max<ssize_t>(n, 0)));
-}
-
 int runPeerIfAsked(int argc, char** argv) {
   PeerArgs a;
   bool asked = false;

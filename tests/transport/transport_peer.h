@@ -18,6 +18,8 @@
 #include <caf/fwd.hpp>
 #include <caf/message.hpp>
 
+#include "tests/common/subprocess.h"
+
 namespace troupe::transport::testing {
 
 using echo_atom = caf::atom_constant<caf::atom("echo")>;
@@ -36,8 +38,7 @@ using whoami_atom = caf::atom_constant<caf::atom("whoami")>;
 caf::message ask(caf::actor_system& system, const caf::actor& dest, caf::message msg,
                  std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
-// This test binary's own path (peers are this binary run again).
-std::string selfExe();
+using troupe::testing::selfExe;
 
 // Runs the peer named by argv if argv asks for one; returns -1 otherwise.
 int runPeerIfAsked(int argc, char** argv);
