@@ -18,6 +18,7 @@
 #include <caf/node_id.hpp>
 #include <caf/sec.hpp>
 
+#include "common/check.h"
 #include "common/hash.h"
 #include "common/logging.h"
 #include "transport/message_codec.h"
@@ -82,6 +83,17 @@ class RemoteActors::Core final : public NodeHandler, public std::enable_shared_f
     named_[id] = actor;
   }
   void shutdown();
+  void sendRaw(uint64_t peer, Envelope e, std::vector<Tensor> tensors) {
+    sendEnvelope(peer, std::move(e), std::move(tensors));
+  }
+  void attach(uint16_t kind, std::shared_ptr<FrameSink> sink) {
+    std::lock_guard<std::mutex> lock(sinkMutex_);
+    if (sink) {
+      sinks_[kind] = std::move(sink);
+    } else {
+      sinks_.erase(kind);
+    }
+  }
 
   caf::actor_system& system_;
   std::unique_ptr<Node> node_;  // guarded by nodeMutex_ once running
@@ -93,10 +105,23 @@ class RemoteActors::Core final : public NodeHandler, public std::enable_shared_f
  private:
   caf::strong_actor_ptr localActor(uint64_t id);
   void replyError(uint64_t peer, const Envelope& request, caf::sec code, const std::string& context);
+  std::shared_ptr<FrameSink> sinkFor(uint16_t kind) {
+    std::lock_guard<std::mutex> lock(sinkMutex_);
+    auto it = sinks_.find(kind);
+    return it == sinks_.end() ? nullptr : it->second;
+  }
+  std::vector<std::shared_ptr<FrameSink>> allSinks() {
+    std::lock_guard<std::mutex> lock(sinkMutex_);
+    std::vector<std::shared_ptr<FrameSink>> out;
+    for (auto& [kind, sink] : sinks_) out.push_back(sink);
+    return out;
+  }
   void sendEnvelope(uint64_t peer, Envelope e, std::vector<Tensor> tensors) {
     std::lock_guard<std::mutex> lock(nodeMutex_);
     if (node_) node_->send(peer, std::move(e), std::move(tensors));
   }
+  std::mutex sinkMutex_;
+  std::map<uint16_t, std::shared_ptr<FrameSink>> sinks_;
 
   std::mutex mutex_;
   std::unordered_map<uint64_t, caf::actor> named_;
@@ -247,6 +272,10 @@ void RemoteActors::Core::replyError(uint64_t peer, const Envelope& request, caf:
 void RemoteActors::Core::onFrame(uint64_t peer, DecodedFrame frame, std::shared_ptr<const void> owner) {
   const Envelope& env = frame.envelope;
   if (env.kind != kActorMessageKind) {
+    if (auto sink = sinkFor(env.kind)) {
+      sink->onFrame(peer, std::move(frame), std::move(owner));
+      return;
+    }
     counters_.undeliverable++;
     log()->warn("dropped a message of unknown kind {} from node {:x}", env.kind, peer);
     return;
@@ -281,6 +310,7 @@ void RemoteActors::Core::onFrame(uint64_t peer, DecodedFrame frame, std::shared_
 }
 
 void RemoteActors::Core::onPeerDown(uint64_t peer, const Status& why) {
+  for (auto& sink : allSinks()) sink->onPeerDown(peer, why);
   std::vector<caf::strong_actor_ptr> proxies;
   std::vector<std::pair<uint64_t, caf::strong_actor_ptr>> failed;
   {
@@ -367,6 +397,17 @@ caf::actor RemoteActors::remoteActor(uint64_t peer, const std::string& name) {
         ->kill_proxy(nullptr, caf::exit_reason::remote_link_unreachable);
   }
   return caf::actor_cast<caf::actor>(p);
+}
+
+void RemoteActors::attachSink(uint16_t kind, std::shared_ptr<FrameSink> sink) {
+  TROUPE_CHECK(kind != kActorMessageKind && kind >= kFirstUserKind, "attachSink: kind {} is not free", kind);
+  core_->attach(kind, std::move(sink));
+}
+
+void RemoteActors::detachSink(uint16_t kind) { core_->attach(kind, nullptr); }
+
+void RemoteActors::sendFrame(uint64_t peer, Envelope envelope, std::vector<Tensor> tensors) {
+  core_->sendRaw(peer, std::move(envelope), std::move(tensors));
 }
 
 RemoteActorsStats RemoteActors::stats() const {

@@ -39,6 +39,19 @@ namespace troupe::transport {
 
 // The envelope kind of an actor message.
 inline constexpr uint16_t kActorMessageKind = kFirstUserKind;
+// The envelope kind of collective traffic (collectives/ring_communicator.h).
+inline constexpr uint16_t kCollectiveKind = kFirstUserKind + 1;
+
+// Receives the frames of one envelope kind other than actor messages: raw
+// tensor traffic that should not pay for a mailbox (a communicator's
+// chunks). Runs on the node's progress thread: keep it short, never block.
+class FrameSink {
+ public:
+  virtual ~FrameSink() = default;
+  virtual void onFrame(uint64_t peer, DecodedFrame frame, std::shared_ptr<const void> owner) = 0;
+  // Every peer that goes down, whether or not it sent this sink anything.
+  virtual void onPeerDown(uint64_t peer, const Status& why) = 0;
+};
 
 struct RemoteActorsStats {
   uint64_t delivered = 0;       // messages handed to local actors
@@ -70,6 +83,14 @@ class RemoteActors final {
   caf::actor remoteActor(uint64_t peer, const std::string& name);
 
   RemoteActorsStats stats() const;
+
+  // Frames of `kind` (not kActorMessageKind) go to `sink` from now on; one
+  // sink per kind, replaced by a later call. detachSink stops delivery (a
+  // call already running finishes; the sink is kept alive until then).
+  void attachSink(uint16_t kind, std::shared_ptr<FrameSink> sink);
+  void detachSink(uint16_t kind);
+  // Sends a raw frame (see Node::send); dropped once the node is shut down.
+  void sendFrame(uint64_t peer, Envelope envelope, std::vector<Tensor> tensors);
 
   class Core;
 

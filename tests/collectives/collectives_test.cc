@@ -1,0 +1,515 @@
+// Collectives over real processes: each rank is this binary run again as a
+// peer (--peer), with its own UCX node, joined on loopback. The gtest cases
+// start the peers, wait for them (bounded) and compare what they print.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <caf/all.hpp>
+#include <gtest/gtest.h>
+
+#include "collectives/gradient_buckets.h"
+#include "collectives/reduce.h"
+#include "collectives/ring_communicator.h"
+#include "common/hash.h"
+#include "common/logging.h"
+#include "tests/common/subprocess.h"
+#include "tests/common/temp_dir.h"
+
+namespace troupe::collectives {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Child;
+using testing::TempDir;
+
+constexpr uint64_t kNodeBase = 0x7100;
+
+// ------------------------------------------------------------------ the peer
+
+struct PeerArgs {
+  int rank = 0, n = 1;
+  std::string scenario, portFile, coordinator;
+  size_t chunk = 4096;
+  size_t small = 32 << 10;
+  uint64_t seed = 1;
+  int heartbeatTimeoutMs = 1000;
+};
+
+// Inputs with exact sums (small multiples of 1/4) so every algorithm must
+// give exactly the expected value.
+float exactValue(int rank, size_t i) { return float(int((uint64_t(rank) * 7 + i * 13) % 11)) * 0.25f; }
+
+uint16_t toHalf(DType t, float f) { return t == DType::kBFloat16 ? floatToBf16(f) : floatToFp16(f); }
+float fromHalf(DType t, uint16_t h) { return t == DType::kBFloat16 ? bf16ToFloat(h) : fp16ToFloat(h); }
+
+
+// Every collective on shapes around the chunk and latency-path boundaries.
+// Returns the first mismatch ("" when all match) and prints a hash of
+// every result for the cross-rank comparison.
+std::string runCorrectness(Communicator& comm, const PeerArgs& a, uint64_t* hash) {
+  const int n = comm.size(), r = comm.rank();
+  // Around the default latency-path limit (32 KiB) and the chunk size.
+  std::vector<size_t> counts{0, 1, 3, 7, 1000, 8192, 8193, a.chunk / 4 * size_t(n) + 5, 100003};
+  for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
+      for (size_t count : counts) {
+        const size_t es = reduceElementBytes(dt);
+        std::vector<std::byte> buf(count * es);
+        for (size_t i = 0; i < count; ++i) {
+          const float v = exactValue(r, i);
+          if (dt == DType::kFloat32) {
+            std::memcpy(buf.data() + i * 4, &v, 4);
+          } else {
+            const uint16_t h = toHalf(dt, v);
+            std::memcpy(buf.data() + i * 2, &h, 2);
+          }
+        }
+        Status s = comm.allReduce(buf.data(), count, dt, op);
+        if (!s.isOk()) return "allReduce: " + s.toString();
+        for (size_t i = 0; i < count; ++i) {
+          float sum = 0;
+          for (int k = 0; k < n; ++k) sum += exactValue(k, i);
+          float want = op == ReduceOp::kSum ? sum : sum * (1.0f / float(n));
+          float got;
+          if (dt == DType::kFloat32) {
+            std::memcpy(&got, buf.data() + i * 4, 4);
+          } else {
+            uint16_t h;
+            std::memcpy(&h, buf.data() + i * 2, 2);
+            got = fromHalf(dt, h);
+            want = fromHalf(dt, toHalf(dt, want));
+          }
+          if (got != want) {
+            return fmt::format("allReduce {} dtype {} count {} element {}: got {}, want {}", reduceOpName(op), int(dt),
+                               count, i, got, want);
+          }
+        }
+        *hash = hashBytes(std::string_view(reinterpret_cast<const char*>(buf.data()), buf.size()), *hash);
+      }
+    }
+  }
+  for (size_t bytes : {size_t(0), size_t(1), size_t(5000), a.chunk * 3 + 1}) {
+    for (int root = 0; root < n; ++root) {
+      std::vector<uint8_t> b(bytes);
+      for (size_t i = 0; i < bytes; ++i) b[i] = uint8_t(r == root ? (i * 31 + size_t(root)) : 0xEE);
+      Status s = comm.broadcast(b.data(), bytes, root);
+      if (!s.isOk()) return "broadcast: " + s.toString();
+      for (size_t i = 0; i < bytes; ++i) {
+        if (b[i] != uint8_t(i * 31 + size_t(root))) return fmt::format("broadcast root {} byte {} wrong", root, i);
+      }
+    }
+    std::vector<uint8_t> in(bytes), out(bytes * size_t(n), 0xEE);
+    for (size_t i = 0; i < bytes; ++i) in[i] = uint8_t(i + size_t(r) * 3);
+    Status s = comm.allGather(in.data(), out.data(), bytes);
+    if (!s.isOk()) return "allGather: " + s.toString();
+    for (int k = 0; k < n; ++k) {
+      for (size_t i = 0; i < bytes; ++i) {
+        if (out[size_t(k) * bytes + i] != uint8_t(i + size_t(k) * 3)) return fmt::format("allGather block {} wrong", k);
+      }
+    }
+  }
+  for (size_t base : {size_t(0), size_t(10), a.chunk * 2 + 3}) {
+    std::vector<uint8_t> in(base + size_t(r) * 17);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = uint8_t(i ^ size_t(r));
+    auto got = comm.allGatherV(in.data(), in.size());
+    if (!got.hasValue()) return "allGatherV: " + got.status().toString();
+    if (int(got->size()) != n) return "allGatherV: wrong block count";
+    for (int k = 0; k < n; ++k) {
+      const auto& blk = (*got)[size_t(k)];
+      if (blk.size() != base + size_t(k) * 17) return fmt::format("allGatherV block {} has {} bytes", k, blk.size());
+      for (size_t i = 0; i < blk.size(); ++i) {
+        if (uint8_t(blk[i]) != uint8_t(i ^ size_t(k))) return fmt::format("allGatherV block {} byte {} wrong", k, i);
+      }
+    }
+  }
+  for (int i = 0; i < 5; ++i) {
+    Status s = comm.barrier();
+    if (!s.isOk()) return "barrier: " + s.toString();
+  }
+  return "";
+}
+
+// Rounding-sensitive inputs: the result's bits must agree on every rank and
+// from one run to the next.
+uint64_t runDeterminism(Communicator& comm, const PeerArgs& a, std::string* error) {
+  uint64_t hash = 0;
+  for (size_t count : {size_t(1000), size_t(3000), size_t(262147)}) {
+    for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+      Rng rng(hashCombine(a.seed, uint64_t(comm.rank()) * 1000 + count));
+      const size_t es = reduceElementBytes(dt);
+      std::vector<std::byte> buf(count * es);
+      for (size_t i = 0; i < count; ++i) {
+        const float v = float(rng.uniform() * 2 - 1) * 1e3f;
+        if (dt == DType::kFloat32) {
+          std::memcpy(buf.data() + i * 4, &v, 4);
+        } else {
+          const uint16_t h = floatToBf16(v);
+          std::memcpy(buf.data() + i * 2, &h, 2);
+        }
+      }
+      Status s = comm.allReduce(buf.data(), count, dt, ReduceOp::kAverage);
+      if (!s.isOk()) {
+        *error = s.toString();
+        return 0;
+      }
+      hash = hashBytes(std::string_view(reinterpret_cast<const char*>(buf.data()), buf.size()), hash);
+    }
+  }
+  return hash;
+}
+
+int peerMain(const PeerArgs& a) {
+  caf::actor_system_config cfg;
+  caf::actor_system system{cfg};
+  transport::NodeOptions no;
+  no.nodeId = kNodeBase + uint64_t(a.rank);
+  no.role = "rank";
+  no.token = "collectives-test";
+  no.heartbeatTimeout = std::chrono::milliseconds(a.heartbeatTimeoutMs);
+  no.heartbeatInterval = std::chrono::milliseconds(std::max(50, a.heartbeatTimeoutMs / 5));
+  if (a.rank == 0) {
+    no.isCoordinator = true;
+  } else {
+    no.coordinator = a.coordinator;
+  }
+  auto remote = transport::RemoteActors::start(system, no);
+  if (!remote.hasValue()) {
+    std::printf("error %s\n", remote.status().toString().c_str());
+    return 2;
+  }
+  if (a.rank == 0) {
+    std::ofstream(a.portFile + ".tmp") << (*remote)->node().port() << "\n";
+    std::rename((a.portFile + ".tmp").c_str(), a.portFile.c_str());
+  }
+  Status s = (*remote)->node().waitForMembers(size_t(a.n), 30s);
+  if (!s.isOk()) {
+    std::printf("error members: %s\n", s.toString().c_str());
+    return 2;
+  }
+  RingOptions ro;
+  ro.rank = a.rank;
+  for (int r = 0; r < a.n; ++r) ro.nodes.push_back(kNodeBase + uint64_t(r));
+  ro.chunkBytes = a.chunk;
+  ro.smallBytes = a.small;
+  ro.timeout = 60s;
+  auto comm = RingCommunicator::create(**remote, ro);
+  if (!comm.hasValue()) {
+    std::printf("error create: %s\n", comm.status().toString().c_str());
+    return 2;
+  }
+  int rc = 0;
+  if (a.scenario == "correct") {
+    uint64_t hash = 0;
+    std::string err = runCorrectness(**comm, a, &hash);
+    if (!err.empty()) {
+      std::printf("mismatch %s\n", err.c_str());
+      rc = 1;
+    } else {
+      std::printf("hash %016llx\n", (unsigned long long)hash);
+    }
+  } else if (a.scenario == "determinism") {
+    std::string err;
+    const uint64_t hash = runDeterminism(**comm, a, &err);
+    if (!err.empty()) {
+      std::printf("error %s\n", err.c_str());
+      rc = 1;
+    } else {
+      std::printf("hash %016llx\n", (unsigned long long)hash);
+    }
+  } else if (a.scenario == "kill") {
+    // All-reduce 4 MiB until a collective fails (a rank is killed), bounded.
+    std::vector<float> buf(size_t(1) << 20, 1.0f);
+    const auto start = std::chrono::steady_clock::now();
+    int i = 0;
+    for (; i < 100000 && std::chrono::steady_clock::now() - start < 60s; ++i) {
+      if (i == 3) {
+        std::printf("running\n");
+        std::fflush(stdout);
+      }
+      s = (*comm)->allReduce(buf.data(), buf.size(), DType::kFloat32, ReduceOp::kAverage);
+      if (!s.isOk()) break;
+    }
+    if (s.isOk()) {
+      std::printf("no failure after %d collectives\n", i);
+      rc = 1;
+    } else {
+      // Every later call fails at once with the same error.
+      Status again = (*comm)->barrier();
+      std::printf("failed %s | again %s\n", s.toString().c_str(), again.toString().c_str());
+      rc = again.isOk() ? 1 : 3;
+    }
+  }
+  std::fflush(stdout);
+  comm->reset();
+  return rc;
+}
+
+// ------------------------------------------------------------------ the tests
+
+struct Group {
+  std::vector<std::unique_ptr<Child>> children;
+  std::vector<std::string> logs;
+};
+
+Group startGroup(const TempDir& dir, int n, const std::string& scenario, std::vector<std::string> extra = {}) {
+  Group g;
+  const std::string portFile = dir.path() + "/port";
+  ::unlink(portFile.c_str());
+  for (int r = 0; r < n; ++r) {
+    std::vector<std::string> argv{testing::selfExe(), "--peer", "--rank", std::to_string(r), "--n", std::to_string(n),
+                                  "--scenario", scenario, "--port-file", portFile};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    if (r > 0) {
+      std::string port;
+      for (int i = 0; i < 3000 && port.empty(); ++i) {
+        std::ifstream in(portFile);
+        if (!(in >> port)) {
+          port.clear();
+          std::this_thread::sleep_for(10ms);
+        }
+      }
+      EXPECT_FALSE(port.empty()) << "rank 0 wrote no port";
+      argv.push_back("--coordinator");
+      argv.push_back("127.0.0.1:" + port);
+    }
+    g.logs.push_back(dir.path() + "/" + scenario + "-" + std::to_string(r) + ".log");
+    g.children.push_back(std::make_unique<Child>(argv, g.logs.back()));
+  }
+  return g;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string lineWith(const std::string& text, const std::string& prefix) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(prefix, 0) == 0) return line.substr(prefix.size());
+  }
+  return "";
+}
+
+// Runs a group to the end; the hash each rank printed.
+std::vector<std::string> runGroup(int n, const std::string& scenario, std::vector<std::string> extra = {}) {
+  TempDir dir;
+  Group g = startGroup(dir, n, scenario, std::move(extra));
+  std::vector<std::string> hashes;
+  for (int r = 0; r < n; ++r) {
+    auto res = g.children[size_t(r)]->wait(120s);
+    const std::string log = slurp(g.logs[size_t(r)]);
+    EXPECT_EQ(res.exitCode, 0) << "rank " << r << " of " << n << ":\n" << log;
+    hashes.push_back(lineWith(log, "hash "));
+  }
+  return hashes;
+}
+
+class CollectivesGroups : public ::testing::TestWithParam<int> {};
+
+TEST_P(CollectivesGroups, EveryCollectiveEveryShapeAndTypeIsExactAndIdenticalOnEveryRank) {
+  const int n = GetParam();
+  auto hashes = runGroup(n, "correct");
+  for (int r = 0; r < n; ++r) {
+    EXPECT_FALSE(hashes[size_t(r)].empty()) << "rank " << r;
+    EXPECT_EQ(hashes[size_t(r)], hashes[0]) << "rank " << r << " differs from rank 0";
+  }
+}
+
+TEST_P(CollectivesGroups, LatencyPathAndRingAgreeOnExactSums) {
+  // smallBytes 0: every all-reduce takes the ring, whatever n.
+  const int n = GetParam();
+  auto ring = runGroup(n, "correct", {"--small", "0"});
+  auto mixed = runGroup(n, "correct");
+  EXPECT_EQ(ring[0], mixed[0]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, CollectivesGroups, ::testing::Values(1, 2, 3, 4));
+
+TEST(Collectives, RoundingSensitiveResultsAreBitIdenticalAcrossRanksAndRuns) {
+  auto first = runGroup(4, "determinism", {"--seed", "11"});
+  auto second = runGroup(4, "determinism", {"--seed", "11"});
+  auto other = runGroup(4, "determinism", {"--seed", "12"});
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_FALSE(first[size_t(r)].empty());
+    EXPECT_EQ(first[size_t(r)], first[0]) << "rank " << r;
+    EXPECT_EQ(second[size_t(r)], first[0]) << "run 2, rank " << r;
+  }
+  EXPECT_NE(other[0], first[0]) << "a different seed must change the result (the test can fail)";
+}
+
+class KilledRank : public ::testing::TestWithParam<std::pair<int, int>> {};
+
+TEST_P(KilledRank, FailsEveryOtherRankWithinTheHeartbeatTimeout) {
+  const auto [n, victim] = GetParam();
+  TempDir dir;
+  Group g = startGroup(dir, n, "kill", {"--heartbeat-ms", "1000", "--chunk", "65536"});
+  // Wait until the victim is inside its all-reduce loop (bounded).
+  bool running = false;
+  for (int i = 0; i < 3000 && !running; ++i) {
+    running = slurp(g.logs[size_t(victim)]).find("running") != std::string::npos;
+    if (!running) std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(running) << slurp(g.logs[size_t(victim)]);
+  const auto killedAt = std::chrono::steady_clock::now();
+  g.children[size_t(victim)]->kill(SIGKILL);
+  for (int r = 0; r < n; ++r) {
+    if (r == victim) continue;
+    auto res = g.children[size_t(r)]->wait(30s);
+    const double after = std::chrono::duration<double>(std::chrono::steady_clock::now() - killedAt).count();
+    const std::string log = slurp(g.logs[size_t(r)]);
+    EXPECT_EQ(res.exitCode, 3) << "rank " << r << ":\n" << log;
+    EXPECT_NE(log.find("failed"), std::string::npos) << log;
+    // Heartbeat timeout 1 s, plus start-up and scheduling slack.
+    EXPECT_LT(after, 6.0) << "rank " << r << " took " << after << " s to fail";
+  }
+  g.children[size_t(victim)]->wait(5s);
+}
+
+INSTANTIATE_TEST_SUITE_P(Groups, KilledRank,
+                         ::testing::Values(std::make_pair(2, 1), std::make_pair(3, 0), std::make_pair(4, 2)));
+
+// ------------------------------------------------------------------ in process
+
+TEST(Reduce, HalfConversionsRoundToNearestEven) {
+  EXPECT_EQ(floatToBf16(1.0f), 0x3f80);
+  EXPECT_EQ(bf16ToFloat(0x3f80), 1.0f);
+  // 1 + 2^-8 is halfway between two bf16 values: ties to even (1.0).
+  EXPECT_EQ(floatToBf16(1.00390625f), 0x3f80);
+  EXPECT_EQ(floatToBf16(1.01171875f), 0x3f82);  // 1 + 3 x 2^-8 -> up to even
+  EXPECT_EQ(floatToFp16(1.0f), 0x3c00);
+  EXPECT_EQ(fp16ToFloat(0x3c00), 1.0f);
+  EXPECT_EQ(floatToFp16(65504.0f), 0x7bff);
+  EXPECT_EQ(floatToFp16(70000.0f), 0x7c00);
+  EXPECT_EQ(floatToFp16(-2.0f), 0xc000);
+  EXPECT_EQ(fp16ToFloat(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(floatToFp16(std::ldexp(1.0f, -24)), 0x0001);
+  EXPECT_EQ(floatToFp16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);  // halfway: to even
+  for (uint32_t h = 0; h < 0x7c00; ++h) {  // every finite positive half round-trips
+    ASSERT_EQ(floatToFp16(fp16ToFloat(uint16_t(h))), h) << h;
+  }
+  EXPECT_TRUE(std::isnan(fp16ToFloat(floatToFp16(std::nanf("")))));
+}
+
+// A communicator in one process for the bucket tests: records what it was
+// asked to reduce and doubles it (a "sum" over two equal ranks).
+class RecordingComm final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  const char* backend() const override { return "recording"; }
+  Status allReduce(void* data, size_t count, DType, ReduceOp) override {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto* f = static_cast<float*>(data);
+    calls.push_back({int64_t(f - base), int64_t(count)});
+    for (size_t i = 0; i < count; ++i) f[i] *= 2;
+    if (failAt >= 0 && int(calls.size()) == failAt) return Status::unavailable("rank 1 is down");
+    return Status::ok();
+  }
+  Status broadcast(void*, size_t, int) override { return Status::ok(); }
+  Status allGather(const void*, void*, size_t) override { return Status::ok(); }
+  Expected<std::vector<std::vector<std::byte>>> allGatherV(const void*, size_t) override {
+    return std::vector<std::vector<std::byte>>{};
+  }
+  Status barrier() override { return Status::ok(); }
+  std::mutex mutex;
+  std::vector<GradRange> calls;
+  float* base = nullptr;
+  int failAt = -1;
+};
+
+TEST(GradientBuckets, GroupsAdjacentRangesInBackwardOrderAndCoversTheRest) {
+  auto comm = std::make_shared<RecordingComm>();
+  std::vector<float> grads(100, 1.0f);
+  comm->base = grads.data();
+  // Backward fills [60,100) then [40,60) then [10,40); [0,10) is never reported.
+  GradientBuckets b(comm, grads.data(), 100, {{60, 40}, {40, 20}, {10, 30}}, /*bucketBytes=*/60 * 4);
+  ASSERT_EQ(b.buckets().size(), 3u);
+  EXPECT_EQ(b.buckets()[0].offset, 40);  // [40,100): two ranges, 60 floats
+  EXPECT_EQ(b.buckets()[0].count, 60);
+  EXPECT_EQ(b.buckets()[1].offset, 10);
+  EXPECT_EQ(b.buckets()[2].offset, 0);  // the uncovered head
+  for (int step = 0; step < 2; ++step) {
+    b.ready(60, 40);
+    // The first bucket waits for its second range.
+    std::this_thread::sleep_for(20ms);
+    {
+      std::lock_guard<std::mutex> lock(comm->mutex);
+      EXPECT_EQ(comm->calls.size(), size_t(step * 3));
+    }
+    b.ready(40, 20);
+    b.ready(10, 30);
+    ASSERT_TRUE(b.finish().isOk());
+  }
+  ASSERT_EQ(comm->calls.size(), 6u);
+  EXPECT_EQ(comm->calls[0].offset, 40);
+  EXPECT_EQ(comm->calls[1].offset, 10);
+  EXPECT_EQ(comm->calls[2].offset, 0);
+  for (float g : grads) EXPECT_EQ(g, 4.0f);  // every float reduced once per step
+}
+
+TEST(GradientBuckets, LaunchesInFixedOrderAndReportsTheFirstError) {
+  auto comm = std::make_shared<RecordingComm>();
+  std::vector<float> grads(30, 1.0f);
+  comm->base = grads.data();
+  comm->failAt = 1;
+  GradientBuckets b(comm, grads.data(), 30, {{20, 10}, {10, 10}, {0, 10}}, 40);
+  b.ready(0, 10);  // out of order: nothing may start before bucket 0
+  std::this_thread::sleep_for(20ms);
+  {
+    std::lock_guard<std::mutex> lock(comm->mutex);
+    EXPECT_TRUE(comm->calls.empty());
+  }
+  b.ready(20, 10);
+  b.ready(10, 10);
+  Status s = b.finish();
+  EXPECT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("rank 1 is down"), std::string::npos);
+  std::lock_guard<std::mutex> lock(comm->mutex);
+  EXPECT_EQ(comm->calls.size(), 1u) << "buckets after a failure are not reduced";
+}
+
+TEST(GradientBuckets, RefusesRangesOutsideOrOverlapping) {
+  auto comm = std::make_shared<RecordingComm>();
+  std::vector<float> grads(10);
+  EXPECT_THROW(GradientBuckets(comm, grads.data(), 10, {{5, 10}}, 64), SetupError);
+  EXPECT_THROW(GradientBuckets(comm, grads.data(), 10, {{0, 6}, {5, 2}}, 64), SetupError);
+}
+
+}  // namespace
+}  // namespace troupe::collectives
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--peer") {
+    troupe::collectives::PeerArgs a;
+    for (int i = 2; i + 1 < argc; i += 2) {
+      const std::string k = argv[i], v = argv[i + 1];
+      if (k == "--rank") a.rank = std::stoi(v);
+      else if (k == "--n") a.n = std::stoi(v);
+      else if (k == "--scenario") a.scenario = v;
+      else if (k == "--port-file") a.portFile = v;
+      else if (k == "--coordinator") a.coordinator = v;
+      else if (k == "--chunk") a.chunk = std::stoul(v);
+      else if (k == "--small") a.small = std::stoul(v);
+      else if (k == "--seed") a.seed = std::stoull(v);
+      else if (k == "--heartbeat-ms") a.heartbeatTimeoutMs = std::stoi(v);
+    }
+    return troupe::collectives::peerMain(a);
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
