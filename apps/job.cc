@@ -10,10 +10,13 @@
 #include "apps/job_protocol.h"
 #include "apps/job_setup.h"
 #include "apps/process_util.h"
+#include "collectives/ring_communicator.h"
 #include "common/check.h"
+#include "common/hash.h"
 #include "common/logging.h"
 #include "kernels/kernels.h"
 #include "ps/shard.h"
+#include "ps/table_holder.h"
 #include "ps/wire.h"
 #include "transport/remote_actors.h"
 #include "workers/loader_actor.h"
@@ -50,6 +53,7 @@ struct CoordinatorState {
   transport::RemoteActors* remote = nullptr;
   int workers = 0, servers = 0;
   ps::Consistency consistency = ps::Consistency::kBsp;
+  TrainMode mode = TrainMode::kPs;
   std::string toml;
   std::vector<Proc> ps, wk;
   std::vector<caf::typed_response_promise<Tensor>> readyWaiters;
@@ -110,6 +114,10 @@ void finalize(Coord* self) {
   if (st.finishing || st.finished) return;
   st.finishing = true;
   if (!st.outcome->evaluated) return fail(self, "every worker finished, but none evaluated the model (the evaluating worker was lost)");
+  if (st.servers == 0) {
+    st.outcome->ok = true;
+    return deliver(self);
+  }
   // Shard counters, then shut down.
   auto left = std::make_shared<int>(st.servers);
   st.outcome->shards.assign(size_t(st.servers), ShardSummary{});
@@ -170,6 +178,10 @@ void onLost(Coord* self, Proc& p, const caf::error& reason) {
     st.log->info("{} after it finished", what);
     return;
   }
+  if (st.mode != TrainMode::kPs) {
+    return fail(self, fmt::format("{}; {} training cannot take a step without every worker", what,
+                                  trainModeName(st.mode)));
+  }
   if (st.consistency == ps::Consistency::kBsp) {
     return fail(self, what + "; BSP cannot take a step without every worker");
   }
@@ -190,7 +202,8 @@ caf::behavior coordinator(Coord* self, CoordinatorOptions options, transport::Re
   st.options_ = std::make_unique<CoordinatorOptions>(std::move(options));
   st.remote = remote;
   st.workers = int(st.options().config.getInt("cluster.workers"));
-  st.servers = int(st.options().config.getInt("cluster.servers"));
+  st.mode = trainMode(st.options().config);
+  st.servers = int(serverCount(st.options().config));
   st.consistency = *ps::parseConsistency(st.options().config.getString("ps.consistency"));
   st.toml = st.options().config.toToml();
   for (int i = 0; i < st.servers; ++i) st.ps.push_back(Proc{"ps", i});
@@ -272,9 +285,11 @@ caf::behavior coordinator(Coord* self, CoordinatorOptions options, transport::Re
         if (everyoneReady(st)) {
           std::vector<uint64_t> nodes;
           for (const auto& p : st.ps) nodes.push_back(p.node);
+          for (const auto& p : st.wk) nodes.push_back(p.node);
           Tensor t = Tensor::copyOf(nodes.data(), nodes.size() * 8, DType::kUInt64);
-          st.log->info("all {} processes are ready; training starts ({}, {} workers, {} shards)",
-                       st.workers + st.servers, ps::consistencyName(st.consistency), st.workers, st.servers);
+          st.log->info("all {} processes are ready; training starts ({} mode, {}, {} workers, {} shards)",
+                       st.workers + st.servers, trainModeName(st.mode), ps::consistencyName(st.consistency),
+                       st.workers, st.servers);
           for (auto& w : st.readyWaiters) w.deliver(t);
           st.readyWaiters.clear();
         }
@@ -308,7 +323,8 @@ caf::behavior coordinator(Coord* self, CoordinatorOptions options, transport::Re
       },
       [=](done_atom, int64_t rank, bool ok, const std::string& error, int64_t steps, int64_t samples,
           int64_t pushes, int64_t pulled, double trainSeconds, double evalSeconds, bool evaluated, double auc,
-          double loss, double accuracy, int64_t rows, const Tensor& labels, const Tensor& predictions) -> int64_t {
+          double loss, double accuracy, int64_t rows, const Tensor& labels, const Tensor& predictions,
+          uint64_t denseHash) -> int64_t {
         auto& st = self->state;
         if (rank < 0 || rank >= st.workers) return rank;
         if (!ok) {
@@ -317,7 +333,7 @@ caf::behavior coordinator(Coord* self, CoordinatorOptions options, transport::Re
         }
         st.wk[size_t(rank)].done = true;
         auto& o = *st.outcome;
-        o.workers[size_t(rank)] = WorkerSummary{rank, false, steps, samples, pushes, pulled, trainSeconds};
+        o.workers[size_t(rank)] = WorkerSummary{rank, false, steps, samples, pushes, pulled, trainSeconds, denseHash};
         o.steps += steps;
         o.samples += samples;
         o.pulledRows += pulled;
@@ -468,15 +484,16 @@ int runMember(const MemberOptions& options) {
   log->info("{} {} on {} ({} compute threads)", options.role, rank, node.address(), threads);
   auto kernels = std::shared_ptr<kernels::Kernels>(kernels::createKernels({kernels::Device::kCpu, threads}));
   const int workers = int(config.getInt("cluster.workers"));
-  const int servers = int(config.getInt("cluster.servers"));
+  int status = 0;
+  caf::actor shard, worker, trainLoader, testLoader, client;
+  std::shared_ptr<collectives::Communicator> comm;  // destroyed before the transport
+  try {
+  const TrainMode mode = trainMode(config);
+  const int servers = int(serverCount(config));
   workers::WorkerCoreOptions model = modelOptions(config, threads);
   model.kernels = kernels;
   model.worker = rank;
-  model.denseOnServers = true;
-
-  int status = 0;
-  caf::actor shard, worker, trainLoader, testLoader, client;
-  try {
+  model.denseOnServers = mode == TrainMode::kPs;
     if (options.role == "ps") {
       ps::ShardOptions so;
       so.shard = int(rank);
@@ -485,9 +502,11 @@ int runMember(const MemberOptions& options) {
       so.tables = tableOptions(config, model);
       for (auto& t : so.tables) t.initialCapacity = 1024;
       // The dense slice's initial weights: the model initialised as every worker does.
-      workers::WorkerCore init(model);
-      const auto slice = ps::denseSlice(init.denseParameters(), int(rank), servers);
-      so.denseInit.assign(init.denseWeights() + slice.first, init.denseWeights() + slice.second);
+      if (mode == TrainMode::kPs) {
+        workers::WorkerCore init(model);
+        const auto slice = ps::denseSlice(init.denseParameters(), int(rank), servers);
+        so.denseInit.assign(init.denseWeights() + slice.first, init.denseWeights() + slice.second);
+      }
       so.denseOptimizer = model.denseOptimizer;
       so.consistency = *ps::parseConsistency(config.getString("ps.consistency"));
       so.staleness = config.getInt("ps.staleness");
@@ -509,18 +528,42 @@ int runMember(const MemberOptions& options) {
             [&](caf::error& e) { error = caf::to_string(e); });
     if (!ready) TROUPE_SETUP_ERROR("the job did not start: {}", error);
     if (options.role == "worker") {
-      if (shardNodes.dtype != DType::kUInt64 || shardNodes.count<uint64_t>() != size_t(servers)) {
-        TROUPE_SETUP_ERROR("the coordinator sent {} shard addresses for {} shards", shardNodes.count<uint64_t>(),
-                           servers);
+      if (shardNodes.dtype != DType::kUInt64 || shardNodes.count<uint64_t>() != size_t(servers + workers)) {
+        TROUPE_SETUP_ERROR("the coordinator sent {} node ids for {} shards and {} workers",
+                           shardNodes.count<uint64_t>(), servers, workers);
+      }
+      const uint64_t* nodeIds = shardNodes.as<uint64_t>();
+      if (mode != TrainMode::kPs) {
+        collectives::RingOptions ro;
+        ro.rank = int(rank);
+        ro.nodes.assign(nodeIds + servers, nodeIds + servers + workers);
+        ro.chunkBytes = size_t(positive(config, "collectives.chunk_kb")) << 10;
+        ro.smallBytes = size_t(std::max<int64_t>(0, config.getInt("collectives.small_kb"))) << 10;
+        ro.timeout = std::chrono::seconds(positive(config, "collectives.timeout_s"));
+        ro.connectTimeout = std::chrono::seconds(config.getInt("cluster.start_timeout_s"));
+        ro.spin = std::chrono::microseconds(std::max<int64_t>(0, config.getInt("collectives.spin_us")));
+        auto ring = collectives::RingCommunicator::create(**remote, ro);
+        if (!ring.hasValue()) TROUPE_SETUP_ERROR("worker {}: the workers' communicator: {}", rank, ring.status().message());
+        comm = std::move(*ring);
+        model.comm = comm;
+        model.bucketBytes = positive(config, "train.bucket_kb") << 10;
+        model.replicatedTables = mode == TrainMode::kAllReduce && model.kind == workers::ModelKind::kDlrm;
       }
       DataSources data = openData(config, threads);
       auto core = std::make_unique<workers::WorkerCore>(model);
-      workers::PsClientOptions co;
-      co.worker = rank;
-      for (int s = 0; s < servers; ++s) co.shards.push_back((*remote)->remoteActor(shardNodes.as<uint64_t>()[s], kShardActor));
-      for (const auto& t : tableOptions(config, model)) co.dims.push_back(t.dim);
-      co.denseSize = core->denseParameters();
-      client = workers::spawnPsClient(system, co);
+      if (mode != TrainMode::kAllReduce) {
+        workers::PsClientOptions co;
+        co.worker = rank;
+        for (int s = 0; s < servers; ++s) co.shards.push_back((*remote)->remoteActor(nodeIds[s], kShardActor));
+        for (const auto& t : tableOptions(config, model)) co.dims.push_back(t.dim);
+        co.denseSize = mode == TrainMode::kPs ? core->denseParameters() : 0;
+        client = workers::spawnPsClient(system, co);
+      } else if (core->hasTables()) {
+        ps::TableHolderOptions ho;
+        ho.tables = tableOptions(config, model);
+        ho.kernels = kernels;
+        client = ps::spawnTableHolder(system, ho);  // this rank's replica of the tables
+      }
       const int prefetch = int(positive(config, "data.prefetch"));
       trainLoader = workers::spawnLoader(system, workers::everyNthBatch(data.train, rank, workers), prefetch);
       testLoader = workers::spawnLoader(system, data.test, prefetch);
@@ -541,6 +584,7 @@ int runMember(const MemberOptions& options) {
       workers::TrainReportPtr report;
       self->request(worker, caf::infinite, workers::run_atom::value)
           .receive([&](workers::TrainReportPtr r) { report = r; }, [&](caf::error& e) { error = caf::to_string(e); });
+      self->wait_for(worker);  // its core (and its hold on the communicator) is gone
       if (report) {
         const bool evaluated = !report->evals.empty();
         const workers::EvalResult eval = evaluated ? report->evals.back() : workers::EvalResult{};
@@ -548,7 +592,10 @@ int runMember(const MemberOptions& options) {
                       report->pushesAcked, report->pulledRows, report->trainSeconds, report->evalSeconds, evaluated,
                       eval.auc, eval.loss, eval.accuracy, eval.rows,
                       Tensor::copyOf(eval.labels.data(), eval.labels.size() * 4, DType::kFloat32),
-                      Tensor::copyOf(eval.predictions.data(), eval.predictions.size() * 4, DType::kFloat32))
+                      Tensor::copyOf(eval.predictions.data(), eval.predictions.size() * 4, DType::kFloat32),
+                      hashBytes(std::string_view(reinterpret_cast<const char*>(report->denseWeights.data()),
+                                                 report->denseWeights.size() * 4),
+                                0))
             .receive([](int64_t) {}, [&](caf::error& e) { log->warn("the coordinator did not take the report: {}", caf::to_string(e)); });
       } else {
         log->error("worker {} failed: {}", rank, error);
@@ -556,7 +603,7 @@ int runMember(const MemberOptions& options) {
         std::vector<float> none;
         self->send(coord, done_atom::value, rank, false, error, int64_t{0}, int64_t{0}, int64_t{0}, int64_t{0}, 0.0,
                    0.0, false, 0.0, 0.0, 0.0, int64_t{0}, Tensor::copyOf(nullptr, 0, DType::kFloat32),
-                   Tensor::copyOf(nullptr, 0, DType::kFloat32));
+                   Tensor::copyOf(nullptr, 0, DType::kFloat32), uint64_t{0});
       }
     }
   } catch (const SetupError& e) {

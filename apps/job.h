@@ -1,6 +1,9 @@
-// A multi-process training job in parameter-server mode (DESIGN.md,
-// Processes and roles): one coordinator, S parameter-server processes (one
-// shard each) and W worker processes.
+// A multi-process training job (DESIGN.md, Processes and roles): one
+// coordinator, S parameter-server processes (one shard each) and W worker
+// processes. train.mode picks where parameters live: ps (all on the shards),
+// allreduce (no shards: every worker holds the dense parameters and a
+// replica of the tables, and the workers' communicator averages gradients),
+// hybrid (tables on the shards, dense parameters by all-reduce).
 //
 // The coordinator publishes the actor "coordinator". Every other process
 // joins the coordinator's node, publishes "process" (it answers shutdown)
@@ -8,15 +11,17 @@
 //   (hello_atom, role, requested rank, node id, address) -> (rank, config TOML)
 //       the coordinator assigns the rank (the requested one when free) and
 //       hands out the job's config; it monitors the process from now on
-//   (ready_atom, role, rank) -> Tensor u64[S] shard node ids, once every
-//       process is ready (a ps publishes "shard" before it says ready)
+//   (ready_atom, role, rank) -> Tensor u64[S + W]: the shards' node ids, then
+//       the workers', once every process is ready (a ps publishes "shard"
+//       before it says ready); workers of a sync mode build their
+//       communicator from the workers' ids
 // and a worker then trains against the shards, reports progress
 // (progress_atom ...), passes the evaluation gate (gate_atom ...: the lowest
 // live rank evaluates the final model) and reports (done_atom ...). The
 // coordinator asks the shards for their counters, sends shutdown to
 // every process and writes the summary.
 //
-// A lost shard, a lost worker in BSP, a failed worker or a process that does
+// A lost shard, a lost worker in BSP or a sync mode, a failed worker or a process that does
 // not join within cluster.start_timeout_s ends the job with an error naming
 // it; a lost worker in SSP / ASP is reported and the others finish.
 #pragma once
@@ -42,6 +47,7 @@ struct WorkerSummary {
   bool lost = false;
   int64_t steps = 0, samples = 0, pushesAcked = 0, pulledRows = 0;
   double trainSeconds = 0;
+  uint64_t denseHash = 0;  // of the final dense weights (identical on every rank in sync modes)
 };
 
 struct ShardSummary {

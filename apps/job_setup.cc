@@ -130,4 +130,25 @@ std::vector<ps::EmbeddingTableOptions> tableOptions(const Config& c, const worke
   return tables;
 }
 
+TrainMode trainMode(const Config& c) {
+  const std::string m = c.getString("train.mode");
+  if (m == "ps") return TrainMode::kPs;
+  if (m == "allreduce") return TrainMode::kAllReduce;
+  if (m == "hybrid") return TrainMode::kHybrid;
+  TROUPE_SETUP_ERROR("config: train.mode must be ps, allreduce or hybrid, not '{}'", m);
+}
+
+const char* trainModeName(TrainMode m) {
+  switch (m) {
+    case TrainMode::kPs: return "ps";
+    case TrainMode::kAllReduce: return "allreduce";
+    case TrainMode::kHybrid: return "hybrid";
+  }
+  return "?";
+}
+
+int64_t serverCount(const Config& c) {
+  return trainMode(c) == TrainMode::kAllReduce ? 0 : c.getInt("cluster.servers");
+}
+
 }  // namespace troupe::apps

@@ -37,6 +37,14 @@ DataSources openData(const Config& c, int threads);
 workers::WorkerCoreOptions modelOptions(const Config& c, int threads);
 
 // The embedding tables of a DLRM (empty for other models).
+// train.mode of a multi-process job.
+enum class TrainMode { kPs, kAllReduce, kHybrid };
+// Throws SetupError naming the value when it is none of ps, allreduce, hybrid.
+TrainMode trainMode(const Config& c);
+const char* trainModeName(TrainMode m);
+// Parameter-server processes the job runs: none in allreduce mode.
+int64_t serverCount(const Config& c);
+
 std::vector<ps::EmbeddingTableOptions> tableOptions(const Config& c, const workers::WorkerCoreOptions& model);
 
 }  // namespace troupe::apps

@@ -89,8 +89,11 @@ JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, const std:
   const CommonFlags& common = flags.common;
   auto log = logger("apps");
   const int64_t workers = config.getInt("cluster.workers");
-  const int64_t servers = config.getInt("cluster.servers");
-  if (servers < 1) TROUPE_SETUP_ERROR("config: cluster.servers must be >= 1, got {}", servers);
+  const TrainMode mode = trainMode(config);
+  const int64_t servers = serverCount(config);
+  if (mode != TrainMode::kAllReduce && servers < 1) {
+    TROUPE_SETUP_ERROR("config: cluster.servers must be >= 1 in {} mode, got {}", trainModeName(mode), servers);
+  }
   if (workers > 256 || servers > 256) TROUPE_SETUP_ERROR("config: at most 256 workers and 256 servers on one machine");
   if (config.getString("transport.listen_host") == "0.0.0.0") {
     TROUPE_SETUP_ERROR("config: transport.listen_host must be a concrete address");
@@ -152,7 +155,7 @@ JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, const std:
     // A child that fails exits with a status; one killed by a signal is
     // also seen by the coordinator through the transport, which decides
     // (a lost worker in ssp / asp is not the end of the job).
-    const bool bsp = config.getString("ps.consistency") == "bsp";
+    const bool bsp = config.getString("ps.consistency") == "bsp" || mode != TrainMode::kPs;
     for (size_t i = 0; i < children.size(); ++i) {
       auto status = children[i]->poll();
       const bool shard = i < size_t(servers);
@@ -247,6 +250,10 @@ int runTrain(const TrainFlags& flags) {
   if (clusterWorkers <= 0 && !flags.coordinatorAddress.empty()) {
     TROUPE_SETUP_ERROR("launch --role coordinator needs cluster.workers >= 1 (--set cluster.workers=W)");
   }
+  if (clusterWorkers <= 0 && trainMode(config) != TrainMode::kPs) {
+    TROUPE_SETUP_ERROR("config: train.mode = {} needs worker processes (--set cluster.workers=W, W >= 1)",
+                       trainModeName(trainMode(config)));
+  }
   if (clusterWorkers > 0) {
     outcome = runLocalJob(config, flags, runDir, progress);
     report = reportOf(outcome);
@@ -297,7 +304,8 @@ int runTrain(const TrainFlags& flags) {
   }
   if (clusterWorkers > 0) {
     field("workers", std::to_string(clusterWorkers));
-    field("servers", std::to_string(config.getInt("cluster.servers")));
+    field("mode", fmt::format("\"{}\"", trainModeName(trainMode(config))));
+    field("servers", std::to_string(serverCount(config)));
     field("consistency", fmt::format("\"{}\"", config.getString("ps.consistency")));
     if (config.getString("ps.consistency") == "ssp") field("staleness", std::to_string(config.getInt("ps.staleness")));
     std::string shards, lost;
@@ -309,8 +317,9 @@ int runTrain(const TrainFlags& flags) {
     }
     std::string perWorker;
     for (const auto& w : outcome.workers) {
-      perWorker += fmt::format("{}{{\"rank\": {}, \"steps\": {}, \"samples\": {}, \"train_seconds\": {}}}",
-                               perWorker.empty() ? "" : ", ", w.rank, w.steps, w.samples, jsonNumber(w.trainSeconds));
+      perWorker += fmt::format(
+          "{}{{\"rank\": {}, \"steps\": {}, \"samples\": {}, \"train_seconds\": {}, \"dense_hash\": \"{:016x}\"}}",
+          perWorker.empty() ? "" : ", ", w.rank, w.steps, w.samples, jsonNumber(w.trainSeconds), w.denseHash);
     }
     for (const auto& e : outcome.events) lost += fmt::format("{}\"{}\"", lost.empty() ? "" : ", ", e);
     field("shards", "[" + shards + "]");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -95,7 +96,17 @@ struct RingCommunicator::Inbox final : public transport::FrameSink {
   void onPeerDown(uint64_t peer, const Status& why) override {
     auto it = rankOf.find(peer);
     if (it == rankOf.end() || it->second == self) return;
-    fail(Status::unavailable(fmt::format("rank {} (node {:x}) is down: {}", it->second, peer, why.message())));
+    Status down = Status::unavailable(fmt::format("rank {} (node {:x}) is down: {}", it->second, peer, why.message()));
+    if (why.message().find("left the job") != std::string::npos) {
+      // A goodbye comes after every frame the peer sent, so whatever it
+      // sent is here: only a wait for more from it fails (a rank that
+      // finished the last collective and left is no failure).
+      std::lock_guard<std::mutex> lock(mutex);
+      gone.emplace(it->second, std::move(down));
+      cv.notify_all();
+      return;
+    }
+    fail(std::move(down));
   }
 
   void fail(Status s) {
@@ -123,6 +134,7 @@ struct RingCommunicator::Inbox final : public transport::FrameSink {
         return m;
       }
       if (!failed.isOk()) return failed;
+      if (auto g = gone.find(src); g != gone.end()) return g->second;
       const auto now = Clock::now();
       if (now >= deadline) {
         return Status::timeout(fmt::format("rank {} sent nothing for collective {} step {} chunk {} in time", src, op,
@@ -149,10 +161,14 @@ struct RingCommunicator::Inbox final : public transport::FrameSink {
       cv.notify_all();
     }
   }
-  // Until UCX holds no buffer of the caller's any more (bounded).
-  bool waitSends(Clock::time_point deadline) {
+  // Until UCX holds no buffer of the caller's any more (bounded); with
+  // stopOnFailure, also until the group fails (sends to a dead peer never
+  // complete).
+  bool waitSends(Clock::time_point deadline, bool stopOnFailure = false) {
     std::unique_lock<std::mutex> lock(mutex);
-    return cv.wait_until(lock, deadline, [&] { return sendsInFlight.load(std::memory_order_acquire) == 0; });
+    return cv.wait_until(lock, deadline, [&] {
+      return sendsInFlight.load(std::memory_order_acquire) == 0 || (stopOnFailure && !failed.isOk());
+    }) && sendsInFlight.load(std::memory_order_acquire) == 0;
   }
 
   transport::RemoteActors& remote;
@@ -163,6 +179,7 @@ struct RingCommunicator::Inbox final : public transport::FrameSink {
   std::condition_variable cv;
   std::unordered_map<Key, Msg, KeyHash> messages;
   std::vector<bool> acked;
+  std::map<int, Status> gone;  // ranks that left the job
   Status failed;
   std::atomic<bool> hasFailed{false};
   std::atomic<uint64_t> arrivals{0};
@@ -271,8 +288,9 @@ Status RingCommunicator::begin() {
 // caller's buffers; on failure the others are told and the failure sticks.
 Status RingCommunicator::finish(Status s) {
   if (s.isOk()) {
-    if (inbox_->waitSends(Clock::now() + options_.timeout)) return Status::ok();
-    s = Status::timeout("the transport did not finish sending a collective's chunks in time");
+    if (inbox_->waitSends(Clock::now() + options_.timeout, true)) return Status::ok();
+    s = inbox_->failure();
+    if (s.isOk()) s = Status::timeout("the transport did not finish sending a collective's chunks in time");
   }
   const bool first = inbox_->failure().isOk();
   inbox_->fail(s);

@@ -81,6 +81,20 @@ std::vector<Config::Key> troupeConfigSchema() {
       {"ps.consistency", T::kString, std::string("bsp"),
        "bsp (every step sees every worker's previous step), ssp (at most ps.staleness steps ahead) or asp"},
       {"ps.staleness", T::kInt, int64_t{4}, "ssp: how many steps a worker may run ahead of the slowest"},
+      // ---- training mode of a multi-process job ----
+      {"train.mode", T::kString, std::string("ps"),
+       "ps (every parameter on the parameter servers), allreduce (every worker holds the dense parameters and a "
+       "replica of the tables; gradients averaged by all-reduce) or hybrid (tables on the parameter servers, dense "
+       "parameters by all-reduce)"},
+      {"train.bucket_kb", T::kInt, int64_t{256},
+       "allreduce / hybrid: dense gradients are reduced in buckets of about this size, each as soon as backward has "
+       "produced it"},
+      {"collectives.chunk_kb", T::kInt, int64_t{512}, "ring all-reduce: pieces of a segment in flight at once"},
+      {"collectives.small_kb", T::kInt, int64_t{32},
+       "all-reduces up to this size use recursive doubling (latency) on power-of-two groups"},
+      {"collectives.timeout_s", T::kInt, int64_t{600},
+       "a collective that waits this long fails (a dead peer is found sooner, by the transport's heartbeats)"},
+      {"collectives.spin_us", T::kInt, int64_t{50}, "a waiting collective polls this long before it sleeps"},
       // ---- transport (between processes; the job token comes from TROUPE_JOB_TOKEN, never a file) ----
       {"transport.listen_host", T::kString, std::string("127.0.0.1"),
        "the only address this process listens on; a concrete IPv4 address its peers can reach"},

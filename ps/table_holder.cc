@@ -8,6 +8,7 @@
 #include "common/logging.h"
 #include "kernels/kernels.h"
 #include "ps/messages.h"
+#include "ps/wire.h"
 #include "ps/table_set.h"
 
 namespace troupe::ps {
@@ -76,6 +77,8 @@ caf::behavior tableHolder(caf::stateful_actor<TableHolderState>* self, TableHold
       [=](stats_atom) -> int64_t {
         return self->state.tables->rows();
       },
+      // A worker that trains no more: nothing waits on workers here.
+      [=](leave_atom) -> int64_t { return 0; },
   };
 }
 

@@ -6,6 +6,7 @@
 //   (pull_atom, PullRequestPtr)  -> PullReplyPtr
 //   (push_atom, PushRequestPtr)  -> int64_t sequence   (after the update is applied)
 //   (stats_atom)                 -> int64_t rows held over all tables
+//   (leave_atom)                 -> int64_t 0 (a worker is done; nothing to release)
 //
 // A push whose (worker, sequence) was already applied is acknowledged again
 // without being applied twice. A malformed request (wrong table count, sizes

@@ -87,6 +87,17 @@ Status DlrmModel::forward(kernels::Kernels& k, const float* dense, const float* 
   return Status::ok();
 }
 
+void DlrmModel::setGradReady(const std::function<void(int64_t, int64_t)>& hook) {
+  top_->setGradReady(hook);
+  bottom_->setGradReady(hook);
+}
+
+std::vector<std::pair<int64_t, int64_t>> DlrmModel::gradientOrder() const {
+  auto order = top_->gradientOrder();
+  for (const auto& r : bottom_->gradientOrder()) order.push_back(r);
+  return order;
+}
+
 Status DlrmModel::backward(kernels::Kernels& k, const float* dLogits, float* const* dEmbeddings) {
   const int64_t batch = batch_, dim = shape_.embeddingDim;
   dTopIn_.resize(size_t(batch * topInWidth_));

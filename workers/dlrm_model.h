@@ -56,6 +56,9 @@ class DlrmModel final {
   // the embeddings' gradients into dEmbeddings (numTables pointers to
   // [batch x dim], overwritten).
   Status backward(kernels::Kernels& k, const float* dLogits, float* const* dEmbeddings);
+  // See Mlp::setGradReady / gradientOrder: the top MLP's layers, then the bottom's.
+  void setGradReady(const std::function<void(int64_t, int64_t)>& hook);
+  std::vector<std::pair<int64_t, int64_t>> gradientOrder() const;
 
  private:
   DlrmShape shape_;

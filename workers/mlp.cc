@@ -65,6 +65,12 @@ Status Mlp::forward(kernels::Kernels& k, const float* x, int64_t batch) {
   return Status::ok();
 }
 
+std::vector<std::pair<int64_t, int64_t>> Mlp::gradientOrder() const {
+  std::vector<std::pair<int64_t, int64_t>> order;
+  for (size_t l = widths_.size() - 1; l-- > 0;) order.emplace_back(offsets_[l], widths_[l] * widths_[l + 1] + widths_[l + 1]);
+  return order;
+}
+
 Status Mlp::backward(kernels::Kernels& k, const float* dOut, float* dx) {
   const int64_t batch = batch_;
   const float* dy = dOut;
@@ -86,6 +92,7 @@ Status Mlp::backward(kernels::Kernels& k, const float* dOut, float* dx) {
     }
     Status s = k.denseBackward(in, weight(l), dy, batch, widths_[l], out, dIn, weightGrad(l), biasGrad(l), false);
     if (!s.isOk()) return s;
+    if (gradReady_) gradReady_(offsets_[l], widths_[l] * out + out);
     if (l > 0) {
       gradA_.swap(gradB_);
       dy = gradA_.data();

@@ -12,6 +12,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -45,6 +47,13 @@ class Mlp final {
   // [batch x in] (overwritten), or nullptr when not needed.
   Status backward(kernels::Kernels& k, const float* dOut, float* dx);
 
+  // Called during backward as each layer's gradients (W and b, adjacent in
+  // the buffer) are final: (offset, count) in the parameter buffer. Lets
+  // gradient buckets start reducing while backward goes on.
+  void setGradReady(std::function<void(int64_t offset, int64_t count)> hook) { gradReady_ = std::move(hook); }
+  // The (offset, count) of each layer in the order backward finishes them.
+  std::vector<std::pair<int64_t, int64_t>> gradientOrder() const;
+
   const std::vector<int64_t>& widths() const { return widths_; }
   int64_t inputWidth() const { return widths_.front(); }
   int64_t outputWidth() const { return widths_.back(); }
@@ -66,6 +75,7 @@ class Mlp final {
   int64_t batch_ = 0;
   std::vector<std::vector<float>> outputs_;
   std::vector<float> gradA_, gradB_;
+  std::function<void(int64_t, int64_t)> gradReady_;
 };
 
 }  // namespace troupe::workers

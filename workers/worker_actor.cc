@@ -123,6 +123,13 @@ void nextTrainBatch(Self* self) {
       .then(
           [=](BatchPtr batch) {
             auto& st = self->state;
+            if (st.core->options().comm) {
+              // Synchronous modes: a step only when every rank has a batch
+              // (ranks may hold one batch more or less of an epoch).
+              auto go = st.core->agreeToStep(batch != nullptr);
+              if (!go.hasValue()) return fail(self, go.status());
+              if (!*go) return evaluate(self);
+            }
             if (!batch) return evaluate(self);
             st.stepStart = Clock::now();
             if (!st.core->needsServer()) return trainOn(self, batch, nullptr);
@@ -185,6 +192,18 @@ void passGate(Self* self) {
   auto& st = self->state;
   if (st.pushesInFlight > 0) {
     st.whenDrained = [=] { passGate(self); };
+    return;
+  }
+  if (!st.tables) {  // nothing to leave (a dense model trained by all-reduce)
+    self->request(st.options.evalGate, st.options.gateTimeout, gate_atom::value, st.core->options().worker,
+                  st.core->steps(), st.report->samples, st.trainSeconds)
+        .then(
+            [=](bool evaluate) {
+              self->state.gatePassed = true;
+              if (evaluate) return startEvaluation(self);
+              finish(self);
+            },
+            [=](caf::error& err) { fail(self, err); });
     return;
   }
   self->request(st.tables, st.options.requestTimeout, ps::leave_atom::value)

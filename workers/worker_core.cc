@@ -3,6 +3,10 @@
 #include <cmath>
 #include <numeric>
 
+#include <cstring>
+#include <unordered_map>
+
+#include "collectives/gradient_buckets.h"
 #include "common/check.h"
 #include "kernels/kernels.h"
 #include "kernels/metrics.h"
@@ -23,9 +27,94 @@ WorkerCore::WorkerCore(const WorkerCoreOptions& options)
     mlp_ = std::make_unique<Mlp>(options_.mlpWidths, false, mlpParams_.get(), 0);
     mlp_->initialize(options_.seed);
   }
+  if (options_.comm) {
+    std::vector<std::pair<int64_t, int64_t>> order = dlrm_ ? dlrm_->gradientOrder() : mlp_->gradientOrder();
+    std::vector<collectives::GradRange> ranges;
+    for (const auto& [offset, count] : order) ranges.push_back({offset, count});
+    buckets_ = std::make_unique<collectives::GradientBuckets>(options_.comm, dense().grads(), dense().size(), ranges,
+                                                              options_.bucketBytes);
+    auto hook = [b = buckets_.get()](int64_t offset, int64_t count) { b->ready(offset, count); };
+    if (dlrm_) {
+      dlrm_->setGradReady(hook);
+    } else {
+      mlp_->setGradReady(hook);
+    }
+  }
+  if (options_.replicatedTables && !options_.comm) TROUPE_SETUP_ERROR("replicated tables need a communicator");
+  if (options_.comm && options_.denseOnServers) TROUPE_SETUP_ERROR("dense parameters are either all-reduced or on the servers, not both");
 }
 
 WorkerCore::~WorkerCore() = default;
+
+Expected<bool> WorkerCore::agreeToStep(bool haveBatch) {
+  if (!options_.comm) return haveBatch;
+  float have = haveBatch ? 1.0f : 0.0f;
+  Status s = options_.comm->allReduce(&have, 1, transport::DType::kFloat32, collectives::ReduceOp::kSum);
+  if (!s.isOk()) return s;
+  return have == float(options_.comm->size());
+}
+
+Status WorkerCore::finishDenseSync() {
+  if (!buckets_) return Status::ok();
+  return buckets_->finish();
+}
+
+Status WorkerCore::mergePushes(ps::PushRequest* push) {
+  const int tables = int(push->keys.size());
+  const int64_t dim = options_.dlrm.embeddingDim;
+  // This rank's push as bytes: per table, u64 n | n keys | n x dim floats.
+  std::vector<std::byte> mine;
+  for (int t = 0; t < tables; ++t) {
+    const uint64_t n = push->keys[size_t(t)].size();
+    const size_t at = mine.size();
+    mine.resize(at + 8 + n * 8 + n * size_t(dim) * 4);
+    std::memcpy(mine.data() + at, &n, 8);
+    std::memcpy(mine.data() + at + 8, push->keys[size_t(t)].data(), n * 8);
+    std::memcpy(mine.data() + at + 8 + n * 8, push->grads[size_t(t)].data(), n * size_t(dim) * 4);
+  }
+  auto all = options_.comm->allGatherV(mine.data(), mine.size());
+  if (!all.hasValue()) return all.status();
+  const int ranks = int(all->size());
+  std::vector<size_t> at(size_t(ranks), 0);
+  const float scale = 1.0f / float(ranks);
+  for (int t = 0; t < tables; ++t) {
+    std::vector<uint64_t> keys;
+    std::vector<float> grads;
+    std::unordered_map<uint64_t, int64_t> index;
+    for (int r = 0; r < ranks; ++r) {
+      const auto& buf = (*all)[size_t(r)];
+      uint64_t n = 0;
+      if (at[size_t(r)] + 8 > buf.size()) return Status::corruption(fmt::format("rank {} sent a short push", r));
+      std::memcpy(&n, buf.data() + at[size_t(r)], 8);
+      const size_t need = 8 + n * 8 + n * size_t(dim) * 4;
+      if (n > buf.size() || at[size_t(r)] + need > buf.size()) {
+        return Status::corruption(fmt::format("rank {} sent a push of {} keys in {} bytes", r, n, buf.size()));
+      }
+      const std::byte* k = buf.data() + at[size_t(r)] + 8;
+      const std::byte* g = k + n * 8;
+      for (uint64_t i = 0; i < n; ++i) {
+        uint64_t key;
+        std::memcpy(&key, k + i * 8, 8);
+        auto [it, fresh] = index.emplace(key, int64_t(keys.size()));
+        if (fresh) {
+          keys.push_back(key);
+          grads.resize(grads.size() + size_t(dim), 0.0f);
+        }
+        float* dst = grads.data() + it->second * dim;
+        for (int64_t d = 0; d < dim; ++d) {
+          float v;
+          std::memcpy(&v, g + (i * uint64_t(dim) + uint64_t(d)) * 4, 4);
+          dst[d] += v;
+        }
+      }
+      at[size_t(r)] += need;
+    }
+    for (float& v : grads) v *= scale;
+    push->keys[size_t(t)] = std::move(keys);
+    push->grads[size_t(t)] = std::move(grads);
+  }
+  return Status::ok();
+}
 
 int64_t WorkerCore::macsPerSample() const { return dlrm_ ? dlrm_->macsPerSample() : mlp_->macsPerSample(); }
 int64_t WorkerCore::denseParameters() const { return dlrm_ ? dlrm_->parameters().size() : mlpParams_->size(); }
@@ -183,6 +272,8 @@ Expected<ps::PushRequestPtr> WorkerCore::trainStep(const Batch& batch, const ps:
     gradRows_.assign(size_t(totalRows * dim), 0.0f);
     s = kernels_->embeddingBagBackward(dPooled_.data(), dim, allBags(batch.rows), gradRows_.data(), totalRows);
     if (!s.isOk()) return s;
+    s = finishDenseSync();
+    if (!s.isOk()) return s;
     auto push = newPush();
     push->keys.resize(size_t(tables));
     push->grads.resize(size_t(tables));
@@ -190,6 +281,10 @@ Expected<ps::PushRequestPtr> WorkerCore::trainStep(const Batch& batch, const ps:
       push->keys[size_t(t)] = uniqueKeys_[size_t(t)];
       push->grads[size_t(t)].assign(gradRows_.begin() + rowOffset_[size_t(t)] * dim,
                                     gradRows_.begin() + rowOffset_[size_t(t) + 1] * dim);
+    }
+    if (options_.replicatedTables) {
+      s = mergePushes(push.get());
+      if (!s.isOk()) return s;
     }
     if (options_.denseOnServers) {
       const DenseParameters& p = dlrm_->parameters();
@@ -206,6 +301,8 @@ Expected<ps::PushRequestPtr> WorkerCore::trainStep(const Batch& batch, const ps:
   lossSum_ += *loss;
   ++lossCount_;
   s = mlp_->backward(*kernels_, dLogits_.data(), nullptr);
+  if (!s.isOk()) return s;
+  s = finishDenseSync();
   if (!s.isOk()) return s;
   if (options_.denseOnServers) {
     auto push = newPush();

@@ -28,6 +28,10 @@
 namespace troupe::kernels {
 class Kernels;
 }
+namespace troupe::collectives {
+class Communicator;
+class GradientBuckets;
+}
 
 namespace troupe::workers {
 
@@ -51,6 +55,16 @@ struct WorkerCoreOptions {
   // Kernels shared with other actors of the process; when null the core
   // makes its own with `threads` threads.
   std::shared_ptr<kernels::Kernels> kernels;
+  // Synchronous modes (allreduce, hybrid): every rank holds the dense
+  // parameters; a step's dense gradients are averaged over the ranks in
+  // buckets of bucketBytes, each reduced as soon as backward has produced
+  // it, then applied alike on every rank.
+  std::shared_ptr<collectives::Communicator> comm;
+  int64_t bucketBytes = int64_t{256} << 10;
+  // allreduce mode with tables: every rank keeps a replica of the tables. A
+  // step's embedding gradients are all-gathered and merged (per key, the
+  // mean over ranks, as BSP does) into the push this rank applies locally.
+  bool replicatedTables = false;
 };
 
 // Metrics of one pass over an evaluation set.
@@ -77,6 +91,10 @@ class WorkerCore final {
 
   // The pull for a batch (when needsServer()). create=false for evaluation.
   Expected<ps::PullRequestPtr> prepare(const Batch& batch, bool create);
+
+  // Synchronous modes: whether every rank has a batch for the next step (a
+  // collective: each rank calls it once per step, with or without a batch).
+  Expected<bool> agreeToStep(bool haveBatch);
 
   // One training step on the batch prepared last (rows: the pull's reply, or
   // nullptr without tables). Returns the push (nullptr without tables).
@@ -108,12 +126,17 @@ class WorkerCore final {
   DenseParameters& dense();
   // The push of the step just taken: this worker, the next sequence number.
   std::shared_ptr<ps::PushRequest> newPush();
+  // Dense gradients of the step averaged over the ranks (sync modes).
+  Status finishDenseSync();
+  // replicatedTables: every rank's embedding gradients merged into *push.
+  Status mergePushes(ps::PushRequest* push);
 
   WorkerCoreOptions options_;
   std::shared_ptr<kernels::Kernels> kernels_;
   std::unique_ptr<DlrmModel> dlrm_;
   std::unique_ptr<DenseParameters> mlpParams_;
   std::unique_ptr<Mlp> mlp_;
+  std::unique_ptr<collectives::GradientBuckets> buckets_;
   int64_t steps_ = 0;
   int64_t pulledRows_ = 0;
   int64_t sequence_ = 0;

@@ -360,7 +360,8 @@ int countWorker(const std::string& coordinator, const std::string& mode, int wor
       .receive([&](transport::Tensor& t) { shardNodes = t; }, [](caf::error&) {});
   workers::PsClientOptions co;
   co.worker = rank;
-  for (size_t s = 0; s < shardNodes.count<uint64_t>(); ++s) {
+  // The shards' node ids come first, then the workers'.
+  for (size_t s = 0; s + size_t(workers) < shardNodes.count<uint64_t>(); ++s) {
     co.shards.push_back((*remote)->remoteActor(shardNodes.as<uint64_t>()[s], apps::kShardActor));
   }
   const auto keys = countKeys();
@@ -423,7 +424,7 @@ int countWorker(const std::string& coordinator, const std::string& mode, int wor
   }
   const transport::Tensor none = transport::Tensor::copyOf(nullptr, 0, transport::DType::kFloat32);
   self->request(coord, 60s, apps::done_atom::value, rank, true, std::string(), int64_t{kCountSteps}, int64_t{0},
-                int64_t{kCountSteps}, int64_t{0}, 0.0, 0.0, evaluate, exact, 0.0, 0.0, int64_t{0}, none, none)
+                int64_t{kCountSteps}, int64_t{0}, 0.0, 0.0, evaluate, exact, 0.0, 0.0, int64_t{0}, none, none, uint64_t{0})
       .receive([](int64_t) {}, [](caf::error&) {});
   std::fflush(stdout);
   // Until the coordinator shuts the job down.
@@ -431,6 +432,68 @@ int countWorker(const std::string& coordinator, const std::string& mode, int wor
   self->receive([](caf::down_msg&) {}, caf::after(20s) >> [] {});
   self->send_exit(client, caf::exit_reason::user_shutdown);
   return evaluate && exact != 1 ? 1 : 0;
+}
+
+std::vector<std::string> denseHashes(const std::string& json) {
+  std::vector<std::string> out;
+  const std::string key = "\"dense_hash\": \"";
+  for (size_t pos = json.find(key); pos != std::string::npos; pos = json.find(key, pos + 1)) {
+    out.push_back(json.substr(pos + key.size(), 16));
+  }
+  return out;
+}
+
+// Sync modes: every rank ends with the same dense weights, bit for bit, and
+// so does a second run with the same seed; a third seed changes them.
+TEST_F(ClusterTest, SyncModesGiveBitIdenticalWeightsOnEveryRankAndAcrossRuns) {
+  TempDir dir;
+  struct Case {
+    std::string mode;
+    int workers, servers;
+  };
+  for (const Case& c : {Case{"allreduce", 3, 0}, Case{"hybrid", 2, 2}}) {
+    SCOPED_TRACE(c.mode);
+    std::vector<std::vector<std::string>> runs;
+    for (const std::string seed : {"1", "1", "2"}) {
+      const std::string name = c.mode + "-" + std::to_string(runs.size());
+      auto r = troupe(plus({"train"}, plus(smallJob(dir, name),
+                                           {"--set", "cluster.workers=" + std::to_string(c.workers), "--set",
+                                            "cluster.servers=" + std::to_string(c.servers), "--set",
+                                            "train.mode=" + c.mode, "--set", "run.seed=" + seed, "--set",
+                                            "train.bucket_kb=4", "--summary-json", dir.file(name + ".json")})));
+      ASSERT_EQ(r.exitCode, 0) << r.err;
+      const std::string json = readFile(dir.file(name + ".json"));
+      EXPECT_GT(field(json, "test_auc"), 0.70) << json;
+      EXPECT_NE(json.find("\"mode\": \"" + c.mode + "\""), std::string::npos) << json;
+      runs.push_back(denseHashes(json));
+      ASSERT_EQ(runs.back().size(), size_t(c.workers)) << json;
+      for (const auto& h : runs.back()) EXPECT_EQ(h, runs.back()[0]) << "ranks differ: " << json;
+    }
+    EXPECT_EQ(runs[1][0], runs[0][0]) << "two runs with one seed differ";
+    EXPECT_NE(runs[2][0], runs[0][0]) << "another seed gave the same weights";
+  }
+}
+
+TEST_F(ClusterTest, AKilledWorkerInAllReduceModeFailsTheJobOnEveryRank) {
+  TempDir dir;
+  LaunchedJob job(dir, plus(slowJob(dir, "sync", "bsp"), {"--set", "train.mode=allreduce", "--set",
+                                                          "transport.heartbeat_timeout_ms=1000"}),
+                  3, 0, dir.file("sync.json"));
+  ASSERT_TRUE(job.startTraining(3)) << readFile(dir.file("coordinator.log"));
+  const auto killed = std::chrono::steady_clock::now();
+  job.workers[1]->kill(SIGKILL);
+  auto c = job.coordinator->wait(60s);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  const std::string log = readFile(dir.file("coordinator.log"));
+  EXPECT_EQ(c.exitCode, 1) << log;
+  EXPECT_NE(log.find("worker 1"), std::string::npos) << log;
+  EXPECT_LT(took, 15.0) << log;
+  for (int w : {0, 2}) {
+    auto r = job.workers[size_t(w)]->wait(20s);
+    EXPECT_FALSE(r.timedOut) << "worker " << w;
+    const std::string wlog = readFile(dir.file("worker-" + std::to_string(w) + ".log"));
+    EXPECT_NE(wlog.find("rank 1"), std::string::npos) << "worker " << w << " did not name the lost rank:\n" << wlog;
+  }
 }
 
 TEST_F(ClusterTest, AJobAcrossNetworkNamespaces) {
