@@ -1,8 +1,12 @@
 #include "apps/bench_command.h"
 
+#include "apps/allreduce_bench.h"
 #include "apps/cli_common.h"
 #include "apps/ps_bench.h"
 #include "apps/transport_bench.h"
+#include <sstream>
+
+#include "common/check.h"
 #include "common/logging.h"
 #include "transport/node_config.h"
 
@@ -62,6 +66,44 @@ void addBenchCommand(CLI::App* app, int* result) {
       if (!psFlags->configPath.empty()) psOptions->passOn = {"--config", psFlags->configPath};
       for (const auto& o : psFlags->overrides) psOptions->passOn.insert(psOptions->passOn.end(), {"--set", o});
       return runPsBench(*psOptions);
+    });
+  });
+
+  auto arOptions = std::make_shared<AllReduceBenchOptions>();
+  auto arFlags = std::make_shared<CommonFlags>();
+  arFlags->logLevel = "warn";
+  auto arSizes = std::make_shared<std::string>();
+  CLI::App* arCmd = bench->add_subcommand(
+      "allreduce", "All-reduce latency and bus bandwidth with 2 and 4 processes, beside Gloo and Open MPI");
+  arCmd->add_option("--json", arOptions->jsonPath, "Also write the figures as JSON rows to this path");
+  arCmd->add_option("--trials", arOptions->trials, "Trials per figure; the median is reported")->check(CLI::Range(1, 20));
+  arCmd->add_flag("!--no-peers", arOptions->withPeers, "Skip Gloo and Open MPI");
+  arCmd->add_option("--sizes", *arSizes, "Comma-separated buffer sizes in bytes (default 4096,1048576,67108864)");
+  addCommonFlags(arCmd, arFlags.get());
+  arCmd->add_option("--rank", arOptions->rank)->group("");
+  arCmd->add_option("--n", arOptions->n)->group("");
+  arCmd->add_option("--coordinator", arOptions->coordinator)->group("");
+  arCmd->callback([=] {
+    *result = runGuarded([&] {
+      Config config = loadConfig(*arFlags);
+      arOptions->node = transport::nodeOptionsFromConfig(config);
+      arOptions->chunkBytes = size_t(config.getInt("collectives.chunk_kb")) << 10;
+      arOptions->smallBytes = size_t(config.getInt("collectives.small_kb")) << 10;
+      arOptions->spinUs = int(config.getInt("collectives.spin_us"));
+      if (!arSizes->empty()) {
+        arOptions->sizes.clear();
+        std::stringstream ss(*arSizes);
+        std::string item;
+        while (std::getline(ss, item, ',')) {
+          const uint64_t b = std::stoull(item);
+          if (b < 4 || b % 4 != 0) TROUPE_SETUP_ERROR("--sizes: {} is not a positive multiple of 4 bytes", item);
+          arOptions->sizes.push_back(b);
+        }
+      }
+      arOptions->passOn.clear();
+      if (!arFlags->configPath.empty()) arOptions->passOn = {"--config", arFlags->configPath};
+      for (const auto& o : arFlags->overrides) arOptions->passOn.insert(arOptions->passOn.end(), {"--set", o});
+      return runAllReduceBench(*arOptions);
     });
   });
 }
