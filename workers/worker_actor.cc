@@ -186,6 +186,20 @@ void evalBatch(Self* self, BatchPtr batch, ps::PullReplyPtr rows) {
 
 void startEvaluation(Self* self);
 
+// The gate decides whether this worker evaluates the final model.
+void askGate(Self* self) {
+  auto& st = self->state;
+  self->request(st.options.evalGate, st.options.gateTimeout, gate_atom::value, st.core->options().worker,
+                st.core->steps(), st.report->samples, st.trainSeconds)
+      .then(
+          [=](bool evaluate) {
+            self->state.gatePassed = true;
+            if (evaluate) return startEvaluation(self);
+            finish(self);
+          },
+          [=](caf::error& err) { fail(self, err); });
+}
+
 // Before the final evaluation of a job with a gate: every push acknowledged,
 // the tables told this worker trains no more, then the gate decides.
 void passGate(Self* self) {
@@ -194,33 +208,9 @@ void passGate(Self* self) {
     st.whenDrained = [=] { passGate(self); };
     return;
   }
-  if (!st.tables) {  // nothing to leave (a dense model trained by all-reduce)
-    self->request(st.options.evalGate, st.options.gateTimeout, gate_atom::value, st.core->options().worker,
-                  st.core->steps(), st.report->samples, st.trainSeconds)
-        .then(
-            [=](bool evaluate) {
-              self->state.gatePassed = true;
-              if (evaluate) return startEvaluation(self);
-              finish(self);
-            },
-            [=](caf::error& err) { fail(self, err); });
-    return;
-  }
+  if (!st.tables) return askGate(self);  // nothing to leave (a dense model trained by all-reduce)
   self->request(st.tables, st.options.requestTimeout, ps::leave_atom::value)
-      .then(
-          [=](int64_t) {
-            auto& st = self->state;
-            self->request(st.options.evalGate, st.options.gateTimeout, gate_atom::value, st.core->options().worker,
-                          st.core->steps(), st.report->samples, st.trainSeconds)
-                .then(
-                    [=](bool evaluate) {
-                      self->state.gatePassed = true;
-                      if (evaluate) return startEvaluation(self);
-                      finish(self);
-                    },
-                    [=](caf::error& err) { fail(self, err); });
-          },
-          [=](caf::error& err) { fail(self, err); });
+      .then([=](int64_t) { askGate(self); }, [=](caf::error& err) { fail(self, err); });
 }
 
 void evaluate(Self* self) {

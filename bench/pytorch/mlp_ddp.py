@@ -12,12 +12,11 @@ import json
 import os
 import time
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from mlp_fashion_mnist import read_idx
+from mlp_fashion_mnist import load_fashion_mnist, make_mlp
 
 
 def run(rank, a):
@@ -26,12 +25,8 @@ def run(rank, a):
     torch.set_num_threads(a.threads)
     dist.init_process_group("gloo", rank=rank, world_size=a.workers)
     torch.manual_seed(a.seed)
-    x = torch.from_numpy(read_idx(f"{a.dir}/train-images-idx3-ubyte.gz").reshape(-1, 784).astype(np.float32) / 255.0)
-    y = torch.from_numpy(read_idx(f"{a.dir}/train-labels-idx1-ubyte.gz").astype(np.int64))
-    tx = torch.from_numpy(read_idx(f"{a.dir}/t10k-images-idx3-ubyte.gz").reshape(-1, 784).astype(np.float32) / 255.0)
-    ty = torch.from_numpy(read_idx(f"{a.dir}/t10k-labels-idx1-ubyte.gz").astype(np.int64))
-    model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 128),
-                                torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    x, y, tx, ty = load_fashion_mnist(a.dir)
+    model = make_mlp()
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.Adam(ddp.parameters(), lr=a.lr)
     loss_fn = torch.nn.CrossEntropyLoss()

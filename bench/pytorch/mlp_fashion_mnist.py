@@ -24,6 +24,24 @@ def read_idx(path):
     return np.frombuffer(data, dtype=np.uint8, offset=offset).reshape(dims)
 
 
+def load_fashion_mnist(directory):
+    """Training images, labels, test images, labels; pixels scaled to [0, 1]."""
+    def images(name):
+        return torch.from_numpy(read_idx(f"{directory}/{name}").reshape(-1, 784).astype(np.float32) / 255.0)
+
+    def labels(name):
+        return torch.from_numpy(read_idx(f"{directory}/{name}").astype(np.int64))
+
+    return (images("train-images-idx3-ubyte.gz"), labels("train-labels-idx1-ubyte.gz"),
+            images("t10k-images-idx3-ubyte.gz"), labels("t10k-labels-idx1-ubyte.gz"))
+
+
+def make_mlp():
+    """troupe's MLP: 784-256-128-10 with ReLU between the layers."""
+    return torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 128),
+                               torch.nn.ReLU(), torch.nn.Linear(128, 10))
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--dir", default="/usr/share/datasets/fashion-mnist")
@@ -36,12 +54,8 @@ def main():
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    x = torch.from_numpy(read_idx(f"{a.dir}/train-images-idx3-ubyte.gz").reshape(-1, 784).astype(np.float32) / 255.0)
-    y = torch.from_numpy(read_idx(f"{a.dir}/train-labels-idx1-ubyte.gz").astype(np.int64))
-    tx = torch.from_numpy(read_idx(f"{a.dir}/t10k-images-idx3-ubyte.gz").reshape(-1, 784).astype(np.float32) / 255.0)
-    ty = torch.from_numpy(read_idx(f"{a.dir}/t10k-labels-idx1-ubyte.gz").astype(np.int64))
-    model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 128),
-                                torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    x, y, tx, ty = load_fashion_mnist(a.dir)
+    model = make_mlp()
     opt = torch.optim.Adam(model.parameters(), lr=a.lr)
     sched = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=a.lr_decay)
     loss_fn = torch.nn.CrossEntropyLoss()
