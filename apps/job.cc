@@ -10,6 +10,8 @@
 #include "apps/job_protocol.h"
 #include "apps/job_setup.h"
 #include "apps/process_util.h"
+#include "collectives/nccl_communicator.h"
+#include "collectives/peer_watch.h"
 #include "collectives/ring_communicator.h"
 #include "common/check.h"
 #include "common/hash.h"
@@ -57,6 +59,13 @@ struct CoordinatorState {
   std::string toml;
   std::vector<Proc> ps, wk;
   std::vector<caf::typed_response_promise<Tensor>> readyWaiters;
+  // The workers' choice of collectives backend (commid_atom).
+  std::string backend = "ring";  // collectives.backend
+  std::vector<std::pair<int64_t, caf::typed_response_promise<std::string, Tensor, int64_t>>> commWaiters;
+  std::vector<bool> commAsked;
+  std::vector<int64_t> commDevices;  // per worker: CUDA devices it can use
+  std::vector<std::string> commWhy;  // per worker: why it cannot use NCCL
+  Tensor commId;
   std::map<int64_t, caf::typed_response_promise<bool>> gateWaiters;
   bool gateOpen = false;
   bool finishing = false;
@@ -97,6 +106,8 @@ void fail(Coord* self, const std::string& why) {
   st.outcome->error = why;
   for (auto& w : st.readyWaiters) w.deliver(caf::make_error(caf::sec::runtime_error, "the job failed: " + why));
   st.readyWaiters.clear();
+  for (auto& [rank, w] : st.commWaiters) w.deliver(caf::make_error(caf::sec::runtime_error, "the job failed: " + why));
+  st.commWaiters.clear();
   deliver(self);
 }
 
@@ -206,6 +217,11 @@ caf::behavior coordinator(Coord* self, CoordinatorOptions options, transport::Re
   st.servers = int(serverCount(st.options().config));
   st.consistency = *ps::parseConsistency(st.options().config.getString("ps.consistency"));
   st.toml = st.options().config.toToml();
+  st.backend = collectivesBackend(st.options().config);
+  st.commAsked.assign(size_t(st.workers), false);
+  st.commWhy.assign(size_t(st.workers), std::string());
+  st.commDevices.assign(size_t(st.workers), 0);
+  if (st.mode != TrainMode::kPs) st.outcome->collectivesBackend = "ring";
   for (int i = 0; i < st.servers; ++i) st.ps.push_back(Proc{"ps", i});
   for (int i = 0; i < st.workers; ++i) st.wk.push_back(Proc{"worker", i});
   st.workerRate.assign(size_t(st.workers), 0.0);
@@ -293,6 +309,63 @@ caf::behavior coordinator(Coord* self, CoordinatorOptions options, transport::Re
           for (auto& w : st.readyWaiters) w.deliver(t);
           st.readyWaiters.clear();
         }
+        return promise;
+      },
+      [=](commid_atom, int64_t rank, int64_t devices, const std::string& unavailable,
+          Tensor& id) -> caf::typed_response_promise<std::string, Tensor, int64_t> {
+        auto& st = self->state;
+        auto promise = self->make_response_promise<std::string, Tensor, int64_t>();
+        if (rank < 0 || rank >= st.workers || st.finished || st.commAsked[size_t(rank)]) {
+          promise.deliver(caf::make_error(caf::sec::invalid_argument,
+                                          fmt::format("worker {} may not ask for the collectives' id now", rank)));
+          return promise;
+        }
+        st.commAsked[size_t(rank)] = true;
+        st.commWhy[size_t(rank)] = unavailable;
+        st.commDevices[size_t(rank)] = devices;
+        if (rank == 0) st.commId = std::move(id);
+        st.commWaiters.emplace_back(rank, promise);
+        if (std::find(st.commAsked.begin(), st.commAsked.end(), false) != st.commAsked.end()) return promise;
+        // NCCL takes one device per rank: the workers of a host take its
+        // devices in rank order, and a host with more workers than devices
+        // cannot use NCCL.
+        std::vector<int64_t> device(size_t(st.workers));
+        std::map<std::string, std::vector<int>> hosts;
+        for (int w = 0; w < st.workers; ++w) {
+          const std::string& a = st.wk[size_t(w)].address;
+          hosts[a.substr(0, a.rfind(':'))].push_back(w);
+        }
+        for (const auto& [host, ranks] : hosts) {
+          for (size_t i = 0; i < ranks.size(); ++i) {
+            const int w = ranks[i];
+            device[size_t(w)] = int64_t(i);
+            if (st.commWhy[size_t(w)].empty() && int64_t(i) >= st.commDevices[size_t(w)]) {
+              st.commWhy[size_t(w)] = fmt::format("{} workers on host {} share its {} CUDA device(s), NCCL takes one each",
+                                                  ranks.size(), host, st.commDevices[size_t(w)]);
+            }
+          }
+        }
+        std::string backend = "nccl";
+        for (int w = 0; w < st.workers && backend == "nccl"; ++w) {
+          const std::string& why = st.commWhy[size_t(w)];
+          if (why.empty()) continue;
+          if (st.backend == "nccl") {
+            fail(self, fmt::format("collectives.backend = nccl, but worker {} cannot use NCCL: {}", w, why));
+            return promise;
+          }
+          st.log->info("collectives.backend = auto: the workers use the ring, since worker {} cannot use NCCL ({})",
+                       w, why);
+          backend = "ring";
+        }
+        if (backend == "nccl" && st.commId.bytes != collectives::kNcclIdBytes) {
+          fail(self, fmt::format("worker 0 sent an NCCL id of {} bytes, not {}", st.commId.bytes,
+                                 collectives::kNcclIdBytes));
+          return promise;
+        }
+        if (backend == "nccl") st.log->info("the {} workers use NCCL for their collectives", st.workers);
+        st.outcome->collectivesBackend = backend;
+        for (auto& [r, w] : st.commWaiters) w.deliver(backend, st.commId, device[size_t(r)]);
+        st.commWaiters.clear();
         return promise;
       },
       [=](progress_atom, int64_t rank, int64_t epoch, int64_t step, int64_t epochRows, int64_t rowsPerEpoch,
@@ -486,7 +559,8 @@ int runMember(const MemberOptions& options) {
   const int workers = int(config.getInt("cluster.workers"));
   int status = 0;
   caf::actor shard, worker, trainLoader, testLoader, client;
-  std::shared_ptr<collectives::Communicator> comm;  // destroyed before the transport
+  std::unique_ptr<collectives::PeerWatch> peerWatch;  // the NCCL communicator's health; outlives it
+  std::shared_ptr<collectives::Communicator> comm;      // destroyed before the transport
   try {
   const TrainMode mode = trainMode(config);
   const int servers = int(serverCount(config));
@@ -534,17 +608,66 @@ int runMember(const MemberOptions& options) {
       }
       const uint64_t* nodeIds = shardNodes.as<uint64_t>();
       if (mode != TrainMode::kPs) {
-        collectives::RingOptions ro;
-        ro.rank = int(rank);
-        ro.nodes.assign(nodeIds + servers, nodeIds + servers + workers);
-        ro.chunkBytes = size_t(positive(config, "collectives.chunk_kb")) << 10;
-        ro.smallBytes = size_t(std::max<int64_t>(0, config.getInt("collectives.small_kb"))) << 10;
-        ro.timeout = std::chrono::seconds(positive(config, "collectives.timeout_s"));
-        ro.connectTimeout = std::chrono::seconds(config.getInt("cluster.start_timeout_s"));
-        ro.spin = std::chrono::microseconds(std::max<int64_t>(0, config.getInt("collectives.spin_us")));
-        auto ring = collectives::RingCommunicator::create(**remote, ro);
-        if (!ring.hasValue()) TROUPE_SETUP_ERROR("worker {}: the workers' communicator: {}", rank, ring.status().message());
-        comm = std::move(*ring);
+        std::vector<uint64_t> workerNodes(nodeIds + servers, nodeIds + servers + workers);
+        const std::string requested = collectivesBackend(config);
+        std::string backend = "ring";
+        Tensor ncclId;
+        int device = -1;
+        if (requested != "ring") {
+          // Every worker says whether it can use NCCL; rank 0 makes the id;
+          // the coordinator decides for all and hands out rank 0's id.
+          if (nodeOptions.listenHost.rfind("127.", 0) == 0) setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+          std::string why = collectives::ncclUnavailableReason();
+          std::string id;
+          if (why.empty() && rank == 0) {
+            auto made = collectives::makeNcclId();
+            if (made.hasValue()) {
+              id = std::move(*made);
+            } else {
+              why = made.status().message();
+            }
+          }
+          bool decided = false;
+          self->request(coord, startTimeout, commid_atom::value, rank, int64_t(collectives::ncclDevices()), why,
+                        Tensor::copyOf(id.data(), id.size(), DType::kBytes))
+              .receive(
+                  [&](std::string& b, Tensor& t, int64_t d) {
+                    backend = std::move(b);
+                    ncclId = std::move(t);
+                    device = int(d);
+                    decided = true;
+                  },
+                  [&](caf::error& e) { error = caf::to_string(e); });
+          if (!decided) TROUPE_SETUP_ERROR("worker {}: no collectives backend: {}", rank, error);
+        }
+        const auto timeout = std::chrono::seconds(positive(config, "collectives.timeout_s"));
+        const auto connectTimeout = std::chrono::seconds(config.getInt("cluster.start_timeout_s"));
+        if (backend == "nccl") {
+          peerWatch = std::make_unique<collectives::PeerWatch>(**remote, workerNodes, int(rank));
+          collectives::NcclOptions no;
+          no.rank = int(rank);
+          no.size = workers;
+          no.device = device;
+          no.id.assign(reinterpret_cast<const char*>(ncclId.data), size_t(ncclId.bytes));
+          no.timeout = timeout;
+          no.connectTimeout = connectTimeout;
+          no.health = [watch = peerWatch.get()] { return watch->status(); };
+          auto nccl = collectives::createNcclCommunicator(std::move(no));
+          if (!nccl.hasValue()) TROUPE_SETUP_ERROR("worker {}: the workers' communicator: {}", rank, nccl.status().message());
+          comm = std::move(*nccl);
+        } else {
+          collectives::RingOptions ro;
+          ro.rank = int(rank);
+          ro.nodes = std::move(workerNodes);
+          ro.chunkBytes = size_t(positive(config, "collectives.chunk_kb")) << 10;
+          ro.smallBytes = size_t(std::max<int64_t>(0, config.getInt("collectives.small_kb"))) << 10;
+          ro.timeout = timeout;
+          ro.connectTimeout = connectTimeout;
+          ro.spin = std::chrono::microseconds(std::max<int64_t>(0, config.getInt("collectives.spin_us")));
+          auto ring = collectives::RingCommunicator::create(**remote, ro);
+          if (!ring.hasValue()) TROUPE_SETUP_ERROR("worker {}: the workers' communicator: {}", rank, ring.status().message());
+          comm = std::move(*ring);
+        }
         model.comm = comm;
         model.bucketBytes = positive(config, "train.bucket_kb") << 10;
         model.replicatedTables = mode == TrainMode::kAllReduce && model.kind == workers::ModelKind::kDlrm;

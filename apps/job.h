@@ -69,6 +69,7 @@ struct JobOutcome {
   std::vector<WorkerSummary> workers;
   std::vector<ShardSummary> shards;
   std::vector<std::string> events;  // lost processes, in order
+  std::string collectivesBackend;   // sync modes: the one the workers use ("ring", "nccl")
 };
 
 struct CoordinatorOptions {

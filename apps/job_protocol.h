@@ -14,6 +14,12 @@ inline constexpr const char* kShardActor = "shard";
 using hello_atom = caf::atom_constant<caf::atom("hello")>;
 // (ready_atom, string role, i64 rank) -> Tensor u64[S] shard node ids, when all are ready
 using ready_atom = caf::atom_constant<caf::atom("ready")>;
+// Workers of a sync mode whose collectives.backend is not "ring", after ready:
+// (commid_atom, i64 rank, i64 CUDA devices, string why this rank cannot use NCCL or "",
+//  Tensor bytes NCCL unique id (rank 0))
+//   -> (string backend "nccl" or "ring", Tensor bytes rank 0's id, i64 this rank's device), when every
+//      worker asked
+using commid_atom = caf::atom_constant<caf::atom("commid")>;
 // (progress_atom, i64 rank, i64 epoch, i64 step, i64 epoch rows, i64 rows per epoch, f64 loss, f64 samples/s)
 using progress_atom = caf::atom_constant<caf::atom("progress")>;
 // (done_atom, i64 rank, bool ok, string error, i64 steps, i64 samples, i64 pushes acked, i64 pulled rows,

@@ -147,6 +147,12 @@ const char* trainModeName(TrainMode m) {
   return "?";
 }
 
+std::string collectivesBackend(const Config& c) {
+  const std::string b = c.getString("collectives.backend");
+  if (b == "ring" || b == "nccl" || b == "auto") return b;
+  TROUPE_SETUP_ERROR("config: collectives.backend must be ring, nccl or auto, not '{}'", b);
+}
+
 int64_t serverCount(const Config& c) {
   return trainMode(c) == TrainMode::kAllReduce ? 0 : c.getInt("cluster.servers");
 }

@@ -42,6 +42,8 @@ enum class TrainMode { kPs, kAllReduce, kHybrid };
 // Throws SetupError naming the value when it is none of ps, allreduce, hybrid.
 TrainMode trainMode(const Config& c);
 const char* trainModeName(TrainMode m);
+// collectives.backend, checked: "ring", "nccl" or "auto".
+std::string collectivesBackend(const Config& c);
 // Parameter-server processes the job runs: none in allreduce mode.
 int64_t serverCount(const Config& c);
 

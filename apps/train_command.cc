@@ -254,6 +254,7 @@ int runTrain(const TrainFlags& flags) {
     TROUPE_SETUP_ERROR("config: train.mode = {} needs worker processes (--set cluster.workers=W, W >= 1)",
                        trainModeName(trainMode(config)));
   }
+  collectivesBackend(config);  // a bad value fails here, before any process starts
   if (clusterWorkers > 0) {
     outcome = runLocalJob(config, flags, runDir, progress);
     report = reportOf(outcome);
@@ -305,6 +306,9 @@ int runTrain(const TrainFlags& flags) {
   if (clusterWorkers > 0) {
     field("workers", std::to_string(clusterWorkers));
     field("mode", fmt::format("\"{}\"", trainModeName(trainMode(config))));
+    if (!outcome.collectivesBackend.empty()) {
+      field("collectives_backend", fmt::format("\"{}\"", outcome.collectivesBackend));
+    }
     field("servers", std::to_string(serverCount(config)));
     field("consistency", fmt::format("\"{}\"", config.getString("ps.consistency")));
     if (config.getString("ps.consistency") == "ssp") field("staleness", std::to_string(config.getInt("ps.staleness")));

@@ -89,6 +89,10 @@ std::vector<Config::Key> troupeConfigSchema() {
       {"train.bucket_kb", T::kInt, int64_t{256},
        "allreduce / hybrid: dense gradients are reduced in buckets of about this size, each as soon as backward has "
        "produced it"},
+      {"collectives.backend", T::kString, std::string("ring"),
+       "allreduce / hybrid: ring (over the transport), nccl (every worker needs a CUDA device and a troupe built "
+       "with NCCL; host buffers are staged through the device) or auto (nccl when every worker can use it, else the "
+       "ring)"},
       {"collectives.chunk_kb", T::kInt, int64_t{512}, "ring all-reduce: pieces of a segment in flight at once"},
       {"collectives.small_kb", T::kInt, int64_t{32},
        "all-reduces up to this size use recursive doubling (latency) on power-of-two groups"},

@@ -41,6 +41,9 @@ namespace troupe::transport {
 inline constexpr uint16_t kActorMessageKind = kFirstUserKind;
 // The envelope kind of collective traffic (collectives/ring_communicator.h).
 inline constexpr uint16_t kCollectiveKind = kFirstUserKind + 1;
+// Carries nothing: the kind under which collectives/peer_watch.h listens for
+// peers going down.
+inline constexpr uint16_t kPeerWatchKind = kFirstUserKind + 2;
 
 // Receives the frames of one envelope kind other than actor messages: raw
 // tensor traffic that should not pay for a mailbox (a communicator's

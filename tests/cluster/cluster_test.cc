@@ -25,6 +25,7 @@
 #include <gtest/gtest.h>
 
 #include "apps/job_protocol.h"
+#include "collectives/nccl_communicator.h"
 #include "ps/embedding_table.h"
 #include "ps/wire.h"
 #include "tests/common/netns.h"
@@ -472,6 +473,53 @@ TEST_F(ClusterTest, SyncModesGiveBitIdenticalWeightsOnEveryRankAndAcrossRuns) {
     EXPECT_EQ(runs[1][0], runs[0][0]) << "two runs with one seed differ";
     EXPECT_NE(runs[2][0], runs[0][0]) << "another seed gave the same weights";
   }
+}
+
+// collectives.backend: auto takes NCCL only when every worker can (its own
+// CUDA device), else the ring, saying why; nccl refuses to start without it,
+// naming the worker and the reason. On a machine with one CUDA device (or
+// none) two workers on one host cannot use NCCL.
+TEST_F(ClusterTest, TheCollectivesBackendIsChosenForEveryWorkerAndNcclIsNeverFakedWithoutADevice) {
+  TempDir dir;
+  const std::string why = collectives::ncclUnavailableReason();
+  const int devices = collectives::ncclDevices();
+  auto r = troupe(plus({"train"}, plus(smallJob(dir, "auto"),
+                                       {"--set", "cluster.workers=2", "--set", "train.mode=allreduce", "--set",
+                                        "collectives.backend=auto", "--set", "train.max_steps=30",
+                                        "--summary-json", dir.file("auto.json")})));
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  std::string json = readFile(dir.file("auto.json"));
+  const std::string expected = devices >= 2 ? "nccl" : "ring";
+  EXPECT_NE(json.find("\"collectives_backend\": \"" + expected + "\""), std::string::npos) << json;
+  auto hashes = denseHashes(json);
+  ASSERT_EQ(hashes.size(), 2u) << json;
+  EXPECT_EQ(hashes[0], hashes[1]) << json;
+  if (devices < 2) {
+    const std::string log = readFile(dir.file("runs/auto/train.log")) + r.out + r.err;
+    EXPECT_NE(log.find("cannot use NCCL"), std::string::npos) << log;
+  }
+
+  // One worker asking for NCCL: it runs on a CUDA device, or the job
+  // refuses with the reason.
+  r = troupe(plus({"train"}, plus(smallJob(dir, "nccl"),
+                                  {"--set", "cluster.workers=1", "--set", "train.mode=allreduce", "--set",
+                                   "collectives.backend=nccl", "--set", "train.max_steps=30", "--summary-json",
+                                   dir.file("nccl.json")})));
+  if (why.empty()) {
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    EXPECT_NE(readFile(dir.file("nccl.json")).find("\"collectives_backend\": \"nccl\""), std::string::npos);
+  } else {
+    EXPECT_NE(r.exitCode, 0);
+    const std::string all = r.out + r.err;
+    EXPECT_NE(all.find("collectives.backend = nccl, but worker 0 cannot use NCCL: " + why), std::string::npos)
+        << all;
+  }
+
+  r = troupe(plus({"train"}, plus(smallJob(dir, "bad"), {"--set", "cluster.workers=1", "--set",
+                                                         "train.mode=allreduce", "--set", "collectives.backend=mpi"})));
+  EXPECT_EQ(r.exitCode, 2) << r.err;
+  EXPECT_NE((r.out + r.err).find("collectives.backend must be ring, nccl or auto, not 'mpi'"), std::string::npos)
+      << r.out << r.err;
 }
 
 TEST_F(ClusterTest, AKilledWorkerInAllReduceModeFailsTheJobOnEveryRank) {
