@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <condition_variable>
@@ -204,14 +205,33 @@ void Node::Impl::shutdown() {
 
 // ---------------------------------------------------------------- progress
 
+thread_local bool Node::Impl::t_polling = false;
+
 void Node::Impl::run() {
   auto lastWork = Clock::now();
   auto now = lastWork;
   unsigned idle = 0;
   while (!stop_.load(std::memory_order_relaxed)) {
+    if (callerPolling(Clock::now(), std::chrono::microseconds(1000))) {
+      // A caller drives progress (pollOnce) now or did within 1 ms: stay
+      // off the cores, but keep the timers (heartbeats) and queued work
+      // going, every 200 us or when woken (endPolling, post).
+      sleeping_.store(true, std::memory_order_seq_cst);
+      if (!queued_.load(std::memory_order_seq_cst)) {
+        pollfd p{eventFd_, POLLIN, 0};
+        const timespec t{0, 200000};
+        if (::ppoll(&p, 1, &t, nullptr) > 0) {
+          uint64_t v;
+          while (::read(eventFd_, &v, sizeof(v)) > 0) {
+          }
+        }
+      }
+      sleeping_.store(false, std::memory_order_seq_cst);
+    }
     bool worked = false;
     {
       std::lock_guard<std::mutex> lock(workerMutex_);
+      PollingScope polling;
       graveyard_.clear();  // nothing up the stack holds a connection here
       worked = drainQueue();
       // Bounded, so a flood cannot starve queued sends, heartbeats and timers.
@@ -278,6 +298,16 @@ void Node::Impl::run() {
     now = lastWork = Clock::now();
     idle = 0;
   }
+}
+
+bool Node::Impl::pollOnce() {
+  if (t_polling || !workerMutex_.try_lock()) return false;
+  std::lock_guard<std::mutex> lock(workerMutex_, std::adopt_lock);
+  PollingScope polling;
+  graveyard_.clear();  // the caller holds no connection
+  bool worked = drainQueue();
+  for (int i = 0; i < 64 && ucp_worker_progress(worker_) != 0; ++i) worked = true;
+  return worked;
 }
 
 bool Node::Impl::drainQueue() {
@@ -767,6 +797,14 @@ Status Node::waitForMembers(size_t count, std::chrono::milliseconds timeout) con
   if (impl_->members_.size() >= count) return Status::ok();
   return impl_->bootstrapError_;
 }
+
+bool Node::pollOnce() { return impl_->pollOnce(); }
+
+void Node::beginPolling() { impl_->beginPolling(); }
+
+void Node::endPolling() { impl_->endPolling(); }
+
+void Node::handBackProgress() { impl_->handBackProgress(); }
 
 NodeStats Node::stats() const {
   const auto& k = impl_->counters_;

@@ -21,10 +21,14 @@
 // caller's thread when the worker's mutex is free at once, and otherwise
 // queues the frame for the progress thread and wakes it (eventfd); it never
 // blocks, and one thread's sends stay in order. The handler's callbacks run
-// only on the progress thread; they must be short and must not call back
-// into blocking Node methods. The progress thread spins (yielding) for
-// spinBeforeSleep after its last work, then arms the UCX worker and sleeps
-// in epoll, so an idle node costs no CPU.
+// on the progress thread, or on a thread in pollOnce() (a caller waiting
+// for a frame drives progress itself instead of waiting for the progress
+// thread to be scheduled); the worker mutex serializes them, so they never
+// run concurrently. They must be short and must not call back into blocking
+// Node methods. The progress thread spins (yielding) for spinBeforeSleep
+// after its last work, then arms the UCX worker and sleeps in epoll, so an
+// idle node costs no CPU; while a caller polls (beginPolling) it stays off
+// the cores and wakes only for timers.
 //
 // Ownership: send() keeps the tensors' owners alive until UCX has sent them;
 // received frames live in a buffer the handler may keep (`owner`).
@@ -137,6 +141,21 @@ class Node final {
   Status waitForMembers(size_t count, std::chrono::milliseconds timeout) const;
 
   NodeStats stats() const;
+
+  // Caller-driven progress, for a thread that waits for a frame and wants it
+  // without a hand-over from the progress thread (small collectives).
+  // pollOnce() progresses the UCX worker on this thread if no other thread
+  // is doing so at the moment, handing what arrives to the handler here;
+  // returns whether anything was done. Not from a handler callback (returns
+  // false there). Between beginPolling() and endPolling(), and for 1 ms
+  // after, the progress thread backs off (it would only compete for the
+  // worker and the cores; it still runs timers and queued work every
+  // 200 us). handBackProgress() ends the back-off at once, for a caller
+  // that is about to sleep or to compute for a while.
+  bool pollOnce();
+  void beginPolling();
+  void endPolling();
+  void handBackProgress();
 
   class Impl;
 

@@ -118,7 +118,7 @@ class Node::Impl {
   // a hand-off to the progress thread); otherwise queues. Earlier queued
   // work goes first, so one thread's sends stay in order.
   void sendNowOrPost(uint64_t peer, Envelope e, std::vector<Tensor> t) {
-    if (std::this_thread::get_id() != progressThread_ && workerMutex_.try_lock()) {
+    if (!t_polling && workerMutex_.try_lock()) {
       std::lock_guard<std::mutex> lock(workerMutex_, std::adopt_lock);
       drainQueue();
       sendTo(peer, std::move(e), std::move(t));
@@ -128,6 +128,24 @@ class Node::Impl {
     post([this, peer, e = std::move(e), t = std::move(t)]() mutable { sendTo(peer, std::move(e), std::move(t)); });
   }
   void sendRawBytes(uint64_t peer, std::vector<std::byte> bytes);
+  bool pollOnce();
+  void beginPolling() { pollers_.fetch_add(1, std::memory_order_acq_rel); }
+  void endPolling() {
+    // A caller that found its frame will likely poll again soon (the next
+    // step of a collective): the progress thread stays backed off a while.
+    lastPolled_.store(Clock::now().time_since_epoch().count(), std::memory_order_release);
+    pollers_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+  void handBackProgress() {
+    lastPolled_.store(0, std::memory_order_release);
+    if (pollers_.load(std::memory_order_acquire) == 0 && sleeping_.load(std::memory_order_seq_cst)) wake();
+  }
+  // Whether a caller drives progress now or did within the last `window`.
+  bool callerPolling(Clock::time_point now, std::chrono::microseconds window) const {
+    if (pollers_.load(std::memory_order_acquire) > 0) return true;
+    const int64_t last = lastPolled_.load(std::memory_order_acquire);
+    return last != 0 && now.time_since_epoch().count() - last < std::chrono::duration_cast<Clock::duration>(window).count();
+  }
   void wake() {
     uint64_t one = 1;
     [[maybe_unused]] ssize_t n = ::write(eventFd_, &one, sizeof(one));
@@ -196,9 +214,10 @@ class Node::Impl {
     auto it = connections_.find(ep);
     return it == connections_.end() ? nullptr : it->second.get();
   }
-  // The handler's onPeerDown, always on the progress thread.
+  // The handler's onPeerDown, always on a polling thread (never up the
+  // stack of a send from a caller that may hold its own locks).
   void notifyPeerDown(uint64_t peer, const Status& why) {
-    if (std::this_thread::get_id() == progressThread_.load()) {
+    if (t_polling) {
       handler_->onPeerDown(peer, why);
     } else {
       post([this, peer, why] { handler_->onPeerDown(peer, why); });
@@ -245,6 +264,16 @@ class Node::Impl {
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> pendingSends_{0};  // sends UCX has not finished
   std::atomic<bool> sleeping_{false};
+  std::atomic<int> pollers_{0};  // callers between beginPolling and endPolling
+  std::atomic<int64_t> lastPolled_{0};  // Clock ticks of the last endPolling(false); 0: handed back
+  // Set while this thread holds workerMutex_ to progress (the progress
+  // thread or a caller in pollOnce): handler callbacks run here, and their
+  // sends are queued instead of taking the mutex again.
+  static thread_local bool t_polling;
+  struct PollingScope {
+    PollingScope() { t_polling = true; }
+    ~PollingScope() { t_polling = false; }
+  };
   std::atomic<bool> queued_{false};
   std::mutex queueMutex_;
   std::vector<std::function<void()>> queue_;
