@@ -137,7 +137,7 @@ struct RingCommunicator::Inbox final : public transport::FrameSink {
         messages.erase(it);
         // A large chunk is reduced for a while: the progress thread keeps
         // the pipeline moving meanwhile.
-        if (m.bytes >= kHandBackBytes) remote.node().handBackProgress();
+        if (m.bytes >= kHandBackBytes) remote.node().handBackProgress(true);
         return m;
       }
       if (!failed.isOk()) return failed;
@@ -164,7 +164,7 @@ struct RingCommunicator::Inbox final : public transport::FrameSink {
           if (!node.pollOnce()) std::this_thread::yield();
         }
         node.endPolling();
-        if (!arrived) node.handBackProgress();  // about to sleep: the progress thread takes over
+        if (!arrived) node.handBackProgress(true);  // about to sleep: the progress thread takes over
         lock.lock();
         continue;
       }
@@ -305,6 +305,12 @@ Status RingCommunicator::begin() {
 // Every collective ends here: on success once UCX has let go of the
 // caller's buffers; on failure the others are told and the failure sticks.
 Status RingCommunicator::finish(Status s) {
+  // This caller stops polling until its next collective: the progress
+  // thread serves the transport meanwhile (frames of the next collective,
+  // actor messages) from its next tick. Not woken at once: back-to-back
+  // small collectives would pay a wake-up and a competing spin each
+  // (measured: 4 KiB all-reduce 6 -> 19 us with n = 2).
+  remote_.node().handBackProgress(false);
   if (s.isOk()) {
     if (inbox_->waitSends(Clock::now() + options_.timeout, true)) return Status::ok();
     s = inbox_->failure();

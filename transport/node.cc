@@ -804,7 +804,7 @@ void Node::beginPolling() { impl_->beginPolling(); }
 
 void Node::endPolling() { impl_->endPolling(); }
 
-void Node::handBackProgress() { impl_->handBackProgress(); }
+void Node::handBackProgress(bool now) { impl_->handBackProgress(now); }
 
 NodeStats Node::stats() const {
   const auto& k = impl_->counters_;

@@ -150,12 +150,14 @@ class Node final {
   // false there). Between beginPolling() and endPolling(), and for 1 ms
   // after, the progress thread backs off (it would only compete for the
   // worker and the cores; it still runs timers and queued work every
-  // 200 us). handBackProgress() ends the back-off at once, for a caller
-  // that is about to sleep or to compute for a while.
+  // 200 us). handBackProgress() ends the back-off, for a caller that is
+  // about to sleep or to compute for a while: with now = true the progress
+  // thread is woken at once (a syscall), else it resumes at its next timer
+  // tick (within 200 us).
   bool pollOnce();
   void beginPolling();
   void endPolling();
-  void handBackProgress();
+  void handBackProgress(bool now);
 
   class Impl;
 

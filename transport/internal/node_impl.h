@@ -136,9 +136,9 @@ class Node::Impl {
     lastPolled_.store(Clock::now().time_since_epoch().count(), std::memory_order_release);
     pollers_.fetch_sub(1, std::memory_order_acq_rel);
   }
-  void handBackProgress() {
+  void handBackProgress(bool now) {
     lastPolled_.store(0, std::memory_order_release);
-    if (pollers_.load(std::memory_order_acquire) == 0 && sleeping_.load(std::memory_order_seq_cst)) wake();
+    if (now && pollers_.load(std::memory_order_acquire) == 0 && sleeping_.load(std::memory_order_seq_cst)) wake();
   }
   // Whether a caller drives progress now or did within the last `window`.
   bool callerPolling(Clock::time_point now, std::chrono::microseconds window) const {
