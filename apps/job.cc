@@ -510,6 +510,11 @@ int memberThreads(const Config& c, const std::string& role, int requested) {
 int runMember(const MemberOptions& options) {
   auto log = logger("job");
   caf::actor_system_config cfg;
+  // NCCL's bootstrap sockets stay on loopback with the transport (set
+  // before any thread starts: getenv elsewhere is not synchronized).
+  if (options.node.listenHost.rfind("127.", 0) == 0 || options.node.listenHost == "localhost") {
+    setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+  }
   configureSharingScheduler(cfg, 2);
   caf::actor_system system{cfg};
   transport::NodeOptions nodeOptions = options.node;
@@ -616,7 +621,6 @@ int runMember(const MemberOptions& options) {
         if (requested != "ring") {
           // Every worker says whether it can use NCCL; rank 0 makes the id;
           // the coordinator decides for all and hands out rank 0's id.
-          if (nodeOptions.listenHost.rfind("127.", 0) == 0) setenv("NCCL_SOCKET_IFNAME", "lo", 0);
           std::string why = collectives::ncclUnavailableReason();
           std::string id;
           if (why.empty() && rank == 0) {

@@ -86,6 +86,7 @@ class NcclCommunicator final : public Communicator {
   Status allReduce(void* data, size_t count, DType dtype, ReduceOp op) override {
     const size_t elem = reduceElementBytes(dtype);
     if (elem == 0) return Status::invalidArgument("allReduce: the NCCL backend reduces float32, bfloat16 and float16 only");
+    if (!data && count) return Status::invalidArgument("allReduce: a null buffer");
     if (Status s = begin(); !s.isOk()) return s;
     if (count == 0) return Status::ok();
     const size_t bytes = count * elem;
@@ -102,6 +103,7 @@ class NcclCommunicator final : public Communicator {
     if (root < 0 || root >= size()) {
       return Status::invalidArgument(fmt::format("broadcast: root {} is not a rank of a group of {}", root, size()));
     }
+    if (!data && bytes) return Status::invalidArgument("broadcast: a null buffer");
     if (Status s = begin(); !s.isOk()) return s;
     if (bytes == 0) return Status::ok();
     Expected<std::byte*> place = onDevice(data, bytes, 0, rank() == root ? data : nullptr);
@@ -113,6 +115,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   Status allGather(const void* in, void* out, size_t bytes) override {
+    if ((!in || !out) && bytes) return Status::invalidArgument("allGather: a null buffer");
     if (Status s = begin(); !s.isOk()) return s;
     if (bytes == 0) return Status::ok();
     const size_t total = bytes * size_t(size());
@@ -134,6 +137,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   Expected<std::vector<std::vector<std::byte>>> allGatherV(const void* in, size_t bytes) override {
+    if (!in && bytes) return Status::invalidArgument("allGatherV: a null buffer");
     const size_t n = size_t(size());
     std::vector<uint64_t> sizes(n);
     const uint64_t mine = bytes;

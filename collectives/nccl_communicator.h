@@ -7,6 +7,15 @@
 // is staged through a device buffer of this communicator (copy in, NCCL,
 // copy out on the communicator's stream), so CPU models can use NCCL's
 // links too. Every call returns when the result is in the caller's buffer.
+// The communicator works on a stream of its own: a device buffer must be
+// complete when the call is made (synchronize the stream that wrote it).
+// allGather's `in` and `out` may overlap only as in place (in == out +
+// rank x bytes).
+//
+// Devices: the job gives the workers of a host its devices in rank order
+// (apps/job.cc), so every worker must see all of them; a launcher that
+// hides all but one per process (CUDA_VISIBLE_DEVICES) is not supported
+// yet.
 //
 // Set-up: rank 0 makes an id (makeNcclId()), the job hands it to every
 // rank (through the coordinator, apps/job.cc), and every rank calls

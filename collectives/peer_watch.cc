@@ -40,6 +40,15 @@ PeerWatch::PeerWatch(transport::RemoteActors& remote, std::vector<uint64_t> node
                      std::chrono::milliseconds grace)
     : remote_(remote), sink_(std::make_shared<Sink>(nodes, self, grace)) {
   remote_.attachSink(transport::kPeerWatchKind, sink_);
+  // The node reports only peers it has a connection with, and a backend
+  // like NCCL sends nothing over the transport: an empty frame to every
+  // member opens that connection, with its heartbeats and goodbye.
+  for (size_t r = 0; r < nodes.size(); ++r) {
+    if (int(r) == self) continue;
+    transport::Envelope e;
+    e.kind = transport::kPeerWatchKind;
+    remote_.sendFrame(nodes[r], std::move(e), {});
+  }
 }
 
 PeerWatch::~PeerWatch() { remote_.detachSink(transport::kPeerWatchKind); }

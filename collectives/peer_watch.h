@@ -21,7 +21,9 @@ namespace troupe::collectives {
 class PeerWatch {
  public:
   // Listens on `remote` (which must outlive the watch) for the members in
-  // `nodes` (node id of each rank; `self` is this one's rank).
+  // `nodes` (node id of each rank; `self` is this one's rank), and sends
+  // each an empty frame so the transport connects to it (the node watches
+  // only the peers it is connected to).
   PeerWatch(transport::RemoteActors& remote, std::vector<uint64_t> nodes, int self,
             std::chrono::milliseconds grace = std::chrono::milliseconds(1000));
   ~PeerWatch();

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -154,7 +155,12 @@ struct RingCommunicator::Inbox final : public transport::FrameSink {
         const uint64_t seen = arrivals.load(std::memory_order_acquire);
         lock.unlock();
         transport::Node& node = remote.node();
-        node.beginPolling();
+        struct Polling {  // ends the progress thread's back-off even if a callback throws
+          transport::Node& node;
+          explicit Polling(transport::Node& n) : node(n) { node.beginPolling(); }
+          ~Polling() { node.endPolling(); }
+        };
+        std::optional<Polling> polling(std::in_place, node);
         bool arrived = false;
         // An idle poll yields: with more ranks than cores on a host, the
         // rank this one waits for needs the core (measured: a pure spin, or
@@ -163,7 +169,7 @@ struct RingCommunicator::Inbox final : public transport::FrameSink {
                !hasFailed.load(std::memory_order_acquire) && Clock::now() < spinUntil) {
           if (!node.pollOnce()) std::this_thread::yield();
         }
-        node.endPolling();
+        polling.reset();
         if (!arrived) node.handBackProgress(true);  // about to sleep: the progress thread takes over
         lock.lock();
         continue;

@@ -227,6 +227,7 @@ void Node::Impl::run() {
         }
       }
       sleeping_.store(false, std::memory_order_seq_cst);
+      idle = 0;  // this turn reads the clock and runs due timers
     }
     bool worked = false;
     {

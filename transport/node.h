@@ -93,7 +93,8 @@ struct NodeStats {
   uint64_t peersDown = 0;
 };
 
-// Receives what the node delivers. Runs on the progress thread.
+// Receives what the node delivers. Runs on the progress thread or on a
+// caller in Node::pollOnce, one at a time (see Threading above).
 class NodeHandler {
  public:
   virtual ~NodeHandler() = default;

@@ -276,6 +276,7 @@ void RemoteActors::Core::onFrame(uint64_t peer, DecodedFrame frame, std::shared_
       sink->onFrame(peer, std::move(frame), std::move(owner));
       return;
     }
+    if (env.kind == kPeerWatchKind) return;  // carries nothing; the connection was the point
     counters_.undeliverable++;
     log()->warn("dropped a message of unknown kind {} from node {:x}", env.kind, peer);
     return;

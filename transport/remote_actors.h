@@ -22,7 +22,7 @@
 // replies and for messages sent back to their proxies.
 //
 // Threading: every method is thread-safe. Incoming messages are enqueued
-// from the node's progress thread.
+// from the node's progress thread (or a caller in Node::pollOnce).
 #pragma once
 
 #include <cstdint>
@@ -47,7 +47,8 @@ inline constexpr uint16_t kPeerWatchKind = kFirstUserKind + 2;
 
 // Receives the frames of one envelope kind other than actor messages: raw
 // tensor traffic that should not pay for a mailbox (a communicator's
-// chunks). Runs on the node's progress thread: keep it short, never block.
+// chunks). Runs on the node's progress thread, or on a caller driving
+// progress (Node::pollOnce), never two at once: keep it short, never block.
 class FrameSink {
  public:
   virtual ~FrameSink() = default;

@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include "collectives/gradient_buckets.h"
+#include "collectives/peer_watch.h"
 #include "collectives/reduce.h"
 #include "collectives/ring_communicator.h"
 #include "common/hash.h"
@@ -197,9 +198,26 @@ int peerMain(const PeerArgs& a) {
     std::printf("error members: %s\n", s.toString().c_str());
     return 2;
   }
+  std::vector<uint64_t> nodes;
+  for (int r = 0; r < a.n; ++r) nodes.push_back(kNodeBase + uint64_t(r));
+  if (a.scenario == "watch") {
+    // No traffic but the watch's own: it alone must connect this rank to
+    // the others (only the coordinator's rank is connected by the join),
+    // so a killed rank is seen (what the NCCL backend relies on).
+    PeerWatch watch(**remote, nodes, a.rank);
+    std::printf("running\n");
+    std::fflush(stdout);
+    const auto start = std::chrono::steady_clock::now();
+    while (watch.status().isOk() && std::chrono::steady_clock::now() - start < 30s) std::this_thread::sleep_for(10ms);
+    const Status down = watch.status();
+    std::printf("%s %s\n", down.isOk() ? "nothing" : "down", down.toString().c_str());
+    std::fflush(stdout);
+    std::this_thread::sleep_for(3s);  // the others see this rank's goodbye only after their own verdict
+    return down.isOk() ? 1 : 3;
+  }
   RingOptions ro;
   ro.rank = a.rank;
-  for (int r = 0; r < a.n; ++r) ro.nodes.push_back(kNodeBase + uint64_t(r));
+  ro.nodes = nodes;
   ro.chunkBytes = a.chunk;
   ro.smallBytes = a.small;
   ro.timeout = 60s;
@@ -378,6 +396,39 @@ TEST_P(KilledRank, FailsEveryOtherRankWithinTheHeartbeatTimeout) {
     EXPECT_LT(after, 6.0) << "rank " << r << " took " << after << " s to fail";
   }
   g.children[size_t(victim)]->wait(5s);
+}
+
+// The peer watch (the NCCL backend's health): with no other traffic between
+// ranks 1 and 2 (neither is the coordinator), rank 1 still sees rank 2
+// killed, within the heartbeat timeout.
+TEST(PeerWatch, SeesAKilledRankItNeverExchangedDataWith) {
+  TempDir dir;
+  Group g = startGroup(dir, 3, "watch", {"--heartbeat-ms", "1000"});
+  for (int r = 0; r < 3; ++r) {
+    bool running = false;
+    for (int i = 0; i < 3000 && !running; ++i) {
+      running = slurp(g.logs[size_t(r)]).find("running") != std::string::npos;
+      if (!running) std::this_thread::sleep_for(10ms);
+    }
+    ASSERT_TRUE(running) << slurp(g.logs[size_t(r)]);
+  }
+  std::this_thread::sleep_for(300ms);  // the watch frames connect ranks 1 and 2
+  const auto killedAt = std::chrono::steady_clock::now();
+  g.children[2]->kill(SIGKILL);
+  for (int r : {1, 0}) {
+    std::string log;
+    for (int i = 0; i < 1500; ++i) {
+      log = slurp(g.logs[size_t(r)]);
+      if (log.find("down ") != std::string::npos || log.find("nothing ") != std::string::npos) break;
+      std::this_thread::sleep_for(10ms);
+    }
+    const double after = std::chrono::duration<double>(std::chrono::steady_clock::now() - killedAt).count();
+    EXPECT_NE(log.find("down "), std::string::npos) << "rank " << r << ":\n" << log;
+    EXPECT_NE(log.find("rank 2"), std::string::npos) << "rank " << r << ":\n" << log;
+    EXPECT_LT(after, 6.0) << "rank " << r << " took " << after << " s";
+  }
+  for (int r : {0, 1}) g.children[size_t(r)]->wait(20s);
+  g.children[2]->wait(5s);
 }
 
 INSTANTIATE_TEST_SUITE_P(Groups, KilledRank,
