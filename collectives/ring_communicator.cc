@@ -5,7 +5,6 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -160,16 +159,18 @@ struct RingCommunicator::Inbox final : public transport::FrameSink {
           explicit Polling(transport::Node& n) : node(n) { node.beginPolling(); }
           ~Polling() { node.endPolling(); }
         };
-        std::optional<Polling> polling(std::in_place, node);
         bool arrived = false;
-        // An idle poll yields: with more ranks than cores on a host, the
-        // rank this one waits for needs the core (measured: a pure spin, or
-        // a yield every 8th idle poll, made n = 4 on 2 cores 2.5-6x slower).
-        while (!(arrived = arrivals.load(std::memory_order_acquire) != seen) &&
-               !hasFailed.load(std::memory_order_acquire) && Clock::now() < spinUntil) {
-          if (!node.pollOnce()) std::this_thread::yield();
+        {
+          Polling polling(node);
+          // An idle poll yields: with more ranks than cores on a host, the
+          // rank this one waits for needs the core (measured: a pure spin,
+          // or a yield every 8th idle poll, made n = 4 on 2 cores 2.5-6x
+          // slower).
+          while (!(arrived = arrivals.load(std::memory_order_acquire) != seen) &&
+                 !hasFailed.load(std::memory_order_acquire) && Clock::now() < spinUntil) {
+            if (!node.pollOnce()) std::this_thread::yield();
+          }
         }
-        polling.reset();
         if (!arrived) node.handBackProgress(true);  // about to sleep: the progress thread takes over
         lock.lock();
         continue;

@@ -144,11 +144,7 @@ Status Node::Impl::init() {
     setMembers({membership_[options_.nodeId]});
   }
   log()->debug("node {:x} ({}) listening on {}:{}", options_.nodeId, options_.role, options_.listenHost, port_);
-  thread_ = std::thread([this] {
-    progressThread_ = std::this_thread::get_id();
-    run();
-  });
-  progressThread_ = thread_.get_id();
+  thread_ = std::thread([this] { run(); });
   if (!coordinatorAddress_.empty()) {
     joinDeadline_ = Clock::now() + options_.joinTimeout;
     post([this] { openConnection(coordinatorHost_, coordinatorPort_, 0); });

@@ -260,7 +260,6 @@ class Node::Impl {
   ucp_listener_h listener_ = nullptr;
   int epollFd_ = -1, eventFd_ = -1, workerFd_ = -1;
   std::thread thread_;
-  std::atomic<std::thread::id> progressThread_{};
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> pendingSends_{0};  // sends UCX has not finished
   std::atomic<bool> sleeping_{false};
