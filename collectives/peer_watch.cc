@@ -16,10 +16,10 @@ struct PeerWatch::Sink final : public transport::FrameSink {
 
   void onFrame(uint64_t, transport::DecodedFrame, std::shared_ptr<const void>) override {}
 
-  void onPeerDown(uint64_t peer, const Status& why) override {
+  void onPeerDown(uint64_t peer, transport::Departure how, const Status& why) override {
     auto it = rankOf.find(peer);
     if (it == rankOf.end() || it->second == self) return;
-    const bool left = why.message().find("left the job") != std::string::npos;
+    const bool left = how == transport::Departure::kLeft;
     std::lock_guard<std::mutex> lock(mutex);
     if (!down.isOk() && !(leftOnly && !left)) return;  // a crash outranks a goodbye
     down = Status::unavailable(fmt::format("rank {} (node {:x}) is down: {}", it->second, peer, why.message()));

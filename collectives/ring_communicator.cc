@@ -97,11 +97,11 @@ struct RingCommunicator::Inbox final : public transport::FrameSink {
     cv.notify_all();
   }
 
-  void onPeerDown(uint64_t peer, const Status& why) override {
+  void onPeerDown(uint64_t peer, transport::Departure how, const Status& why) override {
     auto it = rankOf.find(peer);
     if (it == rankOf.end() || it->second == self) return;
     Status down = Status::unavailable(fmt::format("rank {} (node {:x}) is down: {}", it->second, peer, why.message()));
-    if (why.message().find("left the job") != std::string::npos) {
+    if (how == transport::Departure::kLeft) {
       // A goodbye comes after every frame the peer sent, so whatever it
       // sent is here: only a wait for more from it fails (a rank that
       // finished the last collective and left is no failure).

@@ -33,6 +33,18 @@ const std::byte kPadding[8] = {};
 
 }  // namespace
 
+const char* departureName(Departure how) {
+  switch (how) {
+    case Departure::kLeft: return "left";
+    case Departure::kCrashed: return "crashed";
+    case Departure::kTimedOut: return "timed out";
+    case Departure::kRefused: return "refused";
+    case Departure::kUnreachable: return "unreachable";
+    case Departure::kShutdown: return "shut down";
+  }
+  return "gone";
+}
+
 Expected<std::pair<std::string, uint16_t>> parseHostPort(const std::string& text) {
   const auto colon = text.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
@@ -380,7 +392,7 @@ void Node::Impl::openConnection(const std::string& host, uint16_t port, uint64_t
   c->state = State::kHelloSent;
   if (!addr.hasValue()) {
     log()->error("cannot connect to {}: {}", c->address, addr.status().message());
-    if (expectPeer) notifyPeerDown(expectPeer, addr.status());
+    if (expectPeer) notifyPeerDown(expectPeer, Departure::kUnreachable, addr.status());
     return;
   }
   c->sameHost = options_.sharedMemory && isLocalAddress(addr->sin_addr);
@@ -393,8 +405,8 @@ void Node::Impl::openConnection(const std::string& host, uint16_t port, uint64_t
   if (!st.isOk()) {
     log()->error("{}", st.message());
     if (expectPeer) {
-      downPeers_.insert(expectPeer);
-      notifyPeerDown(expectPeer, st);
+      downPeers_[expectPeer] = Departure::kUnreachable;
+      notifyPeerDown(expectPeer, Departure::kUnreachable, st);
     }
     return;
   }
@@ -473,7 +485,13 @@ void Node::Impl::closeConnection(Connection* c, const Status& why, bool peerDown
   graveyard_.push_back(std::move(owned));
 
   if (peerDown && peer != 0 && wasSender) {
-    downPeers_.insert(peer);
+    // How it went: a goodbye or a refusal was recorded on the connection;
+    // a timeout is a Status of its own; anything else is a failed endpoint.
+    const Departure how = kept->left                          ? Departure::kLeft
+                          : kept->refused                     ? Departure::kRefused
+                          : why.code() == Status::Code::kTimeout ? Departure::kTimedOut
+                                                              : Departure::kCrashed;
+    downPeers_[peer] = how;
     counters_.peersDown++;
     if (kept->left) {
       log()->info("node {:x} left the job", peer);
@@ -481,7 +499,7 @@ void Node::Impl::closeConnection(Connection* c, const Status& why, bool peerDown
       log()->warn("node {:x} is down: {}", peer, why.message());
     }
     if (options_.isCoordinator && membership_.erase(peer)) broadcastMembers();
-    notifyPeerDown(peer, why);
+    notifyPeerDown(peer, how, why);
   } else if (peerDown && was != State::kReady && !why.isOk()) {
     log()->warn("connection with {} closed before the handshake finished: {}", kept->address, why.message());
   }
@@ -602,8 +620,9 @@ void Node::Impl::sendTo(uint64_t peer, Envelope envelope, std::vector<Tensor> te
     it->second->outbox.emplace_back(std::move(envelope), std::move(tensors));
     return;
   }
-  if (downPeers_.count(peer)) {
-    notifyPeerDown(peer, Status::unavailable(fmt::format("node {:x} is down", peer)));
+  if (auto down = downPeers_.find(peer); down != downPeers_.end()) {
+    notifyPeerDown(peer, down->second,
+                   Status::unavailable(fmt::format("node {:x} is down ({})", peer, departureName(down->second))));
     return;
   }
   const Member* m = nullptr;
@@ -616,7 +635,8 @@ void Node::Impl::sendTo(uint64_t peer, Envelope envelope, std::vector<Tensor> te
     if (x.nodeId == peer) m = &x;
   }
   if (m == nullptr || peer == options_.nodeId) {
-    notifyPeerDown(peer, Status::notFound(fmt::format("node {:x} is not a member of the job", peer)));
+    notifyPeerDown(peer, Departure::kUnreachable,
+                   Status::notFound(fmt::format("node {:x} is not a member of the job", peer)));
     return;
   }
   openConnection(m->host, m->port, peer);

@@ -74,6 +74,19 @@ struct NodeOptions {
   bool sharedMemory = true;
 };
 
+// Why a peer is gone, as NodeHandler::onPeerDown and the proxies of
+// transport/remote_actors.h report it.
+enum class Departure : uint8_t {
+  kLeft = 1,     // it said goodbye (a clean exit)
+  kCrashed,      // its endpoint failed, or a send to it or a receive from it did
+  kTimedOut,     // nothing (not even a heartbeat) arrived for heartbeatTimeout
+  kRefused,      // a handshake with it failed (no proof of the job token)
+  kUnreachable,  // it could not be reached (not a member, no route, bad address)
+  kShutdown,     // this process's own transport shut down
+};
+// "left", "crashed", "timed out", "refused", "unreachable", "shut down".
+const char* departureName(Departure how);
+
 struct Member {
   uint64_t nodeId = 0;
   std::string role;
@@ -101,8 +114,9 @@ class NodeHandler {
   // An authenticated frame of a user kind from `peer` (its sourceNode is
   // checked to be `peer`). `owner` keeps the frame's bytes alive.
   virtual void onFrame(uint64_t peer, DecodedFrame frame, std::shared_ptr<const void> owner) = 0;
-  // `peer` is gone (or could not be reached). Sends to it fail from now on.
-  virtual void onPeerDown(uint64_t peer, const Status& why) = 0;
+  // `peer` is gone (or could not be reached): `how` says which way, `why`
+  // names it for logs. Sends to it fail from now on.
+  virtual void onPeerDown(uint64_t peer, Departure how, const Status& why) = 0;
   // Membership changed (every member, this node included).
   virtual void onMembers(const std::vector<Member>& members) { (void)members; }
 };

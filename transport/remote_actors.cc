@@ -11,6 +11,7 @@
 #include <caf/actor_config.hpp>
 #include <caf/actor_proxy.hpp>
 #include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
 #include <caf/exit_reason.hpp>
 #include <caf/mailbox_element.hpp>
 #include <caf/make_actor.hpp>
@@ -50,6 +51,25 @@ caf::message errorMessage(caf::sec code, std::string context) {
 
 }  // namespace
 
+std::optional<Departure> departureOf(const caf::error& reason) {
+  if (!reason || reason.category() != kDepartureCategory) return std::nullopt;
+  if (reason.code() < uint8_t(Departure::kLeft) || reason.code() > uint8_t(Departure::kShutdown)) return std::nullopt;
+  return Departure(reason.code());
+}
+
+void addDepartureCategory(caf::actor_system_config& cfg) {
+  cfg.add_error_category(kDepartureCategory, [](uint8_t code, caf::atom_value, const caf::message& context) {
+    const bool known = code >= uint8_t(Departure::kLeft) && code <= uint8_t(Departure::kShutdown);
+    std::string out = fmt::format("departure: {}", known ? departureName(Departure(code)) : "unknown");
+    if (!context.empty()) {
+      out += " (";
+      out += context.match_elements<std::string>() ? context.get_as<std::string>(0) : caf::to_string(context);
+      out += ")";
+    }
+    return out;
+  });
+}
+
 uint64_t publishedActorId(const std::string& name) {
   return hashBytes(name, 0x7472707065727331ull) | (uint64_t{1} << 63);
 }
@@ -58,11 +78,11 @@ class RemoteActorProxy;
 
 class RemoteActors::Core final : public NodeHandler, public std::enable_shared_from_this<Core> {
  public:
-  explicit Core(caf::actor_system& system) : system_(system) {}
+  Core(caf::actor_system& system, WireTypes types) : system_(system), types_(std::move(types)) {}
 
   // NodeHandler (progress thread).
   void onFrame(uint64_t peer, DecodedFrame frame, std::shared_ptr<const void> owner) override;
-  void onPeerDown(uint64_t peer, const Status& why) override;
+  void onPeerDown(uint64_t peer, Departure how, const Status& why) override;
 
   // From a proxy: encode and send. Fails when the message cannot cross
   // processes or the node is gone.
@@ -70,6 +90,11 @@ class RemoteActors::Core final : public NodeHandler, public std::enable_shared_f
                  const caf::message& msg);
 
   caf::strong_actor_ptr proxyFor(uint64_t peer, uint64_t actorId, bool* bornDead);
+  Departure departureOfDown(uint64_t peer) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = down_.find(peer);
+    return it == down_.end() ? Departure::kUnreachable : it->second;
+  }
   // The actor published under `id` when `peer` is this node itself.
   caf::actor localNamed(uint64_t peer, uint64_t id) {
     std::lock_guard<std::mutex> nodeLock(nodeMutex_);
@@ -96,6 +121,7 @@ class RemoteActors::Core final : public NodeHandler, public std::enable_shared_f
   }
 
   caf::actor_system& system_;
+  const WireTypes types_;
   std::unique_ptr<Node> node_;  // guarded by nodeMutex_ once running
   std::mutex nodeMutex_;
   struct {
@@ -134,7 +160,7 @@ class RemoteActors::Core final : public NodeHandler, public std::enable_shared_f
   // gave up and died is not kept alive; swept when the table grows.
   std::map<std::tuple<uint64_t, uint64_t, uint64_t>, caf::weak_actor_ptr> pending_;
   size_t pendingSweepAt_ = 4096;
-  std::unordered_set<uint64_t> down_;
+  std::unordered_map<uint64_t, Departure> down_;  // and how each went
   std::atomic<bool> shuttingDown_{false};
 };
 
@@ -194,7 +220,7 @@ Status RemoteActors::Core::forward(uint64_t peer, uint64_t destId, const caf::st
   e.destActor = destId;
   e.requestId = mid.integer_value();
   std::vector<Tensor> tensors;
-  Status st = encodeMessage(msg, &e.body, &tensors);
+  Status st = encodeMessage(msg, &e.body, &tensors, &types_);
   if (!st.isOk()) return st;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -281,7 +307,7 @@ void RemoteActors::Core::onFrame(uint64_t peer, DecodedFrame frame, std::shared_
     log()->warn("dropped a message of unknown kind {} from node {:x}", env.kind, peer);
     return;
   }
-  auto msg = decodeMessage(env.body, frame.tensors, owner);
+  auto msg = decodeMessage(env.body, frame.tensors, owner, &types_);
   if (!msg.hasValue()) {
     const uint64_t n = ++counters_.undeliverable;
     if (n <= 10 || n % 1000 == 0) log()->warn("dropped a malformed actor message from node {:x}: {}", peer, msg.status().message());
@@ -310,15 +336,13 @@ void RemoteActors::Core::onFrame(uint64_t peer, DecodedFrame frame, std::shared_
   dest->enqueue(caf::make_mailbox_element(std::move(sender), mid, {}, std::move(*msg)), nullptr);
 }
 
-void RemoteActors::Core::onPeerDown(uint64_t peer, const Status& why) {
-  for (auto& sink : allSinks()) sink->onPeerDown(peer, why);
+void RemoteActors::Core::onPeerDown(uint64_t peer, Departure how, const Status& why) {
+  for (auto& sink : allSinks()) sink->onPeerDown(peer, how, why);
   std::vector<caf::strong_actor_ptr> proxies;
   std::vector<std::pair<uint64_t, caf::strong_actor_ptr>> failed;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!down_.insert(peer).second) {
-      // Already known down; a later send to it fails its request below.
-    }
+    down_.emplace(peer, how);  // the first departure seen is the one kept
     for (auto it = proxies_.lower_bound({peer, 0}); it != proxies_.end() && it->first.first == peer;) {
       proxies.push_back(std::move(it->second));
       it = proxies_.erase(it);
@@ -330,7 +354,7 @@ void RemoteActors::Core::onPeerDown(uint64_t peer, const Status& why) {
   }
   if (!proxies.empty() || !failed.empty()) {
     counters_.peersDown++;
-    const bool quiet = failed.empty() && (shuttingDown_ || why.message().find("left the job") != std::string::npos);
+    const bool quiet = failed.empty() && (shuttingDown_ || how == Departure::kLeft);
     log()->log(quiet ? spdlog::level::debug : spdlog::level::warn, "node {:x} is down ({}); {} proxies killed, {} pending requests failed", peer, why.message(),
                 proxies.size(), failed.size());
   }
@@ -342,7 +366,7 @@ void RemoteActors::Core::onPeerDown(uint64_t peer, const Status& why) {
   }
   for (auto& p : proxies) {
     static_cast<RemoteActorProxy*>(caf::actor_cast<caf::abstract_actor*>(p))
-        ->kill_proxy(nullptr, caf::exit_reason::remote_link_unreachable);
+        ->kill_proxy(nullptr, caf::make_error(how, why.message()));
   }
 }
 
@@ -360,7 +384,9 @@ void RemoteActors::Core::shutdown() {
     for (auto& [key, p] : proxies_) peers.push_back(key.first);
     for (auto& [key, p] : pending_) peers.push_back(std::get<0>(key));
   }
-  for (uint64_t peer : peers) onPeerDown(peer, Status::unavailable("this process's transport shut down"));
+  for (uint64_t peer : peers) {
+    onPeerDown(peer, Departure::kShutdown, Status::unavailable("this process's transport shut down"));
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   named_.clear();
   exported_.clear();
@@ -368,8 +394,9 @@ void RemoteActors::Core::shutdown() {
 
 // ---------------------------------------------------------------- RemoteActors
 
-Expected<std::unique_ptr<RemoteActors>> RemoteActors::start(caf::actor_system& system, NodeOptions options) {
-  auto core = std::make_shared<Core>(system);
+Expected<std::unique_ptr<RemoteActors>> RemoteActors::start(caf::actor_system& system, NodeOptions options,
+                                                            WireTypes types) {
+  auto core = std::make_shared<Core>(system, std::move(types));
   auto node = Node::start(std::move(options), core.get());
   if (!node.hasValue()) return node.status();
   {
@@ -395,7 +422,7 @@ caf::actor RemoteActors::remoteActor(uint64_t peer, const std::string& name) {
   auto p = core_->proxyFor(peer, publishedActorId(name), &bornDead);
   if (bornDead) {
     static_cast<RemoteActorProxy*>(caf::actor_cast<caf::abstract_actor*>(p))
-        ->kill_proxy(nullptr, caf::exit_reason::remote_link_unreachable);
+        ->kill_proxy(nullptr, caf::make_error(core_->departureOfDown(peer), "the node was already down"));
   }
   return caf::actor_cast<caf::actor>(p);
 }

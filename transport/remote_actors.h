@@ -4,17 +4,20 @@
 // A proxy is a local actor (a caf::actor_proxy) standing for one actor of
 // another process. Sending to it, requesting through it (with the usual CAF
 // timeout) and monitoring it work as with a local actor:
-//  - send/request: the message is encoded (transport/message_codec.h) and
+//  - send/request: the message is encoded (transport/message_codec.h, with
+//    the records listed at start) and
 //    sent over the peer's UCX endpoint. A message whose elements cannot cross
 //    processes is refused at once: a request gets an error reply.
 //  - incoming: a message is delivered to the local actor it names, with a
 //    proxy of its sender as the sender, so `self->current_sender()`, replies
 //    and response promises route back to the remote requester.
-//  - monitoring: when the peer goes down (its endpoint errors, its heartbeats
-//    stop for NodeOptions::heartbeatTimeout, or it cannot be reached), every
-//    proxy of that peer is killed with exit_reason::remote_link_unreachable:
-//    monitors get a down message, and each request still waiting for a
-//    reply through it gets sec::request_receiver_down at once.
+//  - monitoring: when the peer goes down (it says goodbye, its endpoint
+//    errors, its heartbeats stop for NodeOptions::heartbeatTimeout, or it
+//    cannot be reached), every proxy of that peer is killed with an error
+//    whose code is the Departure (node.h) and whose category is
+//    kDepartureCategory: monitors get a down message saying how the peer
+//    went (departureOf), and each request still waiting for a reply through
+//    it gets sec::request_receiver_down at once.
 //
 // Naming: an actor published under a name is reachable as (node, name); the
 // wire names it by a 64-bit hash of the name, so no lookup round trip is
@@ -27,15 +30,30 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <caf/actor.hpp>
+#include <caf/error.hpp>
 #include <caf/fwd.hpp>
 
 #include "common/status.h"
 #include "transport/node.h"
+#include "transport/record.h"
+
+CAF_ERROR_CODE_ENUM(troupe::transport::Departure, "departure")
 
 namespace troupe::transport {
+
+inline constexpr caf::atom_value kDepartureCategory = caf::atom("departure");
+
+// How a remote actor's process went, from a proxy's exit reason (a down
+// message's reason); nullopt for any other error.
+std::optional<Departure> departureOf(const caf::error& reason);
+
+// Renders departure errors in logs ("departure: crashed (why)"); the actor
+// system setup (actors/actor_system.h) calls it.
+void addDepartureCategory(caf::actor_system_config& cfg);
 
 // The envelope kind of an actor message.
 inline constexpr uint16_t kActorMessageKind = kFirstUserKind;
@@ -54,7 +72,7 @@ class FrameSink {
   virtual ~FrameSink() = default;
   virtual void onFrame(uint64_t peer, DecodedFrame frame, std::shared_ptr<const void> owner) = 0;
   // Every peer that goes down, whether or not it sent this sink anything.
-  virtual void onPeerDown(uint64_t peer, const Status& why) = 0;
+  virtual void onPeerDown(uint64_t peer, Departure how, const Status& why) = 0;
 };
 
 struct RemoteActorsStats {
@@ -67,9 +85,11 @@ struct RemoteActorsStats {
 class RemoteActors final {
  public:
   // Starts the node (see Node::start); the actor system must outlive this.
-  static Expected<std::unique_ptr<RemoteActors>> start(caf::actor_system& system, NodeOptions options);
+  // `types`: the records (record.h) messages may carry, both ways.
+  static Expected<std::unique_ptr<RemoteActors>> start(caf::actor_system& system, NodeOptions options,
+                                                       WireTypes types = {});
 
-  // Kills every proxy (monitors see remote_link_unreachable) and stops the
+  // Kills every proxy (monitors see Departure::kShutdown) and stops the
   // node.
   ~RemoteActors();
   RemoteActors(const RemoteActors&) = delete;

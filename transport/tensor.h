@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <caf/allowed_unsafe_message_type.hpp>
@@ -56,6 +57,9 @@ struct Tensor {
   template <class T>
   size_t count() const { return size_t(bytes / sizeof(T)); }
 };
+
+// "Tensor(f32, 1024 bytes)": for logs (CAF's to_string of a message finds it).
+std::string to_string(const Tensor& t);
 
 }  // namespace troupe::transport
 

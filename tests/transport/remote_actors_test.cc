@@ -195,14 +195,23 @@ TEST_F(TransportJob, KilledPeerIsSeenByMonitorsAndFailsPendingRequests) {
   child.kill(SIGKILL);
   bool down = false;
   int failed = 0;
+  caf::error reason;
   for (int i = 0; i < 3 && !(down && failed == 2); ++i) {
-    self->receive([&](const caf::down_msg& m) { down = m.source == echo.address(); },
+    self->receive([&](const caf::down_msg& m) {
+                    down = m.source == echo.address();
+                    reason = m.reason;
+                  },
                   [&](const caf::error& e) { failed += e == caf::sec::request_receiver_down ? 1 : 0; },
                   [&](const std::string& s) { ADD_FAILURE() << s; },
                   caf::after(std::chrono::seconds(4)) >> [] {});
   }
   const auto took = std::chrono::steady_clock::now() - killedAt;
   EXPECT_TRUE(down) << "no down message for the killed peer's proxy";
+  // On one host a killed peer is found by its wire-up socket (crashed) or
+  // by the heartbeats (timed out), whichever comes first; never "left".
+  const auto how = departureOf(reason);
+  ASSERT_TRUE(how.has_value()) << caf::to_string(reason);
+  EXPECT_TRUE(*how == Departure::kCrashed || *how == Departure::kTimedOut) << departureName(*how);
   EXPECT_EQ(failed, 2) << "pending requests that did not fail with request_receiver_down";
   // Within twice the heartbeat timeout (1 s).
   EXPECT_LT(std::chrono::duration_cast<std::chrono::milliseconds>(took).count(), 2000);
@@ -230,14 +239,38 @@ TEST_F(TransportJob, FrozenPeerIsDeclaredDownWhenHeartbeatsStop) {
   const auto stoppedAt = std::chrono::steady_clock::now();
   child.kill(SIGSTOP);
   bool down = false;
-  self->receive([&](const caf::down_msg& m) { down = m.source == echo.address(); },
-                caf::after(std::chrono::seconds(4)) >> [] {});
+  caf::error reason;
+  self->receive(
+      [&](const caf::down_msg& m) {
+        down = m.source == echo.address();
+        reason = m.reason;
+      },
+      caf::after(std::chrono::seconds(4)) >> [] {});
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - stoppedAt);
   EXPECT_TRUE(down);
+  EXPECT_EQ(departureOf(reason), Departure::kTimedOut) << caf::to_string(reason);
   // The heartbeat timeout is 1 s: seen after it, and within twice it.
   EXPECT_GE(took.count(), 900);
   EXPECT_LT(took.count(), 2000);
   child.kill(SIGKILL);
+}
+
+TEST_F(TransportJob, APeerThatQuitsIsSeenToLeave) {
+  Child& child = spawnPeer("echo", 2);
+  ASSERT_TRUE(remote_->node().waitForMembers(2, 20s).isOk());
+  auto echo = remote_->remoteActor(2, "echo");
+  caf::scoped_actor self{*system_};
+  self->monitor(echo);
+  ASSERT_EQ(caf::to_string(ask(echo, caf::make_message(quit_atom::value))), "(true)");
+  caf::error reason;
+  self->receive([&](const caf::down_msg& m) { reason = m.reason; }, caf::after(std::chrono::seconds(5)) >> [] {});
+  EXPECT_EQ(departureOf(reason), Departure::kLeft) << caf::to_string(reason);
+  EXPECT_EQ(child.wait(10s).exitCode, 0);
+  // A proxy made after the departure is born dead, saying how the peer went.
+  auto late = remote_->remoteActor(2, "echo");
+  self->monitor(late);
+  self->receive([&](const caf::down_msg& m) { reason = m.reason; }, caf::after(std::chrono::seconds(5)) >> [] {});
+  EXPECT_EQ(departureOf(reason), Departure::kLeft) << caf::to_string(reason);
 }
 
 TEST_F(TransportJob, WrongTokenIsRefusedAndTheCoordinatorKeepsServing) {

@@ -1,7 +1,8 @@
 # Actor messages between processes (DESIGN.md, Messages and location
 # transparency). An actor message is a list of values: atoms, numbers, text,
-# errors, and tensors, which stay raw buffers in the frame and are named here
-# only by their index. Private to transport/: message_codec.cc turns these into
+# errors, lists of numbers or text, records (structs, transport/record.h) and
+# tensors, which stay raw buffers in the frame and are named here only by
+# their index. Private to transport/: message_codec.cc turns these into
 # caf::message and back.
 @0xb61c2e4d8a3f5e19;
 
@@ -29,7 +30,20 @@ struct Value {
     error @10 :ErrorValue;
     unit @11 :Void;        # caf::unit_t (an empty reply)
     uint16 @12 :UInt16;
+    record @13 :Record;
+    int64s @14 :List(Int64);
+    uint64s @15 :List(UInt64);
+    float64s @16 :List(Float64);
+    texts @17 :List(Text);
   }
+}
+
+# A struct listed in the receiver's WireTypes: its type (a hash of its
+# name) and its fields in declaration order (scalars, text, tensors, lists;
+# never another record).
+struct Record {
+  type @0 :UInt64;
+  fields @1 :List(Value);
 }
 
 struct ActorMessage {

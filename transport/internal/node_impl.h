@@ -216,11 +216,11 @@ class Node::Impl {
   }
   // The handler's onPeerDown, always on a polling thread (never up the
   // stack of a send from a caller that may hold its own locks).
-  void notifyPeerDown(uint64_t peer, const Status& why) {
+  void notifyPeerDown(uint64_t peer, Departure how, const Status& why) {
     if (t_polling) {
-      handler_->onPeerDown(peer, why);
+      handler_->onPeerDown(peer, how, why);
     } else {
-      post([this, peer, why] { handler_->onPeerDown(peer, why); });
+      post([this, peer, how, why] { handler_->onPeerDown(peer, how, why); });
     }
   }
   Status createEndpoint(const ucp_ep_params_t& params, Connection* c);
@@ -281,7 +281,7 @@ class Node::Impl {
   std::unordered_map<ucp_ep_h, std::unique_ptr<Connection>> connections_;
   std::unordered_map<uint64_t, Connection*> byPeer_;      // the connection used to send to a peer
   std::unordered_map<uint64_t, Connection*> connecting_;  // outgoing, handshake in flight
-  std::unordered_set<uint64_t> downPeers_;
+  std::unordered_map<uint64_t, Departure> downPeers_;  // and how each went
   std::vector<void*> closing_;  // ucp_ep_close requests in flight
   // Closed connections live until the next progress pass, so a caller up the
   // stack that still holds one reads a closed connection, not freed memory.
