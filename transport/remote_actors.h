@@ -35,6 +35,7 @@
 
 #include <caf/actor.hpp>
 #include <caf/error.hpp>
+#include <caf/make_message.hpp>
 #include <caf/fwd.hpp>
 
 #include "common/status.h"

@@ -1,0 +1,364 @@
+#include "actors/coordinator.h"
+
+#include <algorithm>
+
+#include <caf/all.hpp>
+
+#include "common/logging.h"
+
+namespace troupe::actors {
+
+std::string Member::describe() const {
+  return fmt::format("{} {}{}", role, rank, address.empty() ? "" : fmt::format(" ({})", address));
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using replace_atom = caf::atom_constant<caf::atom("replace")>;
+
+struct Slot {
+  Member member;
+  RestartBudget budget;
+  bool replacing = false;     // a replacement is wanted and not yet ready
+  int64_t eventIndex = -1;    // its open RecoveryEvent while replacing
+};
+
+struct CoordinatorState;
+using Self = caf::stateful_actor<CoordinatorState>;
+
+struct CoordinatorState : JobContext {
+  Self* actor = nullptr;
+  CoordinatorOptions options;
+  std::shared_ptr<JobPolicy> policy;
+  std::vector<std::vector<Slot>> groups;  // as options.groups
+  mutable std::vector<std::vector<Member>> view;  // members(role), rebuilt on demand
+  std::vector<caf::typed_response_promise<Roster>> readyWaiters;
+  bool started = false;
+  bool over_ = false;
+  bool ok = false;
+  std::string error;
+  int64_t generation = 0;
+  std::vector<RecoveryEvent> events_;
+  caf::typed_response_promise<JobResult> result;
+  bool haveResult = false;
+  Clock::time_point born = Clock::now();
+  std::shared_ptr<spdlog::logger> log = logger("job");
+  static inline const char* name = "coordinator";
+
+  // ---- JobContext
+  caf::event_based_actor* self() override { return actor; }
+  const std::vector<Member>& members(const std::string& role) const override {
+    static const std::vector<Member> none;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      if (options.groups[g].role != role) continue;
+      view[g].clear();
+      for (const auto& s : groups[g]) view[g].push_back(s.member);
+      return view[g];
+    }
+    return none;
+  }
+  double elapsed() const override { return std::chrono::duration<double>(Clock::now() - born).count(); }
+  caf::actor actorOf(const Member& m, const std::string& name) override {
+    return m.node && options.locate ? options.locate(m.node, name) : caf::actor();
+  }
+  void finished(const std::string& role, int64_t rank) override {
+    Slot* s = slot(role, rank);
+    if (!s || s->member.state == MemberState::kFinished || s->member.state == MemberState::kLost) return;
+    s->member.state = MemberState::kFinished;
+  }
+  void finish() override { end(true, ""); }
+  void fail(const std::string& why) override { end(false, why); }
+  bool over() const override { return over_; }
+  const std::vector<RecoveryEvent>& events() const override { return events_; }
+
+  // ---- the lifecycle
+  Slot* slot(const std::string& role, int64_t rank) {
+    for (size_t g = 0; g < groups.size(); ++g) {
+      if (options.groups[g].role == role && rank >= 0 && rank < int64_t(groups[g].size())) {
+        return &groups[g][size_t(rank)];
+      }
+    }
+    return nullptr;
+  }
+  std::vector<Slot>* group(const std::string& role) {
+    for (size_t g = 0; g < groups.size(); ++g) {
+      if (options.groups[g].role == role) return &groups[g];
+    }
+    return nullptr;
+  }
+
+  Roster roster() const {
+    Roster r;
+    r.generation = generation;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      r.roles.push_back(options.groups[g].role);
+      r.counts.push_back(int64_t(groups[g].size()));
+      for (const auto& s : groups[g]) r.nodes.push_back(s.member.live() ? s.member.node : 0);
+    }
+    return r;
+  }
+
+  bool everyoneReady() const {
+    for (const auto& g : groups) {
+      for (const auto& s : g) {
+        if (s.member.state != MemberState::kReady) return false;
+      }
+    }
+    return true;
+  }
+
+  void end(bool success, const std::string& why) {
+    if (over_) return;
+    over_ = true;
+    ok = success;
+    error = why;
+    if (success) {
+      log->info("the job is over");
+    } else {
+      log->error("job failed: {}", why);
+    }
+    for (auto& w : readyWaiters) w.deliver(caf::make_error(Errc::kJobFailed, why));
+    readyWaiters.clear();
+    for (auto& g : groups) {
+      for (auto& s : g) {
+        if (s.member.agent && s.member.state != MemberState::kLost) actor->send(s.member.agent, Shutdown{why});
+        if (s.replacing && s.eventIndex >= 0) events_[size_t(s.eventIndex)].action = "not replaced: the job ended";
+      }
+    }
+    policy->onOver(*this);
+    deliver();
+  }
+
+  void deliver() {
+    if (!over_ || !haveResult) return;
+    result.deliver(JobResult{ok, error, events_});
+    haveResult = false;
+  }
+
+  void onMemberDown(Slot& s, const Loss& loss) {
+    Member& m = s.member;
+    if (m.state == MemberState::kLost) return;
+    const bool wasFinished = m.state == MemberState::kFinished;
+    m.state = MemberState::kLost;
+    m.agent = caf::actor();
+    if (over_) return;
+    if (wasFinished) {
+      log->info("{} {} after it finished", m.describe(), loss.describe());
+      return;
+    }
+    const std::string what = fmt::format("{} {}", m.describe(), loss.describe());
+    RecoveryEvent e{what, loss.describe(), elapsed(), "", -1};
+    if (options.terminate) options.terminate(m);
+    const LossDecision d = policy->onLoss(*this, m, loss);
+    apply(s, d, std::move(e));
+  }
+
+  void apply(Slot& s, const LossDecision& d, RecoveryEvent e) {
+    Member& m = s.member;
+    switch (d.action) {
+      case LossDecision::Action::kFail:
+        e.action = "failed the job";
+        events_.push_back(std::move(e));
+        return end(false, d.why.empty() ? e.what : d.why);
+      case LossDecision::Action::kContinue:
+        e.action = "went on without it";
+        log->warn("{}; the job goes on without it", e.what);
+        events_.push_back(std::move(e));
+        return;
+      case LossDecision::Action::kReplace: {
+        if (!s.budget.take(actor->clock().now())) {
+          const std::string why = fmt::format(
+              "{}; its restart budget is spent ({} restarts in {} s, supervision.max_restarts)", e.what,
+              s.budget.policy().maxRestarts, std::chrono::duration<double>(s.budget.policy().window).count());
+          e.action = "gave up";
+          events_.push_back(e);
+          return escalate(s, why, e);
+        }
+        e.action = "replaced";
+        s.replacing = true;
+        s.eventIndex = int64_t(events_.size());
+        events_.push_back(std::move(e));
+        log->warn("{}; replacing it ({} of {} restarts in {} s)", events_.back().what,
+                  s.budget.spent(actor->clock().now()), s.budget.policy().maxRestarts,
+                  std::chrono::duration<double>(s.budget.policy().window).count());
+        if (options.replace) {
+          options.replace(m);
+        } else {
+          log->warn("waiting up to {} s for a process to take {} {} (troupe launch --role {} --rank {})",
+                    std::chrono::duration<double>(options.replaceTimeout).count(), m.role, m.rank, m.role, m.rank);
+        }
+        actor->delayed_send(actor, options.replaceTimeout, replace_atom::value, m.role, m.rank, m.incarnation);
+        return;
+      }
+    }
+  }
+
+  void escalate(Slot& s, const std::string& why, const RecoveryEvent& e) {
+    s.replacing = false;
+    const LossDecision d = policy->onEscalation(*this, s.member, why);
+    if (d.action == LossDecision::Action::kReplace) return end(false, why);  // nothing left to try
+    if (d.action == LossDecision::Action::kFail) return end(false, d.why.empty() ? why : d.why);
+    log->warn("{}; the job goes on without it", why);
+    if (!events_.empty()) events_.back().action = "gave up; went on without it";
+    (void)e;
+  }
+};
+
+caf::behavior coordinator(Self* self, CoordinatorOptions options, std::shared_ptr<JobPolicy> policy) {
+  auto& st = self->state;
+  st.actor = self;
+  st.options = std::move(options);
+  st.policy = std::move(policy);
+  for (const auto& g : st.options.groups) {
+    std::vector<Slot> slots;
+    for (int64_t r = 0; r < g.count; ++r) {
+      Slot s{Member{}, RestartBudget(st.options.restarts)};
+      s.member.role = g.role;
+      s.member.rank = r;
+      slots.push_back(std::move(s));
+    }
+    st.groups.push_back(std::move(slots));
+  }
+  st.view.resize(st.groups.size());
+  self->set_error_handler([=](caf::error& err) {
+    self->state.log->warn("coordinator: ignored an error message: {}", describe(err));
+  });
+  self->set_default_handler([=](caf::scheduled_actor*, caf::message_view& x) -> caf::result<caf::message> {
+    self->state.log->warn("coordinator: refused an unknown message {}", caf::to_string(x.content()));
+    return caf::make_error(Errc::kBadMessage, "the coordinator does not take this message");
+  });
+  self->set_down_handler([=](caf::down_msg& dm) {
+    for (auto& g : self->state.groups) {
+      for (auto& s : g) {
+        if (s.member.agent && s.member.agent.address() == dm.source) return self->state.onMemberDown(s, lossOf(dm.reason));
+      }
+    }
+  });
+  self->delayed_send(self, st.options.startTimeout, deadline_atom::value);
+  caf::message_handler lifecycle{
+      [=](run_atom) -> caf::typed_response_promise<JobResult> {
+        auto& st = self->state;
+        st.result = self->make_response_promise<JobResult>();
+        st.haveResult = true;
+        st.deliver();
+        return st.result;
+      },
+      [=](abort_atom, const std::string& why) { self->state.fail(why); },
+      [=](deadline_atom) {
+        auto& st = self->state;
+        if (st.over_ || st.started) return;
+        std::vector<std::string> missing;
+        for (const auto& g : st.groups) {
+          for (const auto& s : g) {
+            if (s.member.state != MemberState::kReady) {
+              missing.push_back(fmt::format("{} {}{}", s.member.role, s.member.rank,
+                                            s.member.state == MemberState::kJoined ? " (joined)" : ""));
+            }
+          }
+        }
+        st.fail(fmt::format("not every process was ready within cluster.start_timeout_s = {} s; missing: {}",
+                            std::chrono::duration<double>(st.options.startTimeout).count(), fmt::join(missing, ", ")));
+      },
+      [=](replace_atom, const std::string& role, int64_t rank, int64_t incarnation) {
+        auto& st = self->state;
+        Slot* s = st.slot(role, rank);
+        if (st.over_ || !s || !s->replacing || s->member.incarnation != incarnation) return;
+        const std::string why = fmt::format("no process took {} {} within supervision.replace_timeout_s = {} s", role,
+                                            rank, std::chrono::duration<double>(st.options.replaceTimeout).count());
+        st.log->error("{}", why);
+        RecoveryEvent e;
+        st.escalate(*s, why, e);
+      },
+      [=](const Hello& h) -> caf::result<Welcome> {
+        auto& st = self->state;
+        if (st.over_) return caf::make_error(Errc::kJobFailed, "the job is over: " + st.error);
+        std::vector<Slot>* list = st.group(h.role);
+        if (!list) return caf::make_error(Errc::kNotInJob, fmt::format("the job has no role '{}'", h.role));
+        // The same process saying hello again gets the same answer.
+        for (auto& s : *list) {
+          if (s.member.live() && s.member.node == h.node) {
+            return Welcome{s.member.rank, s.member.incarnation, st.options.config};
+          }
+        }
+        auto free = [](const Slot& s) {
+          return s.member.state == MemberState::kAwaited || (s.member.state == MemberState::kLost && s.replacing);
+        };
+        Slot* chosen = nullptr;
+        if (h.requestedRank >= 0 && h.requestedRank < int64_t(list->size()) && free((*list)[size_t(h.requestedRank)])) {
+          chosen = &(*list)[size_t(h.requestedRank)];
+        }
+        for (auto& s : *list) {
+          if (!chosen && s.member.state == MemberState::kAwaited) chosen = &s;
+        }
+        for (auto& s : *list) {
+          if (!chosen && free(s)) chosen = &s;
+        }
+        if (!chosen) {
+          return caf::make_error(Errc::kRankTaken, fmt::format("the job has {} {} processes and every rank is taken",
+                                                               list->size(), h.role));
+        }
+        Member& m = chosen->member;
+        const bool replacement = m.state == MemberState::kLost;
+        m.incarnation += 1;
+        m.state = MemberState::kJoined;
+        m.node = h.node;
+        m.address = h.address;
+        m.pid = h.pid;
+        m.agent = st.options.locate ? st.options.locate(h.node, kAgentName) : caf::actor();
+        if (m.agent) self->monitor(m.agent);
+        st.log->info("{} joined{}", m.describe(),
+                     replacement ? fmt::format(" (replacement {} of rank {})", m.incarnation, m.rank) : "");
+        return Welcome{m.rank, m.incarnation, st.options.config};
+      },
+      [=](const MemberFailed& f) {
+        auto& st = self->state;
+        Slot* s = st.slot(f.role, f.rank);
+        // A stale report (an earlier process of the rank) or a second one changes nothing.
+        if (!s || !s->member.live() || s->member.incarnation != f.incarnation) return;
+        st.onMemberDown(*s, lossOf(caf::make_error(Errc::kMemberFailed, f.why)));
+      },
+      [=](const Ready& r) -> caf::typed_response_promise<Roster> {
+        auto& st = self->state;
+        auto promise = self->make_response_promise<Roster>();
+        Slot* s = st.slot(r.role, r.rank);
+        if (st.over_ || !s || s->member.incarnation != r.incarnation || !s->member.live()) {
+          promise.deliver(caf::make_error(Errc::kNotInJob, fmt::format("{} {} (incarnation {}) is not in the job",
+                                                                       r.role, r.rank, r.incarnation)));
+          return promise;
+        }
+        s->member.state = MemberState::kReady;
+        if (st.started) {
+          // A replacement: the others run already.
+          st.generation += 1;
+          if (s->replacing) {
+            s->replacing = false;
+            if (s->eventIndex >= 0) st.events_[size_t(s->eventIndex)].recoveredAtSeconds = st.elapsed();
+            s->eventIndex = -1;
+          }
+          st.log->info("{} is ready; it replaces the lost process", s->member.describe());
+          promise.deliver(st.roster());
+          st.policy->onReplaced(st, s->member);
+          return promise;
+        }
+        st.readyWaiters.push_back(promise);
+        if (st.everyoneReady()) {
+          st.started = true;
+          const Roster roster = st.roster();
+          for (auto& w : st.readyWaiters) w.deliver(roster);
+          st.readyWaiters.clear();
+          st.policy->onStart(st);
+        }
+        return promise;
+      },
+  };
+  return caf::behavior{lifecycle.or_else(st.policy->handlers(st))};
+}
+
+}  // namespace
+
+caf::actor spawnCoordinator(caf::actor_system& system, CoordinatorOptions options, std::shared_ptr<JobPolicy> policy) {
+  return system.spawn(coordinator, std::move(options), std::move(policy));
+}
+
+}  // namespace troupe::actors

@@ -1,0 +1,168 @@
+#include "actors/launcher.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "common/check.h"
+#include "common/logging.h"
+
+namespace troupe::actors {
+
+std::string selfExe() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return std::string(buf, size_t(std::max<ssize_t>(n, 0)));
+}
+
+namespace {
+
+int statusOf(int raw) { return WIFEXITED(raw) ? WEXITSTATUS(raw) : -WTERMSIG(raw); }
+
+}  // namespace
+
+ChildProcess::ChildProcess(std::vector<std::string> argv, const std::string& logPath) {
+  const pid_t parent = getpid();
+  pid_ = fork();
+  if (pid_ < 0) TROUPE_SETUP_ERROR("cannot start '{}': fork failed", argv.empty() ? "" : argv[0]);
+  if (pid_ == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(127);  // the parent is already gone
+    if (!logPath.empty()) {
+      const int fd = open(logPath.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        close(fd);
+      }
+    }
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    _exit(127);
+  }
+}
+
+ChildProcess::~ChildProcess() { kill(); }
+
+void ChildProcess::kill() {
+  if (pid_ > 0 && !status_) {
+    ::kill(pid_, SIGKILL);
+    int raw;
+    if (waitpid(pid_, &raw, 0) == pid_) status_ = statusOf(raw);
+  }
+}
+
+std::optional<int> ChildProcess::poll() {
+  if (status_ || pid_ <= 0) return status_;
+  int raw;
+  if (waitpid(pid_, &raw, WNOHANG) == pid_) status_ = statusOf(raw);
+  return status_;
+}
+
+bool ChildProcess::wait(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!poll() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return status_ && *status_ == 0;
+}
+
+void ChildProcess::stop(std::chrono::milliseconds grace) {
+  if (poll() || pid_ <= 0) return;
+  ::kill(pid_, SIGTERM);
+  if (wait(grace) || poll()) return;
+  kill();
+}
+
+// ---------------------------------------------------------------- LocalJob
+
+LocalJob::~LocalJob() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  processes_.clear();  // each child is killed by PID
+}
+
+void LocalJob::setCoordinator(const std::string& address) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  coordinator_ = address;
+}
+
+std::string LocalJob::logOf(const std::string& role, int64_t rank) const {
+  return fmt::format("{}/{}-{}.log", options_.logDir, role, rank);
+}
+
+void LocalJob::start(const std::string& role, int64_t rank) {
+  std::vector<std::string> argv = options_.launchArgv;
+  std::lock_guard<std::mutex> lock(mutex_);
+  argv.insert(argv.end(), {"--role", role, "--coordinator", coordinator_, "--rank", std::to_string(rank)});
+  argv.insert(argv.end(), options_.extraArgs.begin(), options_.extraArgs.end());
+  Process& p = processes_[{role, rank}];
+  if (p.child) {
+    p.child->kill();
+    ++p.incarnation;
+    logger("job")->info("starting a new process for {} {} (its log goes on in {})", role, rank, logOf(role, rank));
+  }
+  p.child = std::make_unique<ChildProcess>(argv, logOf(role, rank));
+}
+
+void LocalJob::kill(const std::string& role, int64_t rank) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = processes_.find({role, rank});
+  if (it != processes_.end() && it->second.child && !it->second.child->poll()) {
+    logger("job")->info("killing {} {} (pid {})", role, rank, it->second.child->pid());
+    it->second.child->kill();
+  }
+}
+
+std::string LocalJob::failure(bool jobStarted) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [key, p] : processes_) {
+    auto status = p.child ? p.child->poll() : std::nullopt;
+    if (!status || *status == 0) continue;
+    const std::string name = fmt::format("{} {} (pid {})", key.first, key.second, p.child->pid());
+    const std::string log = logOf(key.first, key.second);
+    if (*status == 2) return fmt::format("{} refused its set-up (exit status 2); see {}", name, log);
+    if (!jobStarted) {
+      return *status > 0 ? fmt::format("{} exited with status {} before the job started; see {}", name, *status, log)
+                         : fmt::format("{} was killed by signal {} before the job started; see {}", name, -*status, log);
+    }
+  }
+  return "";
+}
+
+void LocalJob::stopAll(std::chrono::milliseconds grace) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  for (auto& [key, p] : processes_) {
+    if (!p.child) continue;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    p.child->wait(std::max(left, std::chrono::milliseconds(0)));
+  }
+  for (auto& [key, p] : processes_) {
+    if (p.child) p.child->stop(std::chrono::seconds(2));
+  }
+}
+
+std::optional<int64_t> launcherRank(std::string* from) {
+  for (const char* name : {"SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "JOB_COMPLETION_INDEX",
+                           "RANK"}) {
+    const char* v = std::getenv(name);
+    if (!v || !*v) continue;
+    char* end = nullptr;
+    const long long r = std::strtoll(v, &end, 10);
+    if (*end != '\0' || r < 0) TROUPE_SETUP_ERROR("{}='{}' is not a rank", name, v);
+    if (from) *from = name;
+    return int64_t(r);
+  }
+  return std::nullopt;
+}
+
+}  // namespace troupe::actors

@@ -1,0 +1,125 @@
+// The job's lifecycle vocabulary (DESIGN.md, Processes and roles): what the
+// coordinator and the processes of a job say to each other, whatever the
+// job trains. Every message is a record (transport/record.h): a struct,
+// registered with CAF's type ids, that crosses processes field by field and
+// is checked field by field on arrival. A job adds its own records
+// (workers/job_messages.h) beside these.
+//
+// A member process (ps, worker) publishes its agent as kAgentName and, in
+// order:
+//   Hello -> Welcome        the coordinator gives it a rank (the one asked
+//                           for when free, or a lost rank to replace) and
+//                           the job's config, and monitors its agent
+//   Ready -> Roster         once every member is ready (a replacement gets
+//                           the roster at once); the roster names every
+//                           member's transport node
+// A member whose work failed says MemberFailed before its process exits. The
+// coordinator sends Shutdown to every agent when the job is over; an agent
+// that loses its coordinator stops its process (actors/node_agent.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <caf/atom.hpp>
+#include <caf/meta/type_name.hpp>
+#include <caf/type_id.hpp>
+
+#include "transport/record.h"
+
+namespace troupe::actors {
+
+inline constexpr const char* kCoordinatorName = "coordinator";
+inline constexpr const char* kAgentName = "agent";
+
+struct Hello {
+  std::string role;            // "ps", "worker", ...
+  int64_t requestedRank = -1;  // -1: any free rank
+  uint64_t node = 0;           // its transport node
+  std::string address;         // host:port its node listens on
+  int64_t pid = 0;             // its process id (on its host)
+};
+
+struct Welcome {
+  int64_t rank = -1;
+  int64_t incarnation = 0;  // 0: the rank's first process; n: its n-th replacement
+  std::string config;       // the job's configuration (TOML)
+};
+
+struct Ready {
+  std::string role;
+  int64_t rank = 0;
+  int64_t incarnation = 0;
+};
+
+// Every member's transport node, role group by role group in the job's
+// order, by rank within a group (0 where a rank has no live process).
+struct Roster {
+  std::vector<std::string> roles;
+  std::vector<int64_t> counts;
+  std::vector<uint64_t> nodes;
+  int64_t generation = 0;  // bumped whenever a member is replaced
+
+  // The nodes of one role (empty when the job has no such role).
+  std::vector<uint64_t> nodesOf(const std::string& role) const;
+};
+
+// To an agent: the job is over; its process stops.
+struct Shutdown {
+  std::string why;  // "" when the job succeeded
+};
+
+// From an agent: this member failed (its supervisor gave up on an actor of
+// it); the process exits next. The coordinator handles it as the loss of
+// the member, with `why`.
+struct MemberFailed {
+  std::string role;
+  int64_t rank = 0;
+  int64_t incarnation = 0;
+  std::string why;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Hello& x) {
+  return f(caf::meta::type_name("Hello"), x.role, x.requestedRank, x.node, x.address, x.pid);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Welcome& x) {
+  return f(caf::meta::type_name("Welcome"), x.rank, x.incarnation, x.config);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Ready& x) {
+  return f(caf::meta::type_name("Ready"), x.role, x.rank, x.incarnation);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Roster& x) {
+  return f(caf::meta::type_name("Roster"), x.roles, x.counts, x.nodes, x.generation);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Shutdown& x) {
+  return f(caf::meta::type_name("Shutdown"), x.why);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, MemberFailed& x) {
+  return f(caf::meta::type_name("MemberFailed"), x.role, x.rank, x.incarnation, x.why);
+}
+
+// The lifecycle records, for RemoteActors::start (merge the job's own).
+transport::WireTypes lifecycleWireTypes();
+
+// Local messages (never cross processes).
+using run_atom = caf::atom_constant<caf::atom("run")>;
+using abort_atom = caf::atom_constant<caf::atom("abort")>;
+using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
+
+}  // namespace troupe::actors
+
+CAF_BEGIN_TYPE_ID_BLOCK(troupe_actors, caf::first_custom_type_id)
+CAF_ADD_TYPE_ID(troupe_actors, (troupe::actors::Hello))
+CAF_ADD_TYPE_ID(troupe_actors, (troupe::actors::Welcome))
+CAF_ADD_TYPE_ID(troupe_actors, (troupe::actors::Ready))
+CAF_ADD_TYPE_ID(troupe_actors, (troupe::actors::Roster))
+CAF_ADD_TYPE_ID(troupe_actors, (troupe::actors::Shutdown))
+CAF_ADD_TYPE_ID(troupe_actors, (troupe::actors::MemberFailed))
+CAF_END_TYPE_ID_BLOCK(troupe_actors)

@@ -1,0 +1,224 @@
+#include "actors/node_agent.h"
+
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
+#include <caf/all.hpp>
+
+#include "actors/actor_system.h"
+#include "actors/errors.h"
+#include "common/check.h"
+#include "common/logging.h"
+#include "transport/remote_actors.h"
+
+namespace troupe::actors {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+// How the process's wait ends; set from the agent, read by the main thread.
+struct Signals {
+  std::mutex mutex;
+  std::condition_variable changed;
+  enum class End { kNone, kShutdown, kCoordinatorLost, kFailed } end = End::kNone;
+  std::string why;
+  bool stopped = false;  // the main thread is done stopping (the watchdog stands down)
+
+  void set(End e, std::string w) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (end != End::kNone) return;
+    end = e;
+    why = std::move(w);
+    changed.notify_all();
+  }
+};
+
+struct AgentState {
+  caf::actor coordinator;
+  std::shared_ptr<Signals> signals;
+  std::string role;
+  int64_t rank = -1, incarnation = 0;
+  static inline const char* name = "node_agent";
+};
+
+caf::behavior agent(caf::stateful_actor<AgentState>* self, caf::actor coordinator, std::shared_ptr<Signals> signals,
+                    std::string role) {
+  auto& st = self->state;
+  st.coordinator = coordinator;
+  st.signals = std::move(signals);
+  st.role = std::move(role);
+  self->monitor(coordinator);
+  self->set_down_handler([=](caf::down_msg& dm) {
+    if (dm.source != self->state.coordinator.address()) return;
+    self->state.signals->set(Signals::End::kCoordinatorLost, lossOf(dm.reason).describe());
+  });
+  self->set_error_handler([=](caf::error& err) { logger("job")->warn("agent: ignored an error: {}", describe(err)); });
+  self->set_default_handler([=](caf::scheduled_actor*, caf::message_view& x) -> caf::result<caf::message> {
+    logger("job")->warn("agent: refused an unknown message {}", caf::to_string(x.content()));
+    return caf::make_error(Errc::kBadMessage, "the agent does not take this message");
+  });
+  return {
+      [=](const Shutdown& s) { self->state.signals->set(Signals::End::kShutdown, s.why); },
+      [=](const Welcome& w) {
+        self->state.rank = w.rank;
+        self->state.incarnation = w.incarnation;
+      },
+      [=](const ChildFailed& f) {
+        auto& st = self->state;
+        const std::string why = fmt::format("{}: {}", f.child, f.reason);
+        self->send(st.coordinator, MemberFailed{st.role, st.rank, st.incarnation, why});
+        st.signals->set(Signals::End::kFailed, why);
+      },
+  };
+}
+
+uint64_t findCoordinator(transport::Node& node, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    for (const auto& m : node.members()) {
+      if (m.role == "coordinator") return m.nodeId;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  return 0;
+}
+
+// Exits the process hard when the main thread has not stopped within
+// kStopGrace of being told to.
+class Watchdog {
+ public:
+  Watchdog(std::shared_ptr<Signals> signals, std::string who) : signals_(std::move(signals)), who_(std::move(who)) {}
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(signals_->mutex);
+      signals_->stopped = true;
+      signals_->changed.notify_all();
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+  void arm(int status) {
+    if (thread_.joinable()) return;
+    thread_ = std::thread([signals = signals_, who = who_, status] {
+      std::unique_lock<std::mutex> lock(signals->mutex);
+      if (signals->changed.wait_for(lock, kStopGrace, [&] { return signals->stopped; })) return;
+      logger("job")->error("{}: did not stop within {} s; exiting now", who, kStopGrace.count());
+      spdlog::shutdown();
+      std::_Exit(status);
+    });
+  }
+
+ private:
+  std::shared_ptr<Signals> signals_;
+  std::string who_;
+  std::thread thread_;
+};
+
+}  // namespace
+
+int runMember(const MemberOptions& options, Role& role) {
+  auto log = logger("job");
+  caf::actor_system_config cfg;
+  configureActorSystem(cfg, {options.schedulerThreads});
+  if (options.configure) options.configure(cfg);
+  caf::actor_system system{cfg};
+  transport::NodeOptions nodeOptions = options.node;
+  nodeOptions.role = options.role;
+  nodeOptions.isCoordinator = false;
+  transport::WireTypes types = lifecycleWireTypes();
+  types.merge(options.types);
+  auto remote = transport::RemoteActors::start(system, nodeOptions, std::move(types));
+  if (!remote.hasValue()) {
+    log->error("{}: {}", options.role, remote.status().message());
+    return kExitFailed;
+  }
+  transport::Node& node = (*remote)->node();
+  const uint64_t coordinatorNode = findCoordinator(node, nodeOptions.joinTimeout);
+  if (coordinatorNode == 0) {
+    log->error("{}: joined {}, but no coordinator is among its members", options.role, nodeOptions.coordinator);
+    return kExitFailed;
+  }
+  caf::actor coord = (*remote)->remoteActor(coordinatorNode, kCoordinatorName);
+  auto signals = std::make_shared<Signals>();
+  auto agentActor = system.spawn(agent, coord, signals, options.role);
+  (*remote)->publish(agentActor, kAgentName);
+  caf::scoped_actor self{system};
+  std::string who = options.role;
+  int status = kExitOk;
+  caf::actor supervisor;
+  {
+    Watchdog watchdog(signals, who);
+    try {
+      // A place in the job.
+      std::optional<Welcome> welcome;
+      std::string error;
+      self->request(coord, std::max<std::chrono::milliseconds>(nodeOptions.joinTimeout, 30s),
+                    Hello{options.role, options.requestedRank, node.id(), node.address(), int64_t(::getpid())})
+          .receive([&](Welcome& w) { welcome = std::move(w); }, [&](caf::error& e) { error = describe(e); });
+      if (!welcome) {
+        log->error("{}: the coordinator did not take this process: {}", options.role, error);
+        self->send_exit(agentActor, caf::exit_reason::user_shutdown);
+        return kExitFailed;
+      }
+      who = fmt::format("{} {}", options.role, welcome->rank);
+      self->send(agentActor, *welcome);
+      Config config(troupeConfigSchema());
+      config.loadString(welcome->config, "the coordinator");
+      MemberContext ctx{system, **remote, coord, options.role, *welcome, std::move(config)};
+      role.prepare(ctx);
+      // Everyone ready: the roster.
+      std::optional<Roster> roster;
+      const auto readyTimeout = std::chrono::seconds(ctx.config.getInt("cluster.start_timeout_s")) + 30s;
+      self->request(coord, readyTimeout, Ready{options.role, welcome->rank, welcome->incarnation})
+          .receive([&](Roster& r) { roster = std::move(r); }, [&](caf::error& e) { error = describe(e); });
+      if (!roster) TROUPE_SETUP_ERROR("the job did not start: {}", error);
+      SupervisorOptions so;
+      so.name = who;
+      so.children = role.start(ctx, *roster);
+      so.parent = agentActor;
+      supervisor = spawnSupervisor(system, std::move(so));
+      // Until the job is over, the coordinator goes, or the work fails. The
+      // coordinator's heartbeats bound the wait.
+      Signals::End end = Signals::End::kNone;
+      std::string why;
+      {
+        std::unique_lock<std::mutex> lock(signals->mutex);
+        while (signals->end == Signals::End::kNone) signals->changed.wait_for(lock, 1s);
+        end = signals->end;
+        why = signals->why;
+      }
+      switch (end) {
+        case Signals::End::kShutdown:
+          if (!why.empty()) log->info("{}: the job ended: {}", who, why);
+          break;
+        case Signals::End::kCoordinatorLost:
+          log->error("{}: lost the coordinator ({}); stopping", who, why);
+          status = kExitCoordinatorLost;
+          break;
+        case Signals::End::kFailed:
+          log->error("{}: failed: {}", who, why);
+          status = kExitFailed;
+          break;
+        case Signals::End::kNone: break;
+      }
+    } catch (const SetupError& e) {
+      log->error("{}: {}", who, e.what());
+      status = kExitSetup;
+    }
+    watchdog.arm(status);
+    if (supervisor) {
+      self->send_exit(supervisor, caf::exit_reason::user_shutdown);
+      self->wait_for(supervisor);
+    }
+    role.release();
+  }
+  self->send_exit(agentActor, caf::exit_reason::user_shutdown);
+  log->info("{} exits ({})", who, status);
+  return status;
+}
+
+}  // namespace troupe::actors
