@@ -150,11 +150,11 @@ int runMember(const MemberOptions& options, Role& role) {
   std::string who = options.role;
   int status = kExitOk;
   caf::actor supervisor;
+  std::optional<Welcome> welcome;
   {
     Watchdog watchdog(signals, who);
     try {
       // A place in the job.
-      std::optional<Welcome> welcome;
       std::string error;
       self->request(coord, std::max<std::chrono::milliseconds>(nodeOptions.joinTimeout, 30s),
                     Hello{options.role, options.requestedRank, node.id(), node.address(), int64_t(::getpid())})
@@ -208,6 +208,8 @@ int runMember(const MemberOptions& options, Role& role) {
     } catch (const SetupError& e) {
       log->error("{}: {}", who, e.what());
       status = kExitSetup;
+      // The coordinator hears why, rather than only that this process left.
+      if (welcome) self->send(coord, MemberFailed{options.role, welcome->rank, welcome->incarnation, e.what()});
     }
     watchdog.arm(status);
     if (supervisor) {

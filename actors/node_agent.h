@@ -71,8 +71,9 @@ class Role {
   // With the roster: the actors that do the role's work, supervised
   // one-for-one. A child that exits normally is done. Throws SetupError.
   virtual std::vector<ChildSpec> start(MemberContext& ctx, const Roster& roster) = 0;
-  // The actors are gone: let go of what must not outlive the transport
-  // (a communicator).
+  // The actors are gone: let go of what must not outlive the transport (a
+  // communicator) and of every actor handle (the actor system waits for a
+  // detached actor until its last handle is gone).
   virtual void release() {}
 };
 

@@ -13,7 +13,9 @@
 
 #include <caf/all.hpp>
 
-#include "apps/process_util.h"
+#include "actors/actor_system.h"
+#include "actors/launcher.h"
+#include "apps/bench_pair.h"
 #include "collectives/ring_communicator.h"
 #include "common/check.h"
 #include "common/logging.h"
@@ -61,7 +63,7 @@ double median(std::vector<double> v) {
 // One rank of a troupe measurement.
 int runRank(const AllReduceBenchOptions& o) {
   caf::actor_system_config cfg;
-  configureSharingScheduler(cfg, 1);
+  actors::configureActorSystem(cfg, {1});
   caf::actor_system system{cfg};
   transport::NodeOptions node = o.node;
   node.nodeId = kRankNodeBase + uint64_t(o.rank);
@@ -120,7 +122,7 @@ std::string sizesArg(const std::vector<uint64_t>& sizes) {
 // are children of this binary.
 std::map<uint64_t, double> measureTroupe(const AllReduceBenchOptions& o, int n, const std::string& dir) {
   caf::actor_system_config cfg;
-  configureSharingScheduler(cfg, 1);
+  actors::configureActorSystem(cfg, {1});
   caf::actor_system system{cfg};
   transport::NodeOptions node = o.node;
   node.role = "coordinator";
@@ -131,13 +133,13 @@ std::map<uint64_t, double> measureTroupe(const AllReduceBenchOptions& o, int n, 
   ::setenv(transport::kJobTokenVariable, node.token.c_str(), 1);
   auto remote = transport::RemoteActors::start(system, node);
   if (!remote.hasValue()) TROUPE_SETUP_ERROR("bench allreduce: {}", remote.status().message());
-  std::vector<std::unique_ptr<ChildProcess>> ranks;
+  std::vector<std::unique_ptr<actors::ChildProcess>> ranks;
   for (int r = 0; r < n; ++r) {
-    std::vector<std::string> argv = {selfExe(), "bench", "allreduce", "--rank", std::to_string(r), "--n",
+    std::vector<std::string> argv = {actors::selfExe(), "bench", "allreduce", "--rank", std::to_string(r), "--n",
                                      std::to_string(n), "--coordinator", (*remote)->node().address(),
                                      "--trials", std::to_string(o.trials), "--sizes", sizesArg(o.sizes)};
     argv.insert(argv.end(), o.passOn.begin(), o.passOn.end());
-    ranks.push_back(std::make_unique<ChildProcess>(argv, fmt::format("{}/troupe-{}-{}.log", dir, n, r)));
+    ranks.push_back(std::make_unique<actors::ChildProcess>(argv, fmt::format("{}/troupe-{}-{}.log", dir, n, r)));
   }
   for (auto& c : ranks) c->wait(600s);
   for (auto& c : ranks) c->stop(2s);
@@ -149,9 +151,9 @@ std::map<uint64_t, double> measureGloo(const AllReduceBenchOptions& o, int n, co
   const std::string store = fmt::format("{}/gloo-store-{}", dir, n);
   std::filesystem::remove_all(store);
   std::filesystem::create_directories(store);
-  std::vector<std::unique_ptr<ChildProcess>> ranks;
+  std::vector<std::unique_ptr<actors::ChildProcess>> ranks;
   for (int r = 0; r < n; ++r) {
-    ranks.push_back(std::make_unique<ChildProcess>(
+    ranks.push_back(std::make_unique<actors::ChildProcess>(
         std::vector<std::string>{exe, std::to_string(r), std::to_string(n), store, std::to_string(o.trials),
                                  sizesArg(o.sizes)},
         fmt::format("{}/gloo-{}-{}.log", dir, n, r)));
@@ -165,7 +167,7 @@ std::map<uint64_t, double> measureMpi(const AllReduceBenchOptions& o, int n, con
                                       const std::string& exe) {
   // As root (containers) Open MPI wants its consent; more ranks than cores
   // need --oversubscribe; shared memory between the ranks (vader).
-  ChildProcess run({"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", std::to_string(n), "--mca", "btl",
+  actors::ChildProcess run({"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", std::to_string(n), "--mca", "btl",
                     "self,vader", exe, std::to_string(o.trials), sizesArg(o.sizes)},
                    fmt::format("{}/mpi-{}.log", dir, n));
   run.wait(600s);
@@ -192,7 +194,7 @@ int runAllReduceBench(const AllReduceBenchOptions& o) {
   auto log = logger("bench");
   const std::string dir = fmt::format("/tmp/troupe-bench-allreduce-{}", ::getpid());
   std::filesystem::create_directories(dir);
-  const std::string bin = dirOf(selfExe());
+  const std::string bin = dirOf(actors::selfExe());
   const std::string glooExe = bin + "/troupe_gloo_allreduce", mpiExe = bin + "/troupe_mpi_allreduce";
   const bool gloo = o.withPeers && executable(glooExe);
   const bool mpi = o.withPeers && executable(mpiExe) && onPath("mpirun");

@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "apps/cli_common.h"
-#include "apps/synthetic_cache.h"
+#include "data/synthetic_cache.h"
 
 namespace troupe::apps {
 namespace {
@@ -30,7 +30,7 @@ int runGenData(const GenDataFlags& flags) {
   if (flags.tables >= 0) config.setValue("data.synthetic.tables", flags.tables);
   if (flags.minVocab >= 0) config.setValue("data.synthetic.min_vocab", flags.minVocab);
   if (flags.maxVocab >= 0) config.setValue("data.synthetic.max_vocab", flags.maxVocab);
-  auto set = ensureSyntheticData(config, flags.out, flags.force, resolveThreads(config));
+  auto set = data::ensureSyntheticData(config, flags.out, flags.force, resolveThreads(config));
   if (!set.hasValue()) {
     std::fprintf(stderr, "troupe: error: gen-data: %s\n", set.status().toString().c_str());
     return kExitFailure;

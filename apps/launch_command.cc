@@ -2,13 +2,18 @@
 
 #include <memory>
 
+#include <cstdlib>
+
+#include "actors/launcher.h"
+#include "actors/node_agent.h"
 #include "apps/cli_common.h"
-#include "apps/job.h"
-#include "apps/process_util.h"
 #include "apps/train_command.h"
 #include "common/check.h"
 #include "common/logging.h"
 #include "transport/node_config.h"
+#include "workers/job_messages.h"
+#include "workers/ps_role.h"
+#include "workers/worker_role.h"
 
 namespace troupe::apps {
 namespace {
@@ -25,8 +30,10 @@ struct LaunchFlags {
 int runLaunch(const LaunchFlags& flags) {
   if (flags.role == "coordinator") return runCoordinatorCommand(flags.common, flags.coordinator, flags.summaryJson);
   Config config = loadConfig(flags.common);
-  MemberOptions m;
+  actors::MemberOptions m;
   m.role = flags.role;
+  m.types = workers::trainingWireTypes();
+  m.configure = workers::addTrainingTypes;
   m.node = transport::nodeOptionsFromConfig(config);
   m.node.token = transport::jobTokenFromEnvironment();
   m.node.coordinator = flags.coordinator;
@@ -41,13 +48,23 @@ int runLaunch(const LaunchFlags& flags) {
   m.requestedRank = flags.rank;
   if (m.requestedRank < 0) {
     std::string from;
-    if (auto r = launcherRank(&from)) {
+    if (auto r = actors::launcherRank(&from)) {
       m.requestedRank = *r;
       logger("apps")->info("rank {} from {}", *r, from);
     }
   }
-  m.threads = flags.common.threads > 0 ? flags.common.threads : 0;
-  return runMember(m);
+  // NCCL's bootstrap sockets stay on loopback with the transport (set
+  // before any thread starts: getenv elsewhere is not synchronized).
+  if (m.node.listenHost.rfind("127.", 0) == 0 || m.node.listenHost == "localhost") {
+    ::setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+  }
+  const int threads = flags.common.threads > 0 ? flags.common.threads : 0;
+  if (flags.role == "ps") {
+    workers::PsRole role(threads);
+    return actors::runMember(m, role);
+  }
+  workers::WorkerRole role(threads);
+  return actors::runMember(m, role);
 }
 
 }  // namespace

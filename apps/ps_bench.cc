@@ -9,7 +9,9 @@
 
 #include <caf/all.hpp>
 
-#include "apps/process_util.h"
+#include "actors/actor_system.h"
+#include "actors/launcher.h"
+#include "apps/bench_pair.h"
 #include "apps/transport_bench.h"
 #include "common/check.h"
 #include "common/logging.h"
@@ -32,7 +34,7 @@ const std::vector<int64_t> kDims = {16, 64, 256, 1024, 65536, 1 << 20};
 
 int serve(const PsBenchOptions& options) {
   caf::actor_system_config cfg;
-  configureSharingScheduler(cfg, 1);
+  actors::configureActorSystem(cfg, {1});
   caf::actor_system system{cfg};
   auto remote = joinBenchPair(system, options.node, kBenchShard, "ps", options.coordinator);
   if (!remote.hasValue()) return std::fprintf(stderr, "troupe: error: %s\n", remote.status().message().c_str()), 1;
@@ -131,10 +133,10 @@ int runPsBench(const PsBenchOptions& options) {
     TROUPE_SETUP_ERROR("bench ps: cannot write --json {}", options.jsonPath);
   }
   caf::actor_system_config cfg;
-  configureSharingScheduler(cfg, 1);
+  actors::configureActorSystem(cfg, {1});
   caf::actor_system system{cfg};
   const transport::NodeOptions& node = options.node;
-  std::vector<std::string> argv = {selfExe(), "bench", "ps", "--serve"};
+  std::vector<std::string> argv = {actors::selfExe(), "bench", "ps", "--serve"};
   argv.insert(argv.end(), options.passOn.begin(), options.passOn.end());
   auto pair = startBenchPair(system, node, kBenchCoordinator, argv);
   if (!pair.hasValue()) return std::fprintf(stderr, "troupe: error: %s\n", pair.status().message().c_str()), 1;

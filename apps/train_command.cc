@@ -11,22 +11,38 @@
 #include <fstream>
 #include <memory>
 
+#include "actors/coordinator_process.h"
+#include "actors/launcher.h"
 #include "apps/cli_common.h"
-#include "apps/job.h"
-#include "apps/process_util.h"
-#include "apps/job_setup.h"
-#include "apps/progress_line.h"
-#include "apps/synthetic_cache.h"
 #include "common/check.h"
 #include "common/logging.h"
+#include "common/progress_line.h"
 #include "data/criteo_reader.h"
 #include "transport/node_config.h"
+#include "workers/job_setup.h"
 #include "workers/trainer.h"
+#include "workers/training_job.h"
 
 namespace troupe::apps {
 namespace {
 
 namespace fs = std::filesystem;
+using namespace workers;
+
+std::string jsonNumber(double v) { return std::isfinite(v) ? fmt::format("{:.17g}", v) : "null"; }
+
+std::string jsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      out += fmt::format("\\u{:04x}", int(c));
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
 
 }  // namespace
 
@@ -84,15 +100,17 @@ Expected<workers::TrainReport> reportOf(const JobOutcome& o) {
 // `troupe train` with cluster.workers > 0: this process coordinates; S ps
 // and W worker processes start from this binary on loopback, each logging to
 // the run directory, and are stopped (by PID) when the job ends.
-JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, const std::string& runDir,
-                       ProgressLine& progress) {
+// `troupe launch --role coordinator` comes here too and starts none.
+workers::JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, const std::string& runDir,
+                                ProgressLine& progress) {
   const CommonFlags& common = flags.common;
   auto log = logger("apps");
   const int64_t workers = config.getInt("cluster.workers");
-  const TrainMode mode = trainMode(config);
-  const int64_t servers = serverCount(config);
-  if (mode != TrainMode::kAllReduce && servers < 1) {
-    TROUPE_SETUP_ERROR("config: cluster.servers must be >= 1 in {} mode, got {}", trainModeName(mode), servers);
+  const workers::TrainMode mode = workers::trainMode(config);
+  const int64_t servers = workers::serverCount(config);
+  if (mode != workers::TrainMode::kAllReduce && servers < 1) {
+    TROUPE_SETUP_ERROR("config: cluster.servers must be >= 1 in {} mode, got {}", workers::trainModeName(mode),
+                       servers);
   }
   if (workers > 256 || servers > 256) TROUPE_SETUP_ERROR("config: at most 256 workers and 256 servers on one machine");
   if (config.getString("transport.listen_host") == "0.0.0.0") {
@@ -106,19 +124,35 @@ JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, const std:
   } else {
     token = transport::jobTokenFromEnvironment();
   }
-  CoordinatorOptions co;
-  co.config = config;
+  const int64_t epochs = config.getInt("train.epochs");
+  auto job = std::make_shared<workers::TrainingJob>(config, [&](const workers::JobProgress& p) {
+    if (p.worker != 0) return;
+    const int64_t total = p.rowsPerEpoch * epochs;
+    const int64_t done = p.rowsPerEpoch * p.epoch + p.epochRows;
+    progress.update(done, total,
+                    fmt::format("worker 0: epoch {}/{}  step {}  loss {:.4f}  all workers {:.0f} samples/s",
+                                p.epoch + 1, epochs, p.step, p.loss, p.samplesPerSec));
+  });
+  actors::CoordinatorProcessOptions co;
+  co.coordinator = workers::coordinatorOptions(config);
   co.node = transport::nodeOptionsFromConfig(config);
   co.node.token = token;
   co.node.listenPort = 0;
+  co.types = workers::trainingWireTypes();
+  co.configure = workers::addTrainingTypes;
   if (!launchHere) {
     auto hp = transport::parseHostPort(flags.coordinatorAddress);
     if (!hp.hasValue()) TROUPE_SETUP_ERROR("--coordinator: {}", hp.status().message());
     co.node.listenHost = hp->first == "localhost" ? "127.0.0.1" : hp->first;
     co.node.listenPort = hp->second;
   }
-  std::vector<std::unique_ptr<ChildProcess>> children;
-  std::vector<std::string> names, logs;
+  actors::LocalJobOptions lo;
+  lo.launchArgv = {actors::selfExe(), "launch"};
+  if (!common.configPath.empty()) lo.extraArgs.insert(lo.extraArgs.end(), {"--config", common.configPath});
+  for (const auto& o : common.overrides) lo.extraArgs.insert(lo.extraArgs.end(), {"--set", o});
+  lo.extraArgs.insert(lo.extraArgs.end(), {"--log-level", config.getString("log.level")});
+  lo.logDir = runDir;
+  actors::LocalJob processes(lo);
   co.onListening = [&](const std::string& address) {
     if (!launchHere) {
       log->info("coordinator of {} ps and {} worker processes at {}: start them with "
@@ -126,57 +160,27 @@ JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, const std:
                 servers, workers, address, address);
       return;
     }
-    auto start = [&](const std::string& role, int64_t rank) {
-      std::vector<std::string> argv = {selfExe(), "launch", "--role", role, "--coordinator", address, "--rank",
-                                       std::to_string(rank)};
-      if (!common.configPath.empty()) argv.insert(argv.end(), {"--config", common.configPath});
-      for (const auto& o : common.overrides) argv.insert(argv.end(), {"--set", o});
-      argv.insert(argv.end(), {"--log-level", config.getString("log.level")});
-      const std::string logPath = fmt::format("{}/{}-{}.log", runDir, role, rank);
-      children.push_back(std::make_unique<ChildProcess>(argv, logPath));
-      names.push_back(fmt::format("{} {} (pid {})", role, rank, children.back()->pid()));
-      logs.push_back(logPath);
-    };
-    for (int64_t i = 0; i < servers; ++i) start("ps", i);
-    for (int64_t i = 0; i < workers; ++i) start("worker", i);
+    processes.setCoordinator(address);
+    for (int64_t i = 0; i < servers; ++i) processes.start("ps", i);
+    for (int64_t i = 0; i < workers; ++i) processes.start("worker", i);
     log->info("started {} ps and {} worker processes; their logs are {}/{{ps,worker}}-N.log", servers, workers, runDir);
   };
-  const int64_t epochs = config.getInt("train.epochs");
-  co.onProgress = [&](const JobProgress& p) {
-    if (p.worker != 0) return;
-    const int64_t total = p.rowsPerEpoch * epochs;
-    const int64_t done = p.rowsPerEpoch * p.epoch + p.epochRows;
-    progress.update(done, total,
-                    fmt::format("worker 0: epoch {}/{}  step {}  loss {:.4f}  all workers {:.0f} samples/s",
-                                p.epoch + 1, epochs, p.step, p.loss, p.samplesPerSec));
-  };
+  if (launchHere) co.coordinator.terminate = [&](const actors::Member& m) { processes.kill(m.role, m.rank); };
   co.checkAbort = [&]() -> std::string {
     if (interrupted) return "interrupted (Ctrl-C)";
-    // A child that fails exits with a status; one killed by a signal is
-    // also seen by the coordinator through the transport, which decides
-    // (a lost worker in ssp / asp is not the end of the job).
-    const bool bsp = config.getString("ps.consistency") == "bsp" || mode != TrainMode::kPs;
-    for (size_t i = 0; i < children.size(); ++i) {
-      auto status = children[i]->poll();
-      const bool shard = i < size_t(servers);
-      if (status && (*status > 0 || (*status < 0 && (shard || bsp)))) {
-        return *status > 0 ? fmt::format("{} exited with status {}; see {}", names[i], *status, logs[i])
-                           : fmt::format("{} was killed by signal {}; see {}", names[i], -*status, logs[i]);
-      }
-    }
-    return "";
+    return launchHere ? processes.failure(job->started()) : "";
   };
   struct sigaction sa {}, oldInt {}, oldTerm {};
   sa.sa_handler = onInterrupt;
   sigaction(SIGINT, &sa, &oldInt);
   sigaction(SIGTERM, &sa, &oldTerm);
-  JobOutcome outcome = runCoordinator(co);
-  // Every child got its shutdown; give them a moment, then stop them by PID.
-  for (auto& c : children) c->wait(std::chrono::seconds(10));
-  for (auto& c : children) c->stop(std::chrono::seconds(2));
+  const actors::JobResult result = actors::runCoordinator(std::move(co), job);
+  // Every process got its Shutdown; give them a moment, then stop them by PID.
+  processes.stopAll(std::chrono::seconds(10));
   sigaction(SIGINT, &oldInt, nullptr);
   sigaction(SIGTERM, &oldTerm, nullptr);
-  for (const auto& e : outcome.events) log->warn("{}", e);
+  workers::JobOutcome outcome = job->takeOutcome(result);
+  for (const auto& e : outcome.events) log->warn("{} ({})", e.what, e.action);
   return outcome;
 }
 
@@ -325,10 +329,18 @@ int runTrain(const TrainFlags& flags) {
           "{}{{\"rank\": {}, \"steps\": {}, \"samples\": {}, \"train_seconds\": {}, \"dense_hash\": \"{:016x}\"}}",
           perWorker.empty() ? "" : ", ", w.rank, w.steps, w.samples, jsonNumber(w.trainSeconds), w.denseHash);
     }
-    for (const auto& e : outcome.events) lost += fmt::format("{}\"{}\"", lost.empty() ? "" : ", ", e);
+    std::string recovery;
+    for (const auto& e : outcome.events) {
+      lost += fmt::format("{}{}", lost.empty() ? "" : ", ", jsonString(e.what));
+      recovery += fmt::format(
+          "{}{{\"what\": {}, \"detected_by\": {}, \"lost_at_s\": {}, \"action\": {}, \"recovered_at_s\": {}}}",
+          recovery.empty() ? "" : ", ", jsonString(e.what), jsonString(e.detectedBy), jsonNumber(e.lostAtSeconds),
+          jsonString(e.action), e.recoveredAtSeconds >= 0 ? jsonNumber(e.recoveredAtSeconds) : "null");
+    }
     field("shards", "[" + shards + "]");
     field("worker_reports", "[" + perWorker + "]");
     field("lost", "[" + lost + "]");
+    field("recovery", "[" + recovery + "]");
   }
   json += fmt::format("  \"run_dir\": \"{}\"\n}}\n", runDir);
   { std::ofstream(runDir + "/summary.json") << json; }

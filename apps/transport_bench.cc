@@ -18,7 +18,9 @@
 
 #include <caf/all.hpp>
 
-#include "apps/process_util.h"
+#include "actors/actor_system.h"
+#include "actors/launcher.h"
+#include "apps/bench_pair.h"
 #include "common/check.h"
 #include "common/logging.h"
 #include "transport/handshake.h"
@@ -41,8 +43,8 @@ constexpr uint64_t kCoordinatorId = 1;
 constexpr uint64_t kSinkId = 2;
 constexpr double kMiB = 1024.0 * 1024.0;
 
-// One scheduler thread per process (configureSharingScheduler).
-void configureBenchSystem(caf::actor_system_config& cfg) { configureSharingScheduler(cfg, 1); }
+// One scheduler thread per process (actors::configureActorSystem).
+void configureBenchSystem(caf::actor_system_config& cfg) { actors::configureActorSystem(cfg, {1}); }
 
 struct SinkState {
   int64_t messages = 0;
@@ -176,7 +178,7 @@ std::vector<double> runPerftest(const std::string& test, uint64_t bytes, uint64_
   for (int attempt = 0; attempt < 3; ++attempt) {
     if (tcpOnly) setenv("UCX_TLS", "tcp", 1);
     const uint16_t port = freePort();
-    ChildProcess server({"ucx_perftest", "-p", std::to_string(port)}, "/dev/null");
+    actors::ChildProcess server({"ucx_perftest", "-p", std::to_string(port)}, "/dev/null");
     std::this_thread::sleep_for(300ms);
     const std::string cmd = fmt::format("timeout 120 ucx_perftest 127.0.0.1 -p {} -t {} -s {} -n {} 2>&1", port,
                                         test, bytes, iterations);
@@ -220,7 +222,7 @@ int runTransportBench(const TransportBenchOptions& options) {
   configureBenchSystem(cfg);
   caf::actor_system system{cfg};
   const transport::NodeOptions& node = options.node;
-  std::vector<std::string> argv = {selfExe(), "bench", "transport", "--serve"};
+  std::vector<std::string> argv = {actors::selfExe(), "bench", "transport", "--serve"};
   argv.insert(argv.end(), options.passOn.begin(), options.passOn.end());
   auto pair = startBenchPair(system, node, kCoordinatorId, argv);
   if (!pair.hasValue()) {

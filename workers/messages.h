@@ -19,8 +19,6 @@ using epoch_atom = caf::atom_constant<caf::atom("epoch")>;
 using next_atom = caf::atom_constant<caf::atom("next")>;
 // worker:  (run_atom) starts training; it answers the run with a TrainReportPtr when done
 using run_atom = caf::atom_constant<caf::atom("run")>;
-// evaluation gate (WorkerOptions::evalGate): (gate_atom, worker, steps, samples, train seconds) -> bool
-using gate_atom = caf::atom_constant<caf::atom("gate")>;
 
 }  // namespace troupe::workers
 

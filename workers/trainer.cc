@@ -2,6 +2,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/actor_system.h"
 #include "common/logging.h"
 #include "kernels/kernels.h"
 #include "workers/loader_actor.h"
@@ -19,7 +20,7 @@ Expected<TrainReport> runInProcess(const InProcessJob& job) {
   ps::TableHolderOptions tableOptions = job.tables;
   tableOptions.kernels = kernels;
   caf::actor_system_config cfg;
-  cfg.set("scheduler.max-threads", std::max(1, job.schedulerThreads));
+  actors::configureActorSystem(cfg, {job.schedulerThreads});
   caf::actor_system system{cfg};
   auto trainLoader = spawnLoader(system, job.train, job.prefetch);
   auto testLoader = spawnLoader(system, job.test, job.prefetch);

@@ -9,6 +9,7 @@
 #include "common/logging.h"
 #include "ps/messages.h"
 #include "ps/wire.h"
+#include "workers/job_messages.h"
 #include "workers/messages.h"
 
 namespace troupe::workers {
@@ -34,6 +35,7 @@ struct WorkerState {
   bool finished = false;
   int64_t pushesInFlight = 0;
   bool gatePassed = false;
+  bool awaitingGate = false;
   std::function<void()> whenDrained;  // runs once every push is acknowledged
   static inline const char* name = "worker";
 };
@@ -189,15 +191,9 @@ void startEvaluation(Self* self);
 // The gate decides whether this worker evaluates the final model.
 void askGate(Self* self) {
   auto& st = self->state;
-  self->request(st.options.evalGate, st.options.gateTimeout, gate_atom::value, st.core->options().worker,
-                st.core->steps(), st.report->samples, st.trainSeconds)
-      .then(
-          [=](bool evaluate) {
-            self->state.gatePassed = true;
-            if (evaluate) return startEvaluation(self);
-            finish(self);
-          },
-          [=](caf::error& err) { fail(self, err); });
+  st.awaitingGate = true;
+  self->send(st.options.evalGate,
+             GateRequest{st.core->options().worker, st.core->steps(), st.report->samples, st.trainSeconds});
 }
 
 // Before the final evaluation of a job with a gate: every push acknowledged,
@@ -260,6 +256,14 @@ caf::behavior worker(Self* self, WorkerOptions options, std::shared_ptr<WorkerCo
         st.done = self->make_response_promise<TrainReportPtr>();
         startEpoch(self);
         return st.done;
+      },
+      [=](const GateDecision& d) {
+        auto& st = self->state;
+        if (!st.awaitingGate) return;  // not asked for: changes nothing
+        st.awaitingGate = false;
+        st.gatePassed = true;
+        if (d.evaluate) return startEvaluation(self);
+        finish(self);
       },
   };
 }

@@ -58,12 +58,13 @@ struct WorkerOptions {
   std::chrono::seconds requestTimeout{600};
   // A job of several workers: before its final evaluation the worker waits
   // for every push to be acknowledged, tells the tables it leaves
-  // (leave_atom), and asks the gate (gate_atom, worker, steps, samples,
-  // train seconds) -> bool: evaluate (true) or finish without (false).
+  // (leave_atom), and sends the gate a GateRequest (workers/job_messages.h);
+  // the gate's GateDecision says whether it evaluates the final model. The
+  // wait has no timeout of its own: it lasts while the slowest worker
+  // trains, and the gate (the coordinator) going ends the process.
   caf::actor evalGate;
   // Experiments: sleep this long in every training step (a slow worker).
   std::chrono::milliseconds stepDelay{0};
-  std::chrono::seconds gateTimeout{86400};
   std::function<void(const WorkerEvent&)> onEvent;
 };
 

@@ -24,7 +24,8 @@
 #include <caf/all.hpp>
 #include <gtest/gtest.h>
 
-#include "apps/job_protocol.h"
+#include "actors/actor_system.h"
+#include "actors/messages.h"
 #include "collectives/nccl_communicator.h"
 #include "ps/embedding_table.h"
 #include "ps/wire.h"
@@ -32,8 +33,10 @@
 #include "tests/common/subprocess.h"
 #include "tests/common/temp_dir.h"
 #include "transport/remote_actors.h"
+#include "workers/job_messages.h"
 #include "workers/messages.h"
 #include "workers/ps_client.h"
+#include "workers/training_job.h"
 
 namespace troupe {
 namespace {
@@ -334,12 +337,16 @@ TEST_F(ClusterTest, ExactCountWorkersTimesStepsInEveryModel) {
 // push sent twice), leaves, and if the gate picks it, checks the counts.
 int countWorker(const std::string& coordinator, const std::string& mode, int workers) {
   caf::actor_system_config cfg;
+  actors::configureActorSystem(cfg);
+  workers::addTrainingTypes(cfg);
   caf::actor_system system{cfg};
   transport::NodeOptions node;
   node.role = "worker";
   node.token = std::getenv("TROUPE_JOB_TOKEN");
   node.coordinator = coordinator;
-  auto remote = transport::RemoteActors::start(system, node);
+  transport::WireTypes types = actors::lifecycleWireTypes();
+  types.merge(workers::trainingWireTypes());
+  auto remote = transport::RemoteActors::start(system, node, std::move(types));
   if (!remote.hasValue()) return std::fprintf(stderr, "%s\n", remote.status().message().c_str()), 1;
   uint64_t coordNode = 0;
   for (int i = 0; i < 3000 && coordNode == 0; ++i) {
@@ -348,23 +355,24 @@ int countWorker(const std::string& coordinator, const std::string& mode, int wor
     }
     std::this_thread::sleep_for(10ms);
   }
-  auto coord = (*remote)->remoteActor(coordNode, apps::kCoordinatorActor);
+  auto coord = (*remote)->remoteActor(coordNode, actors::kCoordinatorName);
+  // Its agent: the coordinator watches it and tells it when the job is over.
+  auto agent = system.spawn([](caf::event_based_actor* me) -> caf::behavior {
+    return {[=](const actors::Shutdown&) { me->quit(); }};
+  });
+  (*remote)->publish(agent, actors::kAgentName);
   caf::scoped_actor self{system};
   int64_t rank = -1;
-  std::string toml;
-  self->request(coord, 60s, apps::hello_atom::value, std::string("worker"), int64_t{-1}, (*remote)->node().id(),
-                (*remote)->node().address())
-      .receive([&](int64_t r, std::string& t) { rank = r, toml = t; }, [](caf::error&) {});
+  self->request(coord, 60s, actors::Hello{"worker", -1, (*remote)->node().id(), (*remote)->node().address(), 0})
+      .receive([&](actors::Welcome& w) { rank = w.rank; }, [](caf::error&) {});
   if (rank < 0) return std::fprintf(stderr, "no rank\n"), 1;
-  transport::Tensor shardNodes;
-  self->request(coord, 60s, apps::ready_atom::value, std::string("worker"), rank)
-      .receive([&](transport::Tensor& t) { shardNodes = t; }, [](caf::error&) {});
+  actors::Roster roster;
+  self->request(coord, 60s, actors::Ready{"worker", rank, 0})
+      .receive([&](actors::Roster& r) { roster = std::move(r); }, [](caf::error&) {});
   workers::PsClientOptions co;
   co.worker = rank;
-  // The shards' node ids come first, then the workers'.
-  for (size_t s = 0; s + size_t(workers) < shardNodes.count<uint64_t>(); ++s) {
-    co.shards.push_back((*remote)->remoteActor(shardNodes.as<uint64_t>()[s], apps::kShardActor));
-  }
+  for (uint64_t shard : roster.nodesOf("ps")) co.shards.push_back((*remote)->remoteActor(shard, workers::kShardName));
+  if (co.shards.empty()) return std::fprintf(stderr, "no shards in the roster\n"), 1;
   const auto keys = countKeys();
   co.dims = std::vector<int64_t>(keys.size(), 16);
   co.denseSize = 0;
@@ -394,8 +402,8 @@ int countWorker(const std::string& coordinator, const std::string& mode, int wor
   }
   self->request(client, 60s, ps::leave_atom::value).receive([](int64_t) {}, [](caf::error&) {});
   bool evaluate = false;
-  self->request(coord, 300s, workers::gate_atom::value, rank, int64_t{kCountSteps}, int64_t{0}, 0.0)
-      .receive([&](bool e) { evaluate = e; }, [](caf::error&) {});
+  self->send(coord, workers::GateRequest{rank, kCountSteps, 0, 0.0});
+  self->receive([&](workers::GateDecision& d) { evaluate = d.evaluate; }, caf::after(300s) >> [] {});
   double exact = 0;
   if (evaluate) {
     auto pull = std::make_shared<ps::PullRequest>();
@@ -423,15 +431,21 @@ int countWorker(const std::string& coordinator, const std::string& mode, int wor
       std::printf("every key counted exactly %g times\n", expect);
     }
   }
-  const transport::Tensor none = transport::Tensor::copyOf(nullptr, 0, transport::DType::kFloat32);
-  self->request(coord, 60s, apps::done_atom::value, rank, true, std::string(), int64_t{kCountSteps}, int64_t{0},
-                int64_t{kCountSteps}, int64_t{0}, 0.0, 0.0, evaluate, exact, 0.0, 0.0, int64_t{0}, none, none, uint64_t{0})
-      .receive([](int64_t) {}, [](caf::error&) {});
+  workers::WorkerReport report;
+  report.rank = rank;
+  report.steps = kCountSteps;
+  report.pushesAcked = kCountSteps;
+  report.evaluated = evaluate;
+  report.auc = exact;
+  report.labels = report.predictions = transport::Tensor::copyOf(nullptr, 0, transport::DType::kFloat32);
+  self->request(coord, 60s, report).receive([](int64_t) {}, [](caf::error&) {});
   std::fflush(stdout);
-  // Until the coordinator shuts the job down.
+  // Until the coordinator shuts the job down (or goes).
   self->monitor(coord);
+  self->monitor(agent);
   self->receive([](caf::down_msg&) {}, caf::after(20s) >> [] {});
   self->send_exit(client, caf::exit_reason::user_shutdown);
+  self->send_exit(agent, caf::exit_reason::user_shutdown);
   return evaluate && exact != 1 ? 1 : 0;
 }
 

@@ -17,15 +17,14 @@
 #include "workers/batch_source.h"
 #include "workers/worker_core.h"
 
-namespace troupe::apps {
+namespace troupe::workers {
 
 kernels::OptimizerKind optimizerKind(const std::string& name, const char* key);
 int64_t positive(const Config& c, const char* key);
-std::string jsonNumber(double v);
 
 // What the data section names, opened as batch sources.
 struct DataSources {
-  std::shared_ptr<workers::BatchSource> train, test;
+  std::shared_ptr<BatchSource> train, test;
   std::string description;
   bool synthetic = false;
   double oracleAuc = std::nan(""), oracleLogloss = std::nan("");
@@ -34,7 +33,7 @@ struct DataSources {
 // Generates synthetic data first when the config asks for it (cached).
 DataSources openData(const Config& c, int threads);
 
-workers::WorkerCoreOptions modelOptions(const Config& c, int threads);
+WorkerCoreOptions modelOptions(const Config& c, int threads);
 
 // The embedding tables of a DLRM (empty for other models).
 // train.mode of a multi-process job.
@@ -47,6 +46,6 @@ std::string collectivesBackend(const Config& c);
 // Parameter-server processes the job runs: none in allreduce mode.
 int64_t serverCount(const Config& c);
 
-std::vector<ps::EmbeddingTableOptions> tableOptions(const Config& c, const workers::WorkerCoreOptions& model);
+std::vector<ps::EmbeddingTableOptions> tableOptions(const Config& c, const WorkerCoreOptions& model);
 
-}  // namespace troupe::apps
+}  // namespace troupe::workers

@@ -1,4 +1,4 @@
-#include "apps/progress_line.h"
+#include "common/progress_line.h"
 
 #include <unistd.h>
 
@@ -6,7 +6,7 @@
 
 #include "common/logging.h"
 
-namespace troupe::apps {
+namespace troupe {
 
 std::string formatDuration(double s) {
   if (!(s >= 0) || s > 1e7) return "?";
@@ -50,4 +50,4 @@ void ProgressLine::finish() {
   open_ = false;
 }
 
-}  // namespace troupe::apps
+}  // namespace troupe

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-namespace troupe::apps {
+namespace troupe {
 
 class ProgressLine final {
  public:
@@ -30,4 +30,4 @@ class ProgressLine final {
 // "1h02m", "3m05s", "12s".
 std::string formatDuration(double seconds);
 
-}  // namespace troupe::apps
+}  // namespace troupe

@@ -1,12 +1,12 @@
-#include "apps/job_setup.h"
+#include "workers/job_setup.h"
 
 #include <cmath>
 
-#include "apps/synthetic_cache.h"
+#include "data/synthetic_cache.h"
 #include "common/check.h"
 #include "data/criteo_reader.h"
 
-namespace troupe::apps {
+namespace troupe::workers {
 
 kernels::OptimizerKind optimizerKind(const std::string& name, const char* key) {
   if (name == "sgd") return kernels::OptimizerKind::kSgd;
@@ -22,8 +22,6 @@ int64_t positive(const Config& c, const char* key) {
   return v;
 }
 
-std::string jsonNumber(double v) { return std::isfinite(v) ? fmt::format("{:.17g}", v) : "null"; }
-
 DataSources openData(const Config& c, int threads) {
   DataSources d;
   const std::string kind = c.getString("data.kind");
@@ -31,14 +29,14 @@ DataSources openData(const Config& c, int threads) {
   const int64_t batch = positive(c, "train.batch_size");
   auto check = [](auto&& opened) {
     if (!opened.hasValue()) TROUPE_SETUP_ERROR("{}", opened.status().message());
-    return std::shared_ptr<workers::BatchSource>(std::move(*opened));
+    return std::shared_ptr<BatchSource>(std::move(*opened));
   };
   if (kind == "criteo-synthetic" || kind == "criteo") {
     if (model != "dlrm") TROUPE_SETUP_ERROR("config: data.kind '{}' needs model.kind 'dlrm', got '{}'", kind, model);
     std::string trainPath = c.getString("data.train"), testPath = c.getString("data.test");
     int categorical = int(c.getInt("data.categorical"));
     if (kind == "criteo-synthetic") {
-      auto set = ensureSyntheticData(c, "", false, threads);
+      auto set = data::ensureSyntheticData(c, "", false, threads);
       if (!set.hasValue()) TROUPE_SETUP_ERROR("synthetic data: {}", set.status().toString());
       trainPath = set->trainPath;
       testPath = set->testPath;
@@ -49,33 +47,33 @@ DataSources openData(const Config& c, int threads) {
     } else if (trainPath.empty() || testPath.empty()) {
       TROUPE_SETUP_ERROR("config: data.kind 'criteo' needs data.train and data.test");
     }
-    workers::CriteoSourceOptions o;
+    CriteoSourceOptions o;
     o.batchSize = batch;
     o.numCategorical = categorical;
     o.skipBadLines = c.getBool("data.skip_bad_lines");
     o.inMemory = c.getBool("data.in_memory");
     o.path = trainPath;
     o.maxRows = c.getInt("data.max_train_rows");
-    d.train = check(workers::openCriteoSource(o));
+    d.train = check(openCriteoSource(o));
     o.path = testPath;
     o.inMemory = true;
     o.maxRows = -1;
-    d.test = check(workers::openCriteoSource(o));
+    d.test = check(openCriteoSource(o));
     d.description = fmt::format("{} ({}, {})", kind, trainPath, testPath);
   } else if (kind == "fashion-mnist") {
     if (model != "mlp") TROUPE_SETUP_ERROR("config: data.kind 'fashion-mnist' needs model.kind 'mlp', got '{}'", model);
     std::string dir = c.getString("data.train");
     if (dir.empty()) dir = "/usr/share/datasets/fashion-mnist";
-    workers::MnistSourceOptions o;
+    MnistSourceOptions o;
     o.batchSize = batch;
     o.seed = uint64_t(c.getInt("run.seed"));
     o.imagesPath = dir + "/train-images-idx3-ubyte.gz";
     o.labelsPath = dir + "/train-labels-idx1-ubyte.gz";
-    d.train = check(workers::openMnistSource(o));
+    d.train = check(openMnistSource(o));
     o.shuffle = false;
     o.imagesPath = dir + "/t10k-images-idx3-ubyte.gz";
     o.labelsPath = dir + "/t10k-labels-idx1-ubyte.gz";
-    d.test = check(workers::openMnistSource(o));
+    d.test = check(openMnistSource(o));
     d.description = fmt::format("fashion-mnist ({})", dir);
   } else {
     TROUPE_SETUP_ERROR("config: data.kind '{}' cannot be trained on (criteo-synthetic, criteo, fashion-mnist)", kind);
@@ -83,8 +81,8 @@ DataSources openData(const Config& c, int threads) {
   return d;
 }
 
-workers::WorkerCoreOptions modelOptions(const Config& c, int threads) {
-  workers::WorkerCoreOptions o;
+WorkerCoreOptions modelOptions(const Config& c, int threads) {
+  WorkerCoreOptions o;
   const std::string kind = c.getString("model.kind");
   o.seed = uint64_t(c.getInt("run.seed"));
   o.threads = threads;
@@ -93,7 +91,7 @@ workers::WorkerCoreOptions modelOptions(const Config& c, int threads) {
   o.denseOptimizer.weightDecay = float(c.getFloat("train.weight_decay"));
   o.denseOptimizer.initialAccumulator = float(c.getFloat("train.adagrad_initial_accumulator"));
   if (kind == "dlrm") {
-    o.kind = workers::ModelKind::kDlrm;
+    o.kind = ModelKind::kDlrm;
     o.dlrm.embeddingDim = positive(c, "model.embedding_dim");
     o.dlrm.bottom = c.getIntList("model.bottom_mlp");
     o.dlrm.top = c.getIntList("model.top_mlp");
@@ -102,7 +100,7 @@ workers::WorkerCoreOptions modelOptions(const Config& c, int threads) {
                                                                            : c.getInt("data.categorical"));
     o.dlrm.numDense = data::kCriteoIntFeatures;
   } else if (kind == "mlp") {
-    o.kind = workers::ModelKind::kMlp;
+    o.kind = ModelKind::kMlp;
     o.mlpWidths = {784};
     for (int64_t w : c.getIntList("model.hidden")) o.mlpWidths.push_back(w);
     o.mlpWidths.push_back(positive(c, "model.classes"));
@@ -112,9 +110,9 @@ workers::WorkerCoreOptions modelOptions(const Config& c, int threads) {
   return o;
 }
 
-std::vector<ps::EmbeddingTableOptions> tableOptions(const Config& c, const workers::WorkerCoreOptions& model) {
+std::vector<ps::EmbeddingTableOptions> tableOptions(const Config& c, const WorkerCoreOptions& model) {
   std::vector<ps::EmbeddingTableOptions> tables;
-  if (model.kind != workers::ModelKind::kDlrm) return tables;
+  if (model.kind != ModelKind::kDlrm) return tables;
   const kernels::OptimizerKind kind = optimizerKind(c.getString("train.embedding_optimizer"), "train.embedding_optimizer");
   for (int t = 0; t < model.dlrm.numTables; ++t) {
     ps::EmbeddingTableOptions table;
@@ -157,4 +155,4 @@ int64_t serverCount(const Config& c) {
   return trainMode(c) == TrainMode::kAllReduce ? 0 : c.getInt("cluster.servers");
 }
 
-}  // namespace troupe::apps
+}  // namespace troupe::workers

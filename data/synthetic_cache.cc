@@ -1,15 +1,15 @@
-#include "apps/synthetic_cache.h"
+#include "data/synthetic_cache.h"
 
 #include <filesystem>
 
-#include "apps/progress_line.h"
+#include "common/progress_line.h"
 #include "common/compute_pool.h"
 #include "common/hash.h"
 #include "common/logging.h"
 #include "data/planted_criteo_model.h"
 #include "data/synthetic_criteo.h"
 
-namespace troupe::apps {
+namespace troupe::data {
 namespace {
 
 namespace fs = std::filesystem;
@@ -54,7 +54,7 @@ Expected<SyntheticDataSet> ensureSyntheticData(const Config& config, const std::
     dir = fs::path(config.getString("data.cache_dir")) /
           fmt::format("criteo-synthetic-{:016x}", hashBytes(settings));
   }
-  auto log = logger("apps");
+  auto log = logger("data");
   SyntheticDataSet set;
   set.dir = dir.string();
   set.trainPath = (dir / data::kSyntheticTrainFile).string();
@@ -80,4 +80,4 @@ Expected<SyntheticDataSet> ensureSyntheticData(const Config& config, const std::
   return set;
 }
 
-}  // namespace troupe::apps
+}  // namespace troupe::data

@@ -10,14 +10,14 @@
 #include "common/status.h"
 #include "data/synthetic_criteo.h"
 
-namespace troupe::apps {
+namespace troupe::data {
 
 struct SyntheticDataSet {
   std::string dir;
   std::string trainPath;
   std::string testPath;
   bool generated = false;  // false: reused from the cache
-  data::SyntheticCriteoOracle oracle;  // seconds: the generation's, 0 when reused
+  SyntheticCriteoOracle oracle;  // seconds: the generation's, 0 when reused
 };
 
 // Generates (or finds) the data set of config's data.synthetic.* keys. `out`
@@ -26,4 +26,4 @@ struct SyntheticDataSet {
 Expected<SyntheticDataSet> ensureSyntheticData(const Config& config, const std::string& out, bool force,
                                                int threads);
 
-}  // namespace troupe::apps
+}  // namespace troupe::data

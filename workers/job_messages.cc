@@ -1,0 +1,20 @@
+#include "workers/job_messages.h"
+
+#include <caf/actor_system_config.hpp>
+
+namespace troupe::workers {
+
+transport::WireTypes trainingWireTypes() {
+  transport::WireTypes t;
+  t.add<Progress>("troupe.Progress")
+      .add<GateRequest>("troupe.GateRequest")
+      .add<GateDecision>("troupe.GateDecision")
+      .add<WorkerReport>("troupe.WorkerReport")
+      .add<CommOffer>("troupe.CommOffer")
+      .add<CommChoice>("troupe.CommChoice");
+  return t;
+}
+
+void addTrainingTypes(caf::actor_system_config& cfg) { cfg.add_message_types<caf::id_block::troupe_workers>(); }
+
+}  // namespace troupe::workers

@@ -1,0 +1,114 @@
+// What the workers of a multi-process training job say to its coordinator,
+// beside the lifecycle (actors/messages.h). Records (transport/record.h):
+// structs that cross processes field by field, registered with CAF's type
+// ids.
+//
+//   Progress       worker -> coordinator, every train.progress_every steps
+//   GateRequest    worker -> coordinator once it has trained its share and
+//                  every push is acknowledged; answered with GateDecision
+//                  once every live worker has asked (the lowest live rank
+//                  evaluates the final model). An answer, not a request:
+//                  the wait lasts as long as the slowest worker trains, and
+//                  ends with the coordinator if it goes.
+//   WorkerReport   worker -> coordinator at the end -> int64_t rank (ack)
+//   CommOffer      worker -> coordinator, sync modes whose
+//                  collectives.backend is not "ring": whether it can use
+//                  NCCL (and worker 0's NCCL id) -> CommChoice once every
+//                  worker offered: the backend for all, rank 0's id, this
+//                  worker's device
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <caf/fwd.hpp>
+#include <caf/meta/type_name.hpp>
+#include <caf/type_id.hpp>
+
+#include "actors/messages.h"
+#include "transport/record.h"
+#include "transport/tensor.h"
+
+namespace troupe::workers {
+
+struct Progress {
+  int64_t rank = 0, epoch = 0, step = 0, epochRows = 0, rowsPerEpoch = 0;
+  double loss = 0, samplesPerSec = 0;
+};
+
+struct GateRequest {
+  int64_t rank = 0, steps = 0, samples = 0;
+  double trainSeconds = 0;
+};
+
+struct GateDecision {
+  bool evaluate = false;
+};
+
+struct WorkerReport {
+  int64_t rank = 0;
+  int64_t steps = 0, samples = 0, pushesAcked = 0, pulledRows = 0;
+  double trainSeconds = 0, evalSeconds = 0;
+  bool evaluated = false;
+  double auc = 0, loss = 0, accuracy = 0;
+  int64_t rows = 0;
+  transport::Tensor labels, predictions;  // f32, one per test row (the evaluating worker)
+  uint64_t denseHash = 0;                 // of the final dense weights
+};
+
+struct CommOffer {
+  int64_t rank = 0;
+  int64_t devices = 0;      // CUDA devices this worker can use
+  std::string unavailable;  // why it cannot use NCCL, or ""
+  transport::Tensor ncclId; // worker 0: NCCL's unique id (bytes)
+};
+
+struct CommChoice {
+  std::string backend;  // "nccl" or "ring"
+  transport::Tensor ncclId;
+  int64_t device = -1;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Progress& x) {
+  return f(caf::meta::type_name("Progress"), x.rank, x.epoch, x.step, x.epochRows, x.rowsPerEpoch, x.loss,
+           x.samplesPerSec);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, GateRequest& x) {
+  return f(caf::meta::type_name("GateRequest"), x.rank, x.steps, x.samples, x.trainSeconds);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, GateDecision& x) {
+  return f(caf::meta::type_name("GateDecision"), x.evaluate);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, WorkerReport& x) {
+  return f(caf::meta::type_name("WorkerReport"), x.rank, x.steps, x.samples, x.pushesAcked, x.pulledRows,
+           x.trainSeconds, x.evalSeconds, x.evaluated, x.auc, x.loss, x.accuracy, x.rows, x.labels, x.predictions,
+           x.denseHash);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CommOffer& x) {
+  return f(caf::meta::type_name("CommOffer"), x.rank, x.devices, x.unavailable, x.ncclId);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CommChoice& x) {
+  return f(caf::meta::type_name("CommChoice"), x.backend, x.ncclId, x.device);
+}
+
+// The training job's records (merge with actors::lifecycleWireTypes()).
+transport::WireTypes trainingWireTypes();
+// Registers them with an actor system (after actors::configureActorSystem).
+void addTrainingTypes(caf::actor_system_config& cfg);
+
+}  // namespace troupe::workers
+
+CAF_BEGIN_TYPE_ID_BLOCK(troupe_workers, caf::first_custom_type_id + 50)
+CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::Progress))
+CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::GateRequest))
+CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::GateDecision))
+CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::WorkerReport))
+CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::CommOffer))
+CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::CommChoice))
+CAF_END_TYPE_ID_BLOCK(troupe_workers)

@@ -1,0 +1,266 @@
+#include "workers/training_job.h"
+
+#include <algorithm>
+
+#include <caf/all.hpp>
+
+#include "collectives/nccl_communicator.h"
+#include "common/check.h"
+#include "common/logging.h"
+#include "ps/wire.h"
+
+namespace troupe::workers {
+namespace {
+
+using namespace std::chrono_literals;
+using transport::DType;
+using transport::Tensor;
+using recheck_atom = caf::atom_constant<caf::atom("recheck")>;
+
+std::shared_ptr<spdlog::logger> log() { return logger("job"); }
+
+}  // namespace
+
+actors::CoordinatorOptions coordinatorOptions(const Config& config) {
+  actors::CoordinatorOptions o;
+  const int64_t servers = serverCount(config);
+  const int64_t workers = config.getInt("cluster.workers");
+  if (servers > 0) o.groups.push_back({"ps", servers});
+  o.groups.push_back({"worker", workers});
+  o.config = config.toToml();
+  o.startTimeout = std::chrono::seconds(positive(config, "cluster.start_timeout_s"));
+  return o;
+}
+
+TrainingJob::TrainingJob(const Config& config, std::function<void(const JobProgress&)> onProgress)
+    : onProgress_(std::move(onProgress)) {
+  workers_ = config.getInt("cluster.workers");
+  servers_ = serverCount(config);
+  mode_ = trainMode(config);
+  auto consistency = ps::parseConsistency(config.getString("ps.consistency"));
+  if (!consistency.hasValue()) TROUPE_SETUP_ERROR("config: ps.consistency: {}", consistency.status().message());
+  consistency_ = *consistency;
+  backend_ = collectivesBackend(config);
+  rate_.assign(size_t(workers_), 0.0);
+  reported_.assign(size_t(workers_), false);
+  offers_.resize(size_t(workers_));
+  outcome_.workers.resize(size_t(workers_));
+  for (int64_t w = 0; w < workers_; ++w) outcome_.workers[size_t(w)].rank = w;
+  if (mode_ != TrainMode::kPs) outcome_.collectivesBackend = "ring";
+}
+
+void TrainingJob::onStart(actors::JobContext&) {
+  started_ = true;
+  log()->info("all {} processes are ready; training starts ({} mode, {}, {} workers, {} shards)", workers_ + servers_,
+              trainModeName(mode_), ps::consistencyName(consistency_), workers_, servers_);
+}
+
+// The gate opens once every live worker that has not finished asked.
+void TrainingJob::checkGate(actors::JobContext& job) {
+  if (gateOpen_ || job.over() || gateWaiters_.empty()) return;
+  int64_t lead = -1;
+  for (const auto& w : job.members("worker")) {
+    if (!w.live()) continue;
+    if (!gateWaiters_.count(w.rank)) return;  // someone still training
+    if (lead < 0) lead = w.rank;
+  }
+  gateOpen_ = true;
+  log()->info("every worker finished training; worker {} evaluates the model", lead);
+  for (auto& [rank, promise] : gateWaiters_) promise.deliver(GateDecision{rank == lead});
+  gateWaiters_.clear();
+}
+
+void TrainingJob::checkDone(actors::JobContext& job) {
+  int live = 0;
+  for (const auto& w : job.members("worker")) {
+    if (w.state == actors::MemberState::kLost) continue;
+    ++live;
+    if (!reported_[size_t(w.rank)]) return;
+  }
+  if (live == 0) return job.fail("every worker was lost");
+  finalize(job);
+}
+
+void TrainingJob::finalize(actors::JobContext& job) {
+  if (finishing_ || job.over()) return;
+  finishing_ = true;
+  if (!outcome_.evaluated) {
+    return job.fail("every worker finished, but none evaluated the model (the evaluating worker was lost)");
+  }
+  if (servers_ == 0) return job.finish();
+  // The shards' counters, then the end.
+  auto left = std::make_shared<int64_t>(servers_);
+  outcome_.shards.assign(size_t(servers_), ShardSummary{});
+  for (const auto& m : job.members("ps")) {
+    const int64_t s = m.rank;
+    job.self()
+        ->request(job.actorOf(m, kShardName), 10s, ps::stats_atom::value)
+        .then(
+            [this, &job, s, left](int64_t rows, int64_t pushes, int64_t dups, int64_t served, int64_t delayed,
+                                  int64_t lead) {
+              outcome_.shards[size_t(s)] = ShardSummary{s, rows, pushes, dups, served, delayed, lead};
+              if (--*left == 0) job.finish();
+            },
+            [&job, s](caf::error& err) {
+              job.fail(fmt::format("ps {} did not report its counters: {}", s, actors::describe(err)));
+            });
+  }
+}
+
+actors::LossDecision TrainingJob::onLoss(actors::JobContext& job, const actors::Member& m, const actors::Loss& loss) {
+  const std::string what = fmt::format("{} {}", m.describe(), loss.describe());
+  if (m.role == "ps") return actors::LossDecision::fail(what + "; its shard of the model is gone");
+  if (loss.kind == actors::Loss::Kind::kFailed) return actors::LossDecision::fail(what);
+  if (mode_ != TrainMode::kPs) {
+    return actors::LossDecision::fail(
+        fmt::format("{}; {} training cannot take a step without every worker", what, trainModeName(mode_)));
+  }
+  if (consistency_ == ps::Consistency::kBsp) {
+    return actors::LossDecision::fail(what + "; BSP cannot take a step without every worker");
+  }
+  // SSP / ASP: the shards stop waiting for it, the others finish.
+  log()->warn("{}; the other workers go on without it ({})", what, ps::consistencyName(consistency_));
+  outcome_.workers[size_t(m.rank)].lost = true;
+  for (const auto& s : job.members("ps")) {
+    if (!s.live()) continue;
+    job.self()
+        ->request(job.actorOf(s, kShardName), 10s, ps::leave_atom::value, m.rank)
+        .then([](int64_t) {}, [](caf::error&) {});  // a lost shard ends the job on its own
+  }
+  gateWaiters_.erase(m.rank);
+  job.self()->send(job.self(), recheck_atom::value);  // once the coordinator has recorded the loss
+  return actors::LossDecision::goOn();
+}
+
+void TrainingJob::onOver(actors::JobContext&) {
+  for (auto& [rank, w] : gateWaiters_) w.deliver(GateDecision{false});
+  gateWaiters_.clear();
+  for (auto& [rank, w] : commWaiters_) w.deliver(caf::make_error(actors::Errc::kJobFailed, "the job is over"));
+  commWaiters_.clear();
+}
+
+caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
+  return {
+      [this, &job](recheck_atom) {
+        checkGate(job);
+        checkDone(job);
+      },
+      [this, &job](const Progress& p) {
+        if (p.rank < 0 || p.rank >= workers_) return;
+        rate_[size_t(p.rank)] = p.samplesPerSec;
+        if (!onProgress_) return;
+        JobProgress out{p.rank, p.step, p.epoch, p.epochRows, p.rowsPerEpoch, p.loss, 0};
+        const auto& members = job.members("worker");
+        for (size_t w = 0; w < members.size() && w < rate_.size(); ++w) {
+          if (members[w].live() && !reported_[w]) out.samplesPerSec += rate_[w];
+        }
+        onProgress_(out);
+      },
+      [this, &job](const GateRequest& g) -> caf::typed_response_promise<GateDecision> {
+        auto promise = job.self()->make_response_promise<GateDecision>();
+        if (g.rank < 0 || g.rank >= workers_ || gateOpen_ || job.over()) {
+          promise.deliver(GateDecision{false});
+          return promise;
+        }
+        log()->info("worker {} finished training: {} steps, {} samples in {:.1f} s", g.rank, g.steps, g.samples,
+                    g.trainSeconds);
+        gateWaiters_.insert_or_assign(g.rank, promise);
+        checkGate(job);
+        return promise;
+      },
+      [this, &job](const WorkerReport& r) -> int64_t {
+        if (r.rank < 0 || r.rank >= workers_ || reported_[size_t(r.rank)]) return r.rank;  // a repeat changes nothing
+        reported_[size_t(r.rank)] = true;
+        job.finished("worker", r.rank);
+        auto& o = outcome_;
+        o.workers[size_t(r.rank)] =
+            WorkerSummary{r.rank, false, r.steps, r.samples, r.pushesAcked, r.pulledRows, r.trainSeconds, r.denseHash};
+        o.steps += r.steps;
+        o.samples += r.samples;
+        o.pulledRows += r.pulledRows;
+        o.trainSeconds = std::max(o.trainSeconds, r.trainSeconds);
+        if (r.evaluated) {
+          o.evaluated = true;
+          o.auc = r.auc;
+          o.loss = r.loss;
+          o.accuracy = r.accuracy;
+          o.rows = r.rows;
+          o.evalSeconds = r.evalSeconds;
+          if (r.labels.dtype == DType::kFloat32 && r.predictions.dtype == DType::kFloat32 &&
+              r.labels.bytes == r.predictions.bytes) {
+            o.labels.assign(r.labels.as<float>(), r.labels.as<float>() + r.labels.count<float>());
+            o.predictions.assign(r.predictions.as<float>(), r.predictions.as<float>() + r.predictions.count<float>());
+          }
+        }
+        checkDone(job);
+        return r.rank;
+      },
+      [this, &job](CommOffer& offer) -> caf::typed_response_promise<CommChoice> {
+        auto promise = job.self()->make_response_promise<CommChoice>();
+        if (offer.rank < 0 || offer.rank >= workers_ || job.over() || offers_[size_t(offer.rank)]) {
+          promise.deliver(caf::make_error(actors::Errc::kNotInJob,
+                                          fmt::format("worker {} may not offer its collectives now", offer.rank)));
+          return promise;
+        }
+        const int64_t rank = offer.rank;
+        offers_[size_t(rank)] = std::move(offer);
+        commWaiters_.emplace_back(rank, promise);
+        for (const auto& o : offers_) {
+          if (!o) return promise;
+        }
+        // NCCL takes one device per rank: the workers of a host take its
+        // devices in rank order, and a host with more workers than devices
+        // cannot use NCCL.
+        std::vector<int64_t> device(static_cast<size_t>(workers_));
+        std::vector<std::string> why(static_cast<size_t>(workers_));
+        std::map<std::string, std::vector<int64_t>> hosts;
+        const auto& members = job.members("worker");
+        for (int64_t w = 0; w < workers_; ++w) {
+          const std::string& a = members[size_t(w)].address;
+          hosts[a.substr(0, a.rfind(':'))].push_back(w);
+          why[size_t(w)] = offers_[size_t(w)]->unavailable;
+        }
+        for (const auto& [host, ranks] : hosts) {
+          for (size_t i = 0; i < ranks.size(); ++i) {
+            const int64_t w = ranks[i];
+            device[size_t(w)] = int64_t(i);
+            if (why[size_t(w)].empty() && int64_t(i) >= offers_[size_t(w)]->devices) {
+              why[size_t(w)] = fmt::format("{} workers on host {} share its {} CUDA device(s), NCCL takes one each",
+                                           ranks.size(), host, offers_[size_t(w)]->devices);
+            }
+          }
+        }
+        std::string backend = "nccl";
+        for (int64_t w = 0; w < workers_ && backend == "nccl"; ++w) {
+          if (why[size_t(w)].empty()) continue;
+          if (backend_ == "nccl") {
+            job.fail(fmt::format("collectives.backend = nccl, but worker {} cannot use NCCL: {}", w, why[size_t(w)]));
+            return promise;
+          }
+          log()->info("collectives.backend = auto: the workers use the ring, since worker {} cannot use NCCL ({})", w,
+                      why[size_t(w)]);
+          backend = "ring";
+        }
+        const Tensor& id = offers_[0]->ncclId;
+        if (backend == "nccl" && id.bytes != collectives::kNcclIdBytes) {
+          job.fail(fmt::format("worker 0 sent an NCCL id of {} bytes, not {}", id.bytes, collectives::kNcclIdBytes));
+          return promise;
+        }
+        if (backend == "nccl") log()->info("the {} workers use NCCL for their collectives", workers_);
+        outcome_.collectivesBackend = backend;
+        for (auto& [r, w] : commWaiters_) w.deliver(CommChoice{backend, id, device[size_t(r)]});
+        commWaiters_.clear();
+        return promise;
+      },
+  };
+}
+
+JobOutcome TrainingJob::takeOutcome(const actors::JobResult& result) {
+  JobOutcome o = std::move(outcome_);
+  o.ok = result.ok;
+  o.error = result.error;
+  o.events = result.events;
+  return o;
+}
+
+}  // namespace troupe::workers

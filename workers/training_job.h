@@ -1,0 +1,119 @@
+// A multi-process training job (DESIGN.md, Processes and roles): one
+// coordinator, S parameter-server processes (one shard each) and W worker
+// processes. train.mode picks where parameters live: ps (all on the
+// shards), allreduce (no shards: every worker holds the dense parameters and
+// a replica of the tables, and the workers' communicator averages
+// gradients), hybrid (tables on the shards, dense parameters by all-reduce).
+//
+// The lifecycle (ranks, readiness, losses, shutdown) is the coordinator's
+// (actors/coordinator.h); TrainingJob is the job's policy there: it follows
+// the workers' progress, opens the evaluation gate once every live worker
+// has trained its share (the lowest live rank evaluates the final model),
+// collects their reports (workers/job_messages.h), picks the collectives
+// backend of a sync mode, and, once every live worker reported, asks the
+// shards for their counters and ends the job. The roles of the other
+// processes are in workers/ps_role.h and workers/worker_role.h.
+//
+// A loss (TrainingJob::onLoss): a lost shard, a lost worker in BSP or a sync
+// mode, or a worker that fails ends the job with an error naming it; a
+// lost worker in SSP / ASP is reported, the shards stop waiting for it, and
+// the others finish.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/coordinator.h"
+#include "common/config.h"
+#include "ps/shard.h"
+#include "transport/tensor.h"
+#include "workers/job_messages.h"
+#include "workers/job_setup.h"
+
+namespace troupe::workers {
+
+struct JobProgress {
+  int64_t worker = 0, step = 0, epoch = 0, epochRows = 0, rowsPerEpoch = 0;
+  double loss = 0, samplesPerSec = 0;  // samplesPerSec: all workers together
+};
+
+struct WorkerSummary {
+  int64_t rank = 0;
+  bool lost = false;
+  int64_t steps = 0, samples = 0, pushesAcked = 0, pulledRows = 0;
+  double trainSeconds = 0;
+  uint64_t denseHash = 0;  // of the final dense weights (identical on every rank in sync modes)
+};
+
+struct ShardSummary {
+  int64_t rank = 0;
+  int64_t rows = 0, pushesApplied = 0, duplicatePushes = 0, pullsServed = 0, pullsDelayed = 0, maxLead = 0;
+};
+
+struct JobOutcome {
+  bool ok = false;
+  std::string error;  // when !ok
+  // The final evaluation (by the lowest live worker rank).
+  bool evaluated = false;
+  double auc = 0, loss = 0, accuracy = 0;
+  int64_t rows = 0;
+  std::vector<float> labels, predictions;
+  double trainSeconds = 0;  // the longest worker's training time
+  double evalSeconds = 0;
+  int64_t steps = 0, samples = 0, pulledRows = 0;  // all workers
+  std::vector<WorkerSummary> workers;
+  std::vector<ShardSummary> shards;
+  std::vector<actors::RecoveryEvent> events;  // every loss, in order
+  std::string collectivesBackend;             // sync modes: the one the workers use ("ring", "nccl")
+};
+
+// The published name of a ps process's shard actor.
+inline constexpr const char* kShardName = "shard";
+
+class TrainingJob final : public actors::JobPolicy {
+ public:
+  // `onProgress` runs on the coordinator's thread.
+  TrainingJob(const Config& config, std::function<void(const JobProgress&)> onProgress);
+
+  caf::message_handler handlers(actors::JobContext& job) override;
+  void onStart(actors::JobContext& job) override;
+  actors::LossDecision onLoss(actors::JobContext& job, const actors::Member& m, const actors::Loss& loss) override;
+  void onOver(actors::JobContext& job) override;
+
+  // Whether every process was ready once (any thread).
+  bool started() const { return started_.load(); }
+  // The outcome; complete once the coordinator's run is over.
+  JobOutcome takeOutcome(const actors::JobResult& result);
+
+ private:
+  void checkGate(actors::JobContext& job);
+  void checkDone(actors::JobContext& job);
+  void finalize(actors::JobContext& job);
+
+  int64_t workers_ = 0, servers_ = 0;
+  ps::Consistency consistency_ = ps::Consistency::kBsp;
+  TrainMode mode_ = TrainMode::kPs;
+  std::string backend_;  // collectives.backend
+  std::function<void(const JobProgress&)> onProgress_;
+  std::atomic<bool> started_{false};
+  std::vector<double> rate_;  // per worker: samples/s it reported last
+  std::vector<bool> reported_;
+  std::map<int64_t, caf::typed_response_promise<GateDecision>> gateWaiters_;
+  bool gateOpen_ = false;
+  bool finishing_ = false;
+  // The collectives backend of a sync mode (CommOffer).
+  std::vector<std::optional<CommOffer>> offers_;
+  std::vector<std::pair<int64_t, caf::typed_response_promise<CommChoice>>> commWaiters_;
+  JobOutcome outcome_;
+};
+
+// The coordinator of a training job: its role groups ({ps: S, worker: W})
+// and its timeouts, from the config. Throws SetupError on a bad value.
+actors::CoordinatorOptions coordinatorOptions(const Config& config);
+
+}  // namespace troupe::workers

@@ -1,0 +1,259 @@
+#include "workers/worker_role.h"
+
+#include <thread>
+
+#include <caf/all.hpp>
+
+#include "collectives/nccl_communicator.h"
+#include "collectives/peer_watch.h"
+#include "collectives/ring_communicator.h"
+#include "common/check.h"
+#include "common/hash.h"
+#include "common/logging.h"
+#include "kernels/kernels.h"
+#include "ps/table_holder.h"
+#include "transport/remote_actors.h"
+#include "workers/job_messages.h"
+#include "workers/job_setup.h"
+#include "workers/loader_actor.h"
+#include "workers/messages.h"
+#include "workers/ps_client.h"
+#include "workers/training_job.h"
+#include "workers/worker_actor.h"
+
+namespace troupe::workers {
+namespace {
+
+using namespace std::chrono_literals;
+using transport::DType;
+using transport::Tensor;
+
+int workerThreads(const Config& c, int requested) {
+  if (requested > 0) return requested;
+  const int64_t t = c.getInt("cluster.worker_threads");
+  if (t > 0) return int(t);
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / int(std::max<int64_t>(1, c.getInt("cluster.workers"))));
+}
+
+// Drives the worker actor: starts its run, sends its result to the
+// coordinator, and ends once the coordinator has it. Fails (and so
+// escalates) with the worker's error. Stopped, it stops the worker first:
+// the worker's core holds the communicator, which must go before the
+// transport does.
+struct DriverState {
+  caf::actor worker;
+  caf::actor coordinator;
+  int64_t rank = 0;
+  bool workerDown = false;
+  bool stopping = false;
+  caf::error stopReason;
+  static inline const char* name = "worker_driver";
+};
+
+caf::behavior driver(caf::stateful_actor<DriverState>* self, std::function<caf::actor()> spawnWorker,
+                     caf::actor coordinator, int64_t rank) {
+  auto& st = self->state;
+  st.coordinator = std::move(coordinator);
+  st.rank = rank;
+  st.worker = spawnWorker();
+  self->monitor(st.worker);
+  self->set_down_handler([=](caf::down_msg& dm) {
+    auto& st = self->state;
+    if (dm.source != st.worker.address()) return;
+    st.workerDown = true;
+    if (st.stopping) return self->quit(st.stopReason);
+    if (dm.reason && dm.reason != caf::exit_reason::normal) self->quit(dm.reason);
+    // A normal end: its report is on its way (or here already).
+  });
+  self->set_exit_handler([=](caf::exit_msg& em) {
+    auto& st = self->state;
+    st.stopping = true;
+    st.stopReason = em.reason;
+    if (st.workerDown) return self->quit(em.reason);
+    self->send_exit(st.worker, em.reason);
+  });
+  self->set_error_handler([=](caf::error& err) { self->quit(err); });
+  self->send(st.worker, run_atom::value);
+  return {
+      [=](TrainReportPtr report) {
+        auto& st = self->state;
+        const bool evaluated = !report->evals.empty();
+        const EvalResult eval = evaluated ? report->evals.back() : EvalResult{};
+        WorkerReport r;
+        r.rank = st.rank;
+        r.steps = report->steps;
+        r.samples = report->samples;
+        r.pushesAcked = report->pushesAcked;
+        r.pulledRows = report->pulledRows;
+        r.trainSeconds = report->trainSeconds;
+        r.evalSeconds = report->evalSeconds;
+        r.evaluated = evaluated;
+        r.auc = eval.auc;
+        r.loss = eval.loss;
+        r.accuracy = eval.accuracy;
+        r.rows = eval.rows;
+        r.labels = Tensor::copyOf(eval.labels.data(), eval.labels.size() * 4, DType::kFloat32);
+        r.predictions = Tensor::copyOf(eval.predictions.data(), eval.predictions.size() * 4, DType::kFloat32);
+        r.denseHash = hashBytes(std::string_view(reinterpret_cast<const char*>(report->denseWeights.data()),
+                                                 report->denseWeights.size() * 4),
+                                0);
+        self->request(st.coordinator, 60s, std::move(r))
+            .then([=](int64_t) { self->quit(); },
+                  [=](caf::error& err) {
+                    self->quit(caf::make_error(actors::Errc::kMemberFailed,
+                                               "the coordinator did not take the report: " + actors::describe(err)));
+                  });
+      },
+  };
+}
+
+// A child the role spawned already (the supervisor takes it as it is; it
+// is not restarted in place).
+actors::ChildSpec existing(std::string name, caf::actor a) {
+  return actors::ChildSpec{std::move(name), [a](caf::actor_system&) { return a; }, false};
+}
+
+}  // namespace
+
+WorkerRole::WorkerRole(int threads) : threads_(threads) {}
+WorkerRole::~WorkerRole() = default;
+
+void WorkerRole::prepare(actors::MemberContext&) {}
+
+std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, const actors::Roster& roster) {
+  const Config& config = ctx.config;
+  const int64_t rank = ctx.welcome.rank;
+  const int threads = workerThreads(config, threads_);
+  logger("job")->info("worker {} on {} ({} compute threads)", rank, ctx.remote.node().address(), threads);
+  auto kernels = std::shared_ptr<kernels::Kernels>(kernels::createKernels({kernels::Device::kCpu, threads}));
+  const int64_t workers = config.getInt("cluster.workers");
+  const TrainMode mode = trainMode(config);
+  const int64_t servers = serverCount(config);
+  const std::vector<uint64_t> shardNodes = roster.nodesOf("ps");
+  const std::vector<uint64_t> workerNodes = roster.nodesOf("worker");
+  if (int64_t(shardNodes.size()) != servers || int64_t(workerNodes.size()) != workers) {
+    TROUPE_SETUP_ERROR("the roster names {} shards and {} workers; the job has {} and {}", shardNodes.size(),
+                       workerNodes.size(), servers, workers);
+  }
+  WorkerCoreOptions model = modelOptions(config, threads);
+  model.kernels = kernels;
+  model.worker = rank;
+  model.denseOnServers = mode == TrainMode::kPs;
+  if (mode != TrainMode::kPs) {
+    const std::string requested = collectivesBackend(config);
+    std::string backend = "ring";
+    Tensor ncclId;
+    int device = -1;
+    if (requested != "ring") {
+      // Every worker says whether it can use NCCL; rank 0 makes the id;
+      // the coordinator decides for all and hands out rank 0's id.
+      std::string why = collectives::ncclUnavailableReason();
+      std::string id;
+      if (why.empty() && rank == 0) {
+        auto made = collectives::makeNcclId();
+        if (made.hasValue()) {
+          id = std::move(*made);
+        } else {
+          why = made.status().message();
+        }
+      }
+      caf::scoped_actor self{ctx.system};
+      std::string error;
+      bool decided = false;
+      self->request(ctx.coordinator, std::chrono::seconds(positive(config, "cluster.start_timeout_s")),
+                    CommOffer{rank, int64_t(collectives::ncclDevices()), why,
+                              Tensor::copyOf(id.data(), id.size(), DType::kBytes)})
+          .receive(
+              [&](CommChoice& c) {
+                backend = std::move(c.backend);
+                ncclId = std::move(c.ncclId);
+                device = int(c.device);
+                decided = true;
+              },
+              [&](caf::error& e) { error = actors::describe(e); });
+      if (!decided) TROUPE_SETUP_ERROR("worker {}: no collectives backend: {}", rank, error);
+    }
+    const auto timeout = std::chrono::seconds(positive(config, "collectives.timeout_s"));
+    const auto connectTimeout = std::chrono::seconds(config.getInt("cluster.start_timeout_s"));
+    if (backend == "nccl") {
+      peerWatch_ = std::make_unique<collectives::PeerWatch>(ctx.remote, workerNodes, int(rank));
+      collectives::NcclOptions no;
+      no.rank = int(rank);
+      no.size = int(workers);
+      no.device = device;
+      no.id.assign(reinterpret_cast<const char*>(ncclId.data), size_t(ncclId.bytes));
+      no.timeout = timeout;
+      no.connectTimeout = connectTimeout;
+      no.health = [watch = peerWatch_.get()] { return watch->status(); };
+      auto nccl = collectives::createNcclCommunicator(std::move(no));
+      if (!nccl.hasValue()) TROUPE_SETUP_ERROR("worker {}: the workers' communicator: {}", rank, nccl.status().message());
+      comm_ = std::move(*nccl);
+    } else {
+      collectives::RingOptions ro;
+      ro.rank = int(rank);
+      ro.nodes = workerNodes;
+      ro.chunkBytes = size_t(positive(config, "collectives.chunk_kb")) << 10;
+      ro.smallBytes = size_t(std::max<int64_t>(0, config.getInt("collectives.small_kb"))) << 10;
+      ro.timeout = timeout;
+      ro.connectTimeout = connectTimeout;
+      ro.spin = std::chrono::microseconds(std::max<int64_t>(0, config.getInt("collectives.spin_us")));
+      auto ring = collectives::RingCommunicator::create(ctx.remote, ro);
+      if (!ring.hasValue()) TROUPE_SETUP_ERROR("worker {}: the workers' communicator: {}", rank, ring.status().message());
+      comm_ = std::move(*ring);
+    }
+    model.comm = comm_;
+    model.bucketBytes = positive(config, "train.bucket_kb") << 10;
+    model.replicatedTables = mode == TrainMode::kAllReduce && model.kind == ModelKind::kDlrm;
+  }
+  DataSources data = openData(config, threads);
+  auto core = std::make_shared<std::unique_ptr<WorkerCore>>(std::make_unique<WorkerCore>(model));
+  caf::actor client;
+  if (mode != TrainMode::kAllReduce) {
+    PsClientOptions co;
+    co.worker = rank;
+    for (uint64_t node : shardNodes) co.shards.push_back(ctx.remote.remoteActor(node, kShardName));
+    for (const auto& t : tableOptions(config, model)) co.dims.push_back(t.dim);
+    co.denseSize = mode == TrainMode::kPs ? (*core)->denseParameters() : 0;
+    client = spawnPsClient(ctx.system, co);
+  } else if ((*core)->hasTables()) {
+    ps::TableHolderOptions ho;
+    ho.tables = tableOptions(config, model);
+    ho.kernels = kernels;
+    client = ps::spawnTableHolder(ctx.system, ho);  // this rank's replica of the tables
+  }
+  const int prefetch = int(positive(config, "data.prefetch"));
+  auto trainLoader = spawnLoader(ctx.system, everyNthBatch(data.train, rank, workers), prefetch);
+  auto testLoader = spawnLoader(ctx.system, data.test, prefetch);
+  WorkerOptions wo;
+  wo.core = model;
+  wo.epochs = positive(config, "train.epochs");
+  wo.maxSteps = config.getInt("train.max_steps");
+  wo.progressEverySteps = positive(config, "train.progress_every");
+  wo.evaluateEachEpoch = false;
+  wo.evalGate = ctx.coordinator;
+  if (config.getInt("cluster.slow_worker") == rank) wo.stepDelay = std::chrono::milliseconds(config.getInt("cluster.slow_ms"));
+  wo.onEvent = [coord = ctx.coordinator, rank](const WorkerEvent& e) {
+    if (e.kind != WorkerEvent::Kind::kProgress) return;
+    caf::anon_send(coord, Progress{rank, e.epoch, e.step, e.epochRows, e.rowsPerEpoch, e.meanLoss, e.samplesPerSec});
+  };
+  std::vector<actors::ChildSpec> children = {existing("train loader", trainLoader),
+                                             existing("test loader", testLoader)};
+  if (client) children.push_back(existing("tables", client));
+  auto spawnWorker = [&system = ctx.system, wo, core, trainLoader, testLoader, client]() {
+    return workers::spawnWorker(system, wo, std::move(*core), trainLoader, testLoader, client);
+  };
+  children.push_back(actors::ChildSpec{"worker",
+                                       [spawnWorker, coord = ctx.coordinator, rank](caf::actor_system& sys) {
+                                         return sys.spawn(driver, spawnWorker, coord, rank);
+                                       },
+                                       false});
+  return children;
+}
+
+void WorkerRole::release() {
+  comm_.reset();
+  peerWatch_.reset();
+}
+
+}  // namespace troupe::workers

@@ -1,0 +1,40 @@
+// The worker process of a training job (workers/training_job.h). With the
+// roster it builds what the job's mode needs: in a sync mode the workers'
+// communicator (the ring over the transport, or NCCL when the coordinator
+// picks it from every worker's CommOffer); the client of the shards (ps,
+// hybrid) or its replica of the tables (allreduce with tables); loaders of
+// its share of the training data (every W-th batch) and of the test data;
+// and the worker actor, driven by a small actor that reports its result to
+// the coordinator (WorkerReport). They run supervised (actors/node_agent.h);
+// a failure of any of them is escalated to the coordinator, which decides
+// for the job.
+#pragma once
+
+#include <memory>
+
+#include "actors/node_agent.h"
+
+namespace troupe::collectives {
+class Communicator;
+class PeerWatch;
+}
+
+namespace troupe::workers {
+
+class WorkerRole final : public actors::Role {
+ public:
+  // threads: compute threads (0: the config's cluster.worker_threads, or
+  // the cores divided among the workers of this machine).
+  explicit WorkerRole(int threads);
+  ~WorkerRole() override;
+  void prepare(actors::MemberContext& ctx) override;
+  std::vector<actors::ChildSpec> start(actors::MemberContext& ctx, const actors::Roster& roster) override;
+  void release() override;
+
+ private:
+  int threads_;
+  std::unique_ptr<collectives::PeerWatch> peerWatch_;  // the NCCL communicator's health; outlives it
+  std::shared_ptr<collectives::Communicator> comm_;
+};
+
+}  // namespace troupe::workers
