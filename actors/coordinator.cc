@@ -311,12 +311,13 @@ caf::behavior coordinator(Self* self, CoordinatorOptions options, std::shared_pt
                      replacement ? fmt::format(" (replacement {} of rank {})", m.incarnation, m.rank) : "");
         return Welcome{m.rank, m.incarnation, st.options.config};
       },
-      [=](const MemberFailed& f) {
+      [=](const MemberFailed& f) -> int64_t {
         auto& st = self->state;
         Slot* s = st.slot(f.role, f.rank);
         // A stale report (an earlier process of the rank) or a second one changes nothing.
-        if (!s || !s->member.live() || s->member.incarnation != f.incarnation) return;
+        if (!s || !s->member.live() || s->member.incarnation != f.incarnation) return f.rank;
         st.onMemberDown(*s, lossOf(caf::make_error(Errc::kMemberFailed, f.why)));
+        return f.rank;
       },
       [=](const Ready& r) -> caf::typed_response_promise<Roster> {
         auto& st = self->state;

@@ -72,7 +72,7 @@ struct Shutdown {
 
 // From an agent: this member failed (its supervisor gave up on an actor of
 // it); the process exits next. The coordinator handles it as the loss of
-// the member, with `why`.
+// the member, with `why`, and answers with the rank.
 struct MemberFailed {
   std::string role;
   int64_t rank = 0;

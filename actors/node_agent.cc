@@ -38,8 +38,11 @@ struct Signals {
   }
 };
 
+using lost_atom = caf::atom_constant<caf::atom("lost")>;
+
 struct AgentState {
   caf::actor coordinator;
+  std::chrono::milliseconds confirmTimeout{6000};
   std::shared_ptr<Signals> signals;
   std::string role;
   int64_t rank = -1, incarnation = 0;
@@ -47,9 +50,10 @@ struct AgentState {
 };
 
 caf::behavior agent(caf::stateful_actor<AgentState>* self, caf::actor coordinator, std::shared_ptr<Signals> signals,
-                    std::string role) {
+                    std::string role, std::chrono::milliseconds heartbeatTimeout) {
   auto& st = self->state;
   st.coordinator = coordinator;
+  st.confirmTimeout = 2 * heartbeatTimeout;
   st.signals = std::move(signals);
   st.role = std::move(role);
   self->monitor(coordinator);
@@ -69,10 +73,23 @@ caf::behavior agent(caf::stateful_actor<AgentState>* self, caf::actor coordinato
         self->state.incarnation = w.incarnation;
       },
       [=](const ChildFailed& f) {
+        // A failure is reported once the coordinator has it. When the
+        // coordinator is gone, that was the cause (a shard that lost it
+        // left, and a pull to it failed): the process says so instead.
         auto& st = self->state;
         const std::string why = fmt::format("{}: {}", f.child, f.reason);
-        self->send(st.coordinator, MemberFailed{st.role, st.rank, st.incarnation, why});
-        st.signals->set(Signals::End::kFailed, why);
+        self->request(st.coordinator, st.confirmTimeout, MemberFailed{st.role, st.rank, st.incarnation, why})
+            .then([=](int64_t) { self->state.signals->set(Signals::End::kFailed, why); },
+                  [=](caf::error& err) {
+                    // The coordinator's down message, which says how it
+                    // went, is on its way when it is gone (its proxy is
+                    // killed right after its requests fail): decide after it.
+                    self->delayed_send(self, std::chrono::milliseconds(200), lost_atom::value,
+                               fmt::format("{}; {} failed meanwhile: {}", describe(err), f.child, f.reason));
+                  });
+      },
+      [=](lost_atom, const std::string& why) {
+        self->state.signals->set(Signals::End::kCoordinatorLost, why);
       },
   };
 }
@@ -144,7 +161,7 @@ int runMember(const MemberOptions& options, Role& role) {
   }
   caf::actor coord = (*remote)->remoteActor(coordinatorNode, kCoordinatorName);
   auto signals = std::make_shared<Signals>();
-  auto agentActor = system.spawn(agent, coord, signals, options.role);
+  auto agentActor = system.spawn(agent, coord, signals, options.role, nodeOptions.heartbeatTimeout);
   (*remote)->publish(agentActor, kAgentName);
   caf::scoped_actor self{system};
   std::string who = options.role;

@@ -1,16 +1,19 @@
 #include "apps/bench_command.h"
 
-#include "apps/allreduce_bench.h"
-#include "apps/cli_common.h"
-#include "apps/ps_bench.h"
-#include "apps/transport_bench.h"
 #include <sstream>
+
+#include "apps/cli_common.h"
+#include "bench/system/allreduce_bench.h"
+#include "bench/system/ps_bench.h"
+#include "bench/system/transport_bench.h"
 
 #include "common/check.h"
 #include "common/logging.h"
 #include "transport/node_config.h"
 
 namespace troupe::apps {
+
+using namespace bench;
 
 void addBenchCommand(CLI::App* app, int* result) {
   CLI::App* bench = app->add_subcommand("bench", "System benchmarks beside their ceilings and peers");

@@ -216,9 +216,13 @@ struct LaunchedJob {
   std::unique_ptr<Child> coordinator;
   std::vector<std::unique_ptr<Child>> ps, workers;
 
+  // What every ps and worker process gets on its command line (its own
+  // transport settings: it starts its node before it has the job's config).
+  std::vector<std::string> memberArgs;
+
   LaunchedJob(TempDir& d, const std::vector<std::string>& config, int numWorkers, int numServers,
-              const std::string& json)
-      : dir(d) {
+              const std::string& json, std::vector<std::string> members = {})
+      : dir(d), memberArgs(std::move(members)) {
     address = "127.0.0.1:" + std::to_string(freePort());
     std::vector<std::string> args = {TROUPE_BINARY, "launch", "--role", "coordinator", "--coordinator", address};
     args = plus(args, config);
@@ -227,16 +231,16 @@ struct LaunchedJob {
     coordinator = std::make_unique<Child>(args, dir.file("coordinator.log"));
     for (int i = 0; i < numServers; ++i) {
       ps.push_back(std::make_unique<Child>(
-          std::vector<std::string>{TROUPE_BINARY, "launch", "--role", "ps", "--coordinator", address, "--rank",
-                                   std::to_string(i)},
+          plus({TROUPE_BINARY, "launch", "--role", "ps", "--coordinator", address, "--rank", std::to_string(i)},
+               memberArgs),
           dir.file("ps-" + std::to_string(i) + ".log")));
     }
   }
   void startWorkers(int n) {
     for (int i = 0; i < n; ++i) {
       workers.push_back(std::make_unique<Child>(
-          std::vector<std::string>{TROUPE_BINARY, "launch", "--role", "worker", "--coordinator", address, "--rank",
-                                   std::to_string(i)},
+          plus({TROUPE_BINARY, "launch", "--role", "worker", "--coordinator", address, "--rank", std::to_string(i)},
+               memberArgs),
           dir.file("worker-" + std::to_string(i) + ".log")));
     }
   }
@@ -290,6 +294,41 @@ TEST_F(ClusterTest, AKilledShardEndsTheJobWithAClearError) {
   // Every other process ends too (no hang).
   EXPECT_FALSE(job.ps[0]->wait(20s).timedOut);
   for (auto& w : job.workers) EXPECT_FALSE(w->wait(20s).timedOut);
+}
+
+// The coordinator is the job's single point of failure: when it dies, every
+// other process notices (its proxy goes down: a crashed endpoint, or no
+// heartbeat for transport.heartbeat_timeout_ms when it is stopped rather
+// than killed), says so in one line and exits with status 3, within twice
+// the heartbeat timeout.
+TEST_F(ClusterTest, ALostCoordinatorTakesEveryProcessDownWithinTwiceTheHeartbeatTimeout) {
+  for (const int signal : {SIGKILL, SIGSTOP}) {
+    SCOPED_TRACE(signal == SIGKILL ? "killed" : "stopped");
+    TempDir dir;
+    const std::vector<std::string> heartbeat = {"--set", "transport.heartbeat_timeout_ms=2000"};
+    LaunchedJob job(dir, plus(slowJob(dir, "coord", "bsp"), heartbeat), 2, 2, dir.file("coord.json"), heartbeat);
+    ASSERT_TRUE(job.startTraining(2)) << readFile(dir.file("coordinator.log"));
+    const auto lost = std::chrono::steady_clock::now();
+    job.coordinator->kill(signal);
+    std::vector<std::pair<std::string, Child*>> members;
+    for (size_t i = 0; i < job.ps.size(); ++i) members.emplace_back("ps-" + std::to_string(i), job.ps[i].get());
+    for (size_t i = 0; i < job.workers.size(); ++i) {
+      members.emplace_back("worker-" + std::to_string(i), job.workers[i].get());
+    }
+    for (auto& [name, child] : members) {
+      auto r = child->wait(20s);
+      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - lost).count();
+      const std::string log = readFile(dir.file(name + ".log"));
+      EXPECT_FALSE(r.timedOut) << name;
+      std::printf("%s exited %.2f s after the coordinator was %s\n", name.c_str(), took,
+                  signal == SIGKILL ? "killed" : "stopped");
+      EXPECT_EQ(r.exitCode, 3) << name << "\n" << log;
+      EXPECT_LT(took, 2 * 2.0) << name << " was still running " << took << " s after the coordinator went\n" << log;
+      EXPECT_NE(log.find("lost the coordinator"), std::string::npos) << name << "\n" << log;
+      if (signal == SIGSTOP) EXPECT_NE(log.find("lost the coordinator (timed out)"), std::string::npos) << log;
+    }
+    job.coordinator->kill(SIGKILL);
+  }
 }
 
 // ---------------------------------------------------------------- exact count

@@ -1,4 +1,4 @@
-#include "apps/ps_bench.h"
+#include "bench/system/ps_bench.h"
 
 #include <algorithm>
 #include <chrono>
@@ -11,8 +11,8 @@
 
 #include "actors/actor_system.h"
 #include "actors/launcher.h"
-#include "apps/bench_pair.h"
-#include "apps/transport_bench.h"
+#include "bench/system/bench_pair.h"
+#include "bench/system/transport_bench.h"
 #include "common/check.h"
 #include "common/logging.h"
 #include "ps/shard.h"
@@ -20,7 +20,7 @@
 #include "transport/node_config.h"
 #include "transport/remote_actors.h"
 
-namespace troupe::apps {
+namespace troupe::bench {
 namespace {
 
 using namespace std::chrono_literals;
@@ -185,4 +185,4 @@ int runPsBench(const PsBenchOptions& options) {
   return 0;
 }
 
-}  // namespace troupe::apps
+}  // namespace troupe::bench

@@ -15,7 +15,7 @@
 
 #include "transport/node.h"
 
-namespace troupe::apps {
+namespace troupe::bench {
 
 struct AllReduceBenchOptions {
   std::string jsonPath;
@@ -39,4 +39,4 @@ int runAllReduceBench(const AllReduceBenchOptions& options);
 // command lines so every contender does the same work).
 int allReduceIterations(uint64_t bytes);
 
-}  // namespace troupe::apps
+}  // namespace troupe::bench

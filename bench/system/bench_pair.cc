@@ -1,11 +1,11 @@
-#include "apps/bench_pair.h"
+#include "bench/system/bench_pair.h"
 
 #include <cstdlib>
 
 #include "transport/node_config.h"
 #include "transport/remote_actors.h"
 
-namespace troupe::apps {
+namespace troupe::bench {
 
 Expected<BenchPair> startBenchPair(caf::actor_system& system, transport::NodeOptions node, uint64_t selfId,
                                    std::vector<std::string> childArgv) {
@@ -39,4 +39,4 @@ Expected<std::unique_ptr<transport::RemoteActors>> joinBenchPair(caf::actor_syst
   return transport::RemoteActors::start(system, node);
 }
 
-}  // namespace troupe::apps
+}  // namespace troupe::bench

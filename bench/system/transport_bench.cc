@@ -1,4 +1,4 @@
-#include "apps/transport_bench.h"
+#include "bench/system/transport_bench.h"
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -20,14 +20,14 @@
 
 #include "actors/actor_system.h"
 #include "actors/launcher.h"
-#include "apps/bench_pair.h"
+#include "bench/system/bench_pair.h"
 #include "common/check.h"
 #include "common/logging.h"
 #include "transport/handshake.h"
 #include "transport/node_config.h"
 #include "transport/remote_actors.h"
 
-namespace troupe::apps {
+namespace troupe::bench {
 namespace {
 
 using namespace std::chrono_literals;
@@ -293,4 +293,4 @@ int runTransportBench(const TransportBenchOptions& options) {
   return 0;
 }
 
-}  // namespace troupe::apps
+}  // namespace troupe::bench

@@ -9,7 +9,7 @@
 #include "transport/node.h"
 #include <vector>
 
-namespace troupe::apps {
+namespace troupe::bench {
 
 struct TransportBenchOptions {
   std::string jsonPath;           // also write the figures here
@@ -33,4 +33,4 @@ int runTransportBench(const TransportBenchOptions& options);
 bool havePerftest();
 std::vector<double> runPerftest(const std::string& test, uint64_t bytes, uint64_t iterations, bool tcpOnly);
 
-}  // namespace troupe::apps
+}  // namespace troupe::bench

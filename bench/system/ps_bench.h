@@ -11,7 +11,7 @@
 
 #include "transport/node.h"
 
-namespace troupe::apps {
+namespace troupe::bench {
 
 struct PsBenchOptions {
   std::string jsonPath;
@@ -25,4 +25,4 @@ struct PsBenchOptions {
 
 int runPsBench(const PsBenchOptions& options);
 
-}  // namespace troupe::apps
+}  // namespace troupe::bench

@@ -16,7 +16,7 @@ namespace troupe::transport {
 class RemoteActors;
 }
 
-namespace troupe::apps {
+namespace troupe::bench {
 
 // The two processes of a system benchmark: this one (the coordinator node,
 // id `selfId`) and a serving process run as `childArgv` with
@@ -36,4 +36,4 @@ Expected<std::unique_ptr<transport::RemoteActors>> joinBenchPair(caf::actor_syst
                                                                  const std::string& role,
                                                                  const std::string& coordinator);
 
-}  // namespace troupe::apps
+}  // namespace troupe::bench

@@ -1,4 +1,4 @@
-#include "apps/allreduce_bench.h"
+#include "bench/system/allreduce_bench.h"
 
 #include <unistd.h>
 
@@ -15,14 +15,14 @@
 
 #include "actors/actor_system.h"
 #include "actors/launcher.h"
-#include "apps/bench_pair.h"
+#include "bench/system/bench_pair.h"
 #include "collectives/ring_communicator.h"
 #include "common/check.h"
 #include "common/logging.h"
 #include "transport/node_config.h"
 #include "transport/remote_actors.h"
 
-namespace troupe::apps {
+namespace troupe::bench {
 namespace {
 
 using namespace std::chrono_literals;
@@ -238,4 +238,4 @@ int runAllReduceBench(const AllReduceBenchOptions& o) {
   return 0;
 }
 
-}  // namespace troupe::apps
+}  // namespace troupe::bench
