@@ -165,7 +165,12 @@ workers::JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, c
     for (int64_t i = 0; i < workers; ++i) processes.start("worker", i);
     log->info("started {} ps and {} worker processes; their logs are {}/{{ps,worker}}-N.log", servers, workers, runDir);
   };
-  if (launchHere) co.coordinator.terminate = [&](const actors::Member& m) { processes.kill(m.role, m.rank); };
+  if (launchHere) {
+    // A lost process is killed by PID (a stopped one must not come back)
+    // and a new one takes its rank.
+    co.coordinator.terminate = [&](const actors::Member& m) { processes.kill(m.role, m.rank); };
+    co.coordinator.replace = [&](const actors::Member& m) { processes.start(m.role, m.rank); };
+  }
   co.checkAbort = [&]() -> std::string {
     if (interrupted) return "interrupted (Ctrl-C)";
     return launchHere ? processes.failure(job->started()) : "";
@@ -319,15 +324,17 @@ int runTrain(const TrainFlags& flags) {
     std::string shards, lost;
     for (const auto& sh : outcome.shards) {
       shards += fmt::format("{}{{\"rank\": {}, \"rows\": {}, \"pushes_applied\": {}, \"duplicate_pushes\": {}, "
-                            "\"pulls_served\": {}, \"pulls_delayed\": {}, \"max_lead\": {}}}",
+                            "\"pulls_served\": {}, \"pulls_delayed\": {}, \"max_lead\": {}, \"samples_applied\": {}}}",
                             shards.empty() ? "" : ", ", sh.rank, sh.rows, sh.pushesApplied, sh.duplicatePushes,
-                            sh.pullsServed, sh.pullsDelayed, sh.maxLead);
+                            sh.pullsServed, sh.pullsDelayed, sh.maxLead, sh.samplesApplied);
     }
     std::string perWorker;
     for (const auto& w : outcome.workers) {
       perWorker += fmt::format(
-          "{}{{\"rank\": {}, \"steps\": {}, \"samples\": {}, \"train_seconds\": {}, \"dense_hash\": \"{:016x}\"}}",
-          perWorker.empty() ? "" : ", ", w.rank, w.steps, w.samples, jsonNumber(w.trainSeconds), w.denseHash);
+          "{}{{\"rank\": {}, \"steps\": {}, \"samples\": {}, \"train_seconds\": {}, \"dense_hash\": \"{:016x}\", "
+          "\"restarts\": {}, \"resumed_at\": {}}}",
+          perWorker.empty() ? "" : ", ", w.rank, w.steps, w.samples, jsonNumber(w.trainSeconds), w.denseHash,
+          w.restarts, w.resumedAt);
     }
     std::string recovery;
     for (const auto& e : outcome.events) {
@@ -341,6 +348,25 @@ int runTrain(const TrainFlags& flags) {
     field("worker_reports", "[" + perWorker + "]");
     field("lost", "[" + lost + "]");
     field("recovery", "[" + recovery + "]");
+    if (!outcome.shards.empty()) {
+      // The ledger: each shard applied every sample of every epoch once.
+      bool exact = outcome.expectedSamples > 0;
+      int64_t applied = 0, dups = 0;
+      for (const auto& sh : outcome.shards) {
+        exact = exact && sh.samplesApplied == outcome.expectedSamples;
+        applied += sh.pushesApplied;
+        dups += sh.duplicatePushes;
+      }
+      field("ledger", fmt::format("{{\"expected_samples_per_shard\": {}, \"samples_applied_per_shard\": [{}], "
+                                  "\"pushes_applied\": {}, \"duplicates_suppressed\": {}, \"exact\": {}}}",
+                                  outcome.expectedSamples,
+                                  fmt::join([&] {
+                                    std::vector<int64_t> v;
+                                    for (const auto& sh : outcome.shards) v.push_back(sh.samplesApplied);
+                                    return v;
+                                  }(), ", "),
+                                  applied, dups, exact ? "true" : "false"));
+    }
   }
   json += fmt::format("  \"run_dir\": \"{}\"\n}}\n", runDir);
   { std::ofstream(runDir + "/summary.json") << json; }

@@ -81,6 +81,18 @@ std::vector<Config::Key> troupeConfigSchema() {
       {"ps.consistency", T::kString, std::string("bsp"),
        "bsp (every step sees every worker's previous step), ssp (at most ps.staleness steps ahead) or asp"},
       {"ps.staleness", T::kInt, int64_t{4}, "ssp: how many steps a worker may run ahead of the slowest"},
+      // ---- supervision: what a multi-process job does when a process fails ----
+      {"supervision.on_worker_loss", T::kString, std::string("restart"),
+       "restart (a new process takes the lost worker's rank and resumes its share of the data from its last step "
+       "the shards applied; train.mode = ps) or fail (the job ends, naming the worker)"},
+      {"supervision.max_restarts", T::kInt, int64_t{3},
+       "restarts of one rank allowed within supervision.restart_window_s; one more fails the job"},
+      {"supervision.restart_window_s", T::kInt, int64_t{300}, "see supervision.max_restarts"},
+      {"supervision.replace_timeout_s", T::kInt, int64_t{120},
+       "a lost rank must be taken by a new process within this (a local job starts one at once; across machines, "
+       "start one with troupe launch --role worker --rank N)"},
+      {"supervision.stall_timeout_s", T::kInt, int64_t{300},
+       "a pull waiting this long for a slower worker's step (bsp, ssp) fails, naming the worker it waited for"},
       // ---- training mode of a multi-process job ----
       {"train.mode", T::kString, std::string("ps"),
        "ps (every parameter on the parameter servers), allreduce (every worker holds the dense parameters and a "

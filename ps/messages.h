@@ -34,6 +34,7 @@ struct PushRequest {
   int64_t worker = 0;
   int64_t sequence = 0;
   int64_t step = 1;  // the optimizer's global step
+  int64_t samples = 0;  // rows of the batch (the ledger of samples applied)
   std::vector<std::vector<uint64_t>> keys;
   std::vector<std::vector<float>> grads;  // grads[t]: [keys[t].size() x dim_t]
   std::vector<float> denseGrads;          // PS mode: every dense gradient

@@ -10,6 +10,7 @@
 #include "common/hash.h"
 #include "common/logging.h"
 #include "kernels/kernels.h"
+#include "ps/applied_window.h"
 #include "ps/table_set.h"
 #include "ps/wire.h"
 
@@ -45,10 +46,13 @@ namespace {
 using PullPromise = caf::typed_response_promise<Tensor, Tensor>;
 using PushPromise = caf::typed_response_promise<int64_t>;
 
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
+
 struct ParkedPull {
   caf::message msg;  // keeps the view's buffers alive
   PullView view;
   PullPromise promise;
+  caf::actor_clock::time_point since;
 };
 
 // The pushes of one BSP step, applied together once every live worker's is in.
@@ -68,8 +72,8 @@ struct ShardState {
   std::vector<float> dense;  // [weights | optimizer state] of the slice, one row
   int64_t denseSize = 0;
   int64_t updates = 0;       // optimizer steps applied (the optimizers' global step)
-  std::vector<int64_t> clock;        // per worker: steps applied
-  std::vector<int64_t> lastSequence; // per worker
+  std::vector<int64_t> clock;          // per worker: steps applied
+  std::vector<AppliedWindow> applied;  // per worker: the sequences applied
   std::set<int64_t> live;            // workers still training
   std::vector<ParkedPull> parked;
   std::map<int64_t, PendingStep> pending;  // bsp, by step
@@ -118,6 +122,21 @@ void serveParked(Self* self) {
       ++i;
     }
   }
+}
+
+// The first sequence (= step) of `worker` this shard has neither applied
+// nor holds for its BSP step.
+int64_t received(const ShardState& st, int64_t worker) {
+  int64_t next = st.applied[size_t(worker)].floor();
+  for (bool held = true; held;) {
+    held = st.applied[size_t(worker)].contains(next);
+    for (const auto& [s, pendingStep] : st.pending) {
+      auto it = pendingStep.parts.find(worker);
+      held = held || (it != pendingStep.parts.end() && it->second.view.sequence == next);
+    }
+    if (held) ++next;
+  }
+  return next;
 }
 
 // One optimizer step for the tables and the dense slice.
@@ -178,7 +197,10 @@ void applyReadySteps(Self* self) {
     Status s = apply(st, st.counts.data(), st.keys.data(), st.grads.data(), anyDense ? st.denseGrads.data() : nullptr);
     const int64_t stepIndex = it->first;
     for (auto& [w, part] : step.parts) {
-      st.lastSequence[size_t(w)] = std::max(st.lastSequence[size_t(w)], part.view.sequence);
+      if (s.isOk()) {
+        st.applied[size_t(w)].insert(part.view.sequence);
+        st.stats.samplesApplied += part.view.samples;
+      }
       st.clock[size_t(w)] = std::max(st.clock[size_t(w)], stepIndex + 1);
       for (auto& p : part.promises) {
         if (s.isOk()) {
@@ -204,7 +226,7 @@ caf::behavior shard(Self* self, ShardOptions options) {
   std::copy(st.options.denseInit.begin(), st.options.denseInit.end(), st.dense.begin());
   kernels::initRowState(st.options.denseOptimizer, st.dense.data(), st.denseSize);
   st.clock.assign(size_t(st.options.workers), 0);
-  st.lastSequence.assign(size_t(st.options.workers), -1);
+  st.applied.assign(size_t(st.options.workers), AppliedWindow{});
   for (int w = 0; w < st.options.workers; ++w) st.live.insert(w);
   // Whatever else arrives (a stray error, an unknown message from the
   // network) is logged and dropped: it must not stop the shard.
@@ -232,27 +254,34 @@ caf::behavior shard(Self* self, ShardOptions options) {
           serve(self, *view, promise);
         } else {
           ++st.stats.pullsDelayed;
-          st.parked.push_back(ParkedPull{std::move(msg), *view, promise});
+          if (st.parked.empty() && st.options.parkTimeout.count() > 0) {
+            self->delayed_send(self, std::chrono::seconds(1), tick_atom::value);
+          }
+          st.parked.push_back(ParkedPull{std::move(msg), *view, promise, self->clock().now()});
         }
         return promise;
       },
-      [=](push_atom a, int64_t worker, int64_t sequence, int64_t step, const Tensor& counts, const Tensor& keys,
-          const Tensor& grads, const Tensor& denseGrads) -> PushPromise {
+      [=](push_atom a, int64_t worker, int64_t sequence, int64_t step, int64_t samples, const Tensor& counts,
+          const Tensor& keys, const Tensor& grads, const Tensor& denseGrads) -> PushPromise {
         auto& st = self->state;
         auto promise = self->make_response_promise<int64_t>();
-        caf::message msg = caf::make_message(a, worker, sequence, step, counts, keys, grads, denseGrads);
+        caf::message msg = caf::make_message(a, worker, sequence, step, samples, counts, keys, grads, denseGrads);
         auto view = pushFromWire(msg, st.tables->dims(), size_t(st.denseSize));
         Status bad = view.hasValue() ? Status::ok() : view.status();
         if (bad.isOk() && (worker < 0 || worker >= st.options.workers)) {
           bad = Status::invalidArgument(fmt::format("push from worker {}; the job has {}", worker, st.options.workers));
         }
         if (bad.isOk() && step < 0) bad = Status::invalidArgument(fmt::format("push for step {}", step));
+        if (bad.isOk() && !st.applied[size_t(worker)].acceptable(sequence)) {
+          bad = Status::invalidArgument(fmt::format("push {} of worker {}, whose oldest unapplied push is {}", sequence,
+                                                    worker, st.applied[size_t(worker)].floor()));
+        }
         if (!bad.isOk()) {
           st.log->warn("shard {}: refused a push: {}", st.options.shard, bad.message());
           promise.deliver(invalid(bad));
           return promise;
         }
-        if (sequence <= st.lastSequence[size_t(worker)]) {
+        if (st.applied[size_t(worker)].contains(sequence)) {
           ++st.stats.duplicatePushes;
           promise.deliver(sequence);
           return promise;
@@ -283,7 +312,8 @@ caf::behavior shard(Self* self, ShardOptions options) {
             promise.deliver(caf::make_error(caf::sec::runtime_error, s.toString()));
             return promise;
           }
-          st.lastSequence[size_t(worker)] = sequence;
+          st.applied[size_t(worker)].insert(sequence);
+          st.stats.samplesApplied += view->samples;
           st.clock[size_t(worker)] = std::max(st.clock[size_t(worker)], step + 1);
           promise.deliver(sequence);
         }
@@ -298,12 +328,45 @@ caf::behavior shard(Self* self, ShardOptions options) {
         serveParked(self);
         return worker;
       },
+      [=](clock_atom, int64_t worker) -> caf::result<int64_t> {
+        auto& st = self->state;
+        if (worker < 0 || worker >= st.options.workers) {
+          return caf::make_error(caf::sec::invalid_argument,
+                                 fmt::format("clock of worker {}; the job has {}", worker, st.options.workers));
+        }
+        return received(st, worker);
+      },
+      [=](tick_atom) {
+        // Pulls parked past parkTimeout fail, naming whom they waited for.
+        auto& st = self->state;
+        const auto now = self->clock().now();
+        auto& parked = st.parked;
+        for (size_t i = 0; i < parked.size();) {
+          if (now - parked[i].since < st.options.parkTimeout) {
+            ++i;
+            continue;
+          }
+          std::vector<std::string> behind;
+          const int64_t bound = st.options.consistency == Consistency::kBsp ? 0 : st.options.staleness;
+          for (int64_t w : st.live) {
+            const int64_t next = received(st, w);
+            if (next < parked[i].view.step - bound) behind.push_back(fmt::format("worker {} (at step {})", w, next));
+          }
+          const std::string why = fmt::format(
+              "shard {}: the pull for step {} waited {} s for {}", st.options.shard, parked[i].view.step,
+              std::chrono::duration_cast<std::chrono::seconds>(st.options.parkTimeout).count(), fmt::join(behind, ", "));
+          st.log->error("{}", why);
+          parked[i].promise.deliver(caf::make_error(caf::sec::request_timeout, why));
+          parked.erase(parked.begin() + int64_t(i));
+        }
+        if (!parked.empty()) self->delayed_send(self, std::chrono::seconds(1), tick_atom::value);
+      },
       [=](stats_atom) {
         auto& st = self->state;
         st.stats.rows = st.tables->rows();
         const ShardStats& s = st.stats;
         return caf::make_message(s.rows, s.pushesApplied, s.duplicatePushes, s.pullsServed, s.pullsDelayed,
-                                 s.maxLead);
+                                 s.maxLead, s.samplesApplied);
       },
   };
 }

@@ -11,16 +11,20 @@
 //    averaged and applied as one update, so a step equals one step of a
 //    single process on the concatenated global batch.
 //
-// Evaluation pulls (create == false) never wait. A push is acknowledged
-// (its sequence number) only once applied; a push whose (worker, sequence)
-// was applied or is pending already is acknowledged without being applied
-// again. A worker that leaves (done, or lost: the coordinator says so) no
-// longer holds anyone back. Malformed messages are answered with an error
-// naming what is wrong and change nothing.
+// Evaluation pulls (create == false) never wait, and a training pull waits
+// at most ShardOptions::parkTimeout (then it fails, naming the workers it
+// waited for). A push is acknowledged (its sequence number) only once
+// applied; a push whose (worker, sequence) was applied or is pending
+// already is acknowledged without being applied again, whatever order
+// pushes arrive in (AppliedWindow). A worker that leaves (done, or lost:
+// the coordinator says so) no longer holds anyone back; its replacement asks
+// where to resume (clock_atom). Malformed messages are answered with an
+// error naming what is wrong and change nothing.
 //
 // Runs detached (its own thread); optimizers run on the given kernels.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -56,6 +60,8 @@ struct ShardOptions {
   kernels::OptimizerConfig denseOptimizer;
   Consistency consistency = Consistency::kAsp;
   int64_t staleness = 0;  // ssp
+  // A training pull parked this long for the clock fails (0: never).
+  std::chrono::milliseconds parkTimeout{0};
   int threads = 1;
   std::shared_ptr<kernels::Kernels> kernels;  // null: its own, with `threads`
 };

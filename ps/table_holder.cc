@@ -7,6 +7,7 @@
 
 #include "common/logging.h"
 #include "kernels/kernels.h"
+#include "ps/applied_window.h"
 #include "ps/messages.h"
 #include "ps/wire.h"
 #include "ps/table_set.h"
@@ -19,7 +20,7 @@ struct TableHolderState {
   std::vector<uint64_t> counts, keys;  // scratch: a request flattened
   std::vector<float> grads;
   std::shared_ptr<kernels::Kernels> kernels;
-  std::map<int64_t, int64_t> lastSequence;  // per worker
+  std::map<int64_t, AppliedWindow> applied;  // per worker
   static inline const char* name = "table_holder";
 };
 
@@ -59,8 +60,12 @@ caf::behavior tableHolder(caf::stateful_actor<TableHolderState>* self, TableHold
                                        req->keys[t].size(), req->grads[t].size(), tables.dims()[t]));
           }
         }
-        auto [it, fresh] = st.lastSequence.emplace(req->worker, -1);
-        if (req->sequence <= it->second) return req->sequence;  // a duplicate: applied already
+        AppliedWindow& applied = st.applied[req->worker];
+        if (applied.contains(req->sequence)) return req->sequence;  // a duplicate: applied already
+        if (!applied.acceptable(req->sequence)) {
+          return invalid(fmt::format("push {} of worker {}, whose oldest unapplied push is {}", req->sequence,
+                                     req->worker, applied.floor()));
+        }
         st.counts.clear();
         st.keys.clear();
         st.grads.clear();
@@ -71,7 +76,7 @@ caf::behavior tableHolder(caf::stateful_actor<TableHolderState>* self, TableHold
         }
         Status s = tables.push(st.counts.data(), st.keys.data(), st.grads.data(), req->step, *st.kernels);
         if (!s.isOk()) return caf::make_error(caf::sec::runtime_error, s.toString());
-        it->second = req->sequence;
+        applied.insert(req->sequence);
         return req->sequence;
       },
       [=](stats_atom) -> int64_t {

@@ -48,9 +48,9 @@ caf::message pullToWire(int64_t worker, int64_t step, bool create, bool dense, T
   return caf::make_message(pull_atom::value, worker, step, create, dense, std::move(counts), std::move(keys));
 }
 
-caf::message pushToWire(int64_t worker, int64_t sequence, int64_t step, Tensor counts, Tensor keys, Tensor grads,
-                        Tensor denseGrads) {
-  return caf::make_message(push_atom::value, worker, sequence, step, std::move(counts), std::move(keys),
+caf::message pushToWire(int64_t worker, int64_t sequence, int64_t step, int64_t samples, Tensor counts, Tensor keys,
+                        Tensor grads, Tensor denseGrads) {
+  return caf::make_message(push_atom::value, worker, sequence, step, samples, std::move(counts), std::move(keys),
                            std::move(grads), std::move(denseGrads));
 }
 
@@ -77,13 +77,14 @@ Expected<PullView> pullFromWire(const caf::message& msg, const std::vector<int64
 }
 
 Expected<PushView> pushFromWire(const caf::message& msg, const std::vector<int64_t>& dims, size_t denseSlice) {
-  if (!msg.match_elements<push_atom, int64_t, int64_t, int64_t, Tensor, Tensor, Tensor, Tensor>()) {
+  if (!msg.match_elements<push_atom, int64_t, int64_t, int64_t, int64_t, Tensor, Tensor, Tensor, Tensor>()) {
     return Status::corruption(fmt::format("not a push: {}", caf::to_string(msg)));
   }
-  const Tensor& counts = msg.get_as<Tensor>(4);
-  const Tensor& keys = msg.get_as<Tensor>(5);
-  const Tensor& grads = msg.get_as<Tensor>(6);
-  const Tensor& dense = msg.get_as<Tensor>(7);
+  const Tensor& counts = msg.get_as<Tensor>(5);
+  const Tensor& keys = msg.get_as<Tensor>(6);
+  const Tensor& grads = msg.get_as<Tensor>(7);
+  const Tensor& dense = msg.get_as<Tensor>(8);
+  if (msg.get_as<int64_t>(4) < 0) return Status::corruption(fmt::format("push of {} samples", msg.get_as<int64_t>(4)));
   auto floats = checkCounts(counts, keys, dims, "push");
   if (!floats.hasValue()) return floats.status();
   if (Status s = typed<float>(grads, DType::kFloat32, "push gradients"); !s.isOk()) return s;
@@ -100,6 +101,7 @@ Expected<PushView> pushFromWire(const caf::message& msg, const std::vector<int64
   v.worker = msg.get_as<int64_t>(1);
   v.sequence = msg.get_as<int64_t>(2);
   v.step = msg.get_as<int64_t>(3);
+  v.samples = msg.get_as<int64_t>(4);
   v.counts = counts.as<uint64_t>();
   v.keys = keys.as<uint64_t>();
   v.keyCount = keys.count<uint64_t>();

@@ -8,14 +8,20 @@
 //   pull:   (pull_atom, i64 worker, i64 step, bool create, bool dense,
 //            Tensor key counts u64[T], Tensor keys u64[n])
 //           -> (Tensor rows f32[sum_t n_t x dim_t], Tensor dense f32[slice or 0])
-//   push:   (push_atom, i64 worker, i64 sequence, i64 step,
+//   push:   (push_atom, i64 worker, i64 sequence, i64 step, i64 samples,
 //            Tensor key counts u64[T], Tensor keys u64[n],
 //            Tensor grads f32[sum_t n_t x dim_t], Tensor dense grads f32[slice or 0])
 //           -> i64 sequence, once applied
 //   leave:  (leave_atom, i64 worker) -> i64 worker   the worker trains no more
-//   stats:  (stats_atom) -> ShardStats as 6 x i64
+//   clock:  (clock_atom, i64 worker) -> i64 the first step of the worker this
+//           shard has not received (every push below it applied or held for
+//           its BSP step): where a replacement of the worker resumes
+//   stats:  (stats_atom) -> ShardStats as 7 x i64
 //
 // `step` is the worker's training step (0-based): the consistency clock.
+// `samples`: the rows of the batch the push is the gradient of (the ledger
+// of samples applied). A worker's sequence numbers start at 0 and grow by
+// one per push (a push's sequence is its step).
 // Decoders trust nothing: element types, dtypes, lengths and counts are
 // checked against the shard's tables and dense slice, and a mismatch is a
 // corruption Status naming it.
@@ -36,6 +42,7 @@
 namespace troupe::ps {
 
 using leave_atom = caf::atom_constant<caf::atom("leave")>;
+using clock_atom = caf::atom_constant<caf::atom("clock")>;
 
 // More tables than this in one message is refused.
 inline constexpr size_t kMaxWireTables = 4096;
@@ -56,6 +63,7 @@ struct PushView {
   int64_t worker = 0;
   int64_t sequence = 0;
   int64_t step = 0;
+  int64_t samples = 0;
   const uint64_t* counts = nullptr;
   const uint64_t* keys = nullptr;
   size_t keyCount = 0;
@@ -81,7 +89,7 @@ Expected<PullReplyView> pullReplyFromWire(const caf::message& msg, size_t rowFlo
 
 caf::message pullToWire(int64_t worker, int64_t step, bool create, bool dense, transport::Tensor counts,
                         transport::Tensor keys);
-caf::message pushToWire(int64_t worker, int64_t sequence, int64_t step, transport::Tensor counts,
+caf::message pushToWire(int64_t worker, int64_t sequence, int64_t step, int64_t samples, transport::Tensor counts,
                         transport::Tensor keys, transport::Tensor grads, transport::Tensor denseGrads);
 caf::message pullReplyToWire(transport::Tensor rows, transport::Tensor dense);
 
@@ -93,6 +101,7 @@ struct ShardStats {
   int64_t pullsServed = 0;
   int64_t pullsDelayed = 0;    // pulls that waited for the consistency clock
   int64_t maxLead = 0;         // largest (pull step - slowest live worker's clock) served
+  int64_t samplesApplied = 0;  // rows of the batches of the pushes applied (the ledger)
 };
 
 }  // namespace troupe::ps

@@ -54,6 +54,8 @@ struct WorkerReport {
   int64_t rows = 0;
   transport::Tensor labels, predictions;  // f32, one per test row (the evaluating worker)
   uint64_t denseHash = 0;                 // of the final dense weights
+  int64_t datasetRows = 0;                // training rows per epoch, the whole data set
+  int64_t resumedAt = 0;                  // a replacement: the step it resumed at
 };
 
 struct CommOffer {
@@ -86,7 +88,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, WorkerReport& x) {
   return f(caf::meta::type_name("WorkerReport"), x.rank, x.steps, x.samples, x.pushesAcked, x.pulledRows,
            x.trainSeconds, x.evalSeconds, x.evaluated, x.auc, x.loss, x.accuracy, x.rows, x.labels, x.predictions,
-           x.denseHash);
+           x.denseHash, x.datasetRows, x.resumedAt);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, CommOffer& x) {

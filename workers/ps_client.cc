@@ -138,7 +138,7 @@ caf::behavior psClient(Self* self, PsClientOptions options) {
             const auto slice = ps::denseSlice(o.denseSize, s, shards);
             dense.assign(req->denseGrads.begin() + slice.first, req->denseGrads.begin() + slice.second);
           }
-          caf::message msg = ps::pushToWire(o.worker, sequence, req->clock,
+          caf::message msg = ps::pushToWire(o.worker, sequence, req->clock, req->samples,
                                             Tensor::adopt(std::move(split.counts[size_t(s)]), DType::kUInt64),
                                             Tensor::adopt(std::move(split.keys[size_t(s)]), DType::kUInt64),
                                             Tensor::adopt(std::move(grads), DType::kFloat32),

@@ -1,5 +1,7 @@
 #include "workers/ps_role.h"
 
+#include <unistd.h>
+
 #include <caf/all.hpp>
 
 #include "common/logging.h"
@@ -16,7 +18,8 @@ void PsRole::prepare(actors::MemberContext& ctx) {
   const Config& config = ctx.config;
   const int64_t rank = ctx.welcome.rank;
   const int threads = threads_ > 0 ? threads_ : int(std::max<int64_t>(1, config.getInt("cluster.server_threads")));
-  logger("job")->info("ps {} on {} ({} compute threads)", rank, ctx.remote.node().address(), threads);
+  logger("job")->info("ps {} (pid {}) on {} ({} compute threads)", rank, ::getpid(), ctx.remote.node().address(),
+                      threads);
   auto kernels = std::shared_ptr<kernels::Kernels>(kernels::createKernels({kernels::Device::kCpu, threads}));
   const TrainMode mode = trainMode(config);
   const int servers = int(serverCount(config));
@@ -39,6 +42,7 @@ void PsRole::prepare(actors::MemberContext& ctx) {
   if (!consistency.hasValue()) TROUPE_SETUP_ERROR("config: ps.consistency: {}", consistency.status().message());
   so.consistency = *consistency;
   so.staleness = config.getInt("ps.staleness");
+  so.parkTimeout = std::chrono::seconds(positive(config, "supervision.stall_timeout_s"));
   so.kernels = kernels;
   shard_ = ps::spawnShard(ctx.system, so);
   ctx.remote.publish(shard_, kShardName);

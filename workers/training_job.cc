@@ -29,7 +29,19 @@ actors::CoordinatorOptions coordinatorOptions(const Config& config) {
   o.groups.push_back({"worker", workers});
   o.config = config.toToml();
   o.startTimeout = std::chrono::seconds(positive(config, "cluster.start_timeout_s"));
+  o.replaceTimeout = std::chrono::seconds(positive(config, "supervision.replace_timeout_s"));
+  const int64_t maxRestarts = config.getInt("supervision.max_restarts");
+  if (maxRestarts < 0) TROUPE_SETUP_ERROR("config: supervision.max_restarts must be >= 0, got {}", maxRestarts);
+  o.restarts = actors::RestartPolicy{maxRestarts, std::chrono::seconds(positive(config, "supervision.restart_window_s"))};
+  (void)workerLossPolicy(config);  // checked here, before any process starts
   return o;
+}
+
+WorkerLoss workerLossPolicy(const Config& config) {
+  const std::string p = config.getString("supervision.on_worker_loss");
+  if (p == "restart") return WorkerLoss::kRestart;
+  if (p == "fail") return WorkerLoss::kFail;
+  TROUPE_SETUP_ERROR("config: supervision.on_worker_loss must be restart or fail, not '{}'", p);
 }
 
 TrainingJob::TrainingJob(const Config& config, std::function<void(const JobProgress&)> onProgress)
@@ -41,6 +53,9 @@ TrainingJob::TrainingJob(const Config& config, std::function<void(const JobProgr
   if (!consistency.hasValue()) TROUPE_SETUP_ERROR("config: ps.consistency: {}", consistency.status().message());
   consistency_ = *consistency;
   backend_ = collectivesBackend(config);
+  onWorkerLoss_ = workerLossPolicy(config);
+  epochs_ = config.getInt("train.epochs");
+  maxSteps_ = config.getInt("train.max_steps");
   rate_.assign(size_t(workers_), 0.0);
   reported_.assign(size_t(workers_), false);
   offers_.resize(size_t(workers_));
@@ -97,8 +112,8 @@ void TrainingJob::finalize(actors::JobContext& job) {
         ->request(job.actorOf(m, kShardName), 10s, ps::stats_atom::value)
         .then(
             [this, &job, s, left](int64_t rows, int64_t pushes, int64_t dups, int64_t served, int64_t delayed,
-                                  int64_t lead) {
-              outcome_.shards[size_t(s)] = ShardSummary{s, rows, pushes, dups, served, delayed, lead};
+                                  int64_t lead, int64_t samples) {
+              outcome_.shards[size_t(s)] = ShardSummary{s, rows, pushes, dups, served, delayed, lead, samples};
               if (--*left == 0) job.finish();
             },
             [&job, s](caf::error& err) {
@@ -111,25 +126,25 @@ actors::LossDecision TrainingJob::onLoss(actors::JobContext& job, const actors::
   const std::string what = fmt::format("{} {}", m.describe(), loss.describe());
   if (m.role == "ps") return actors::LossDecision::fail(what + "; its shard of the model is gone");
   if (loss.kind == actors::Loss::Kind::kFailed) return actors::LossDecision::fail(what);
+  if (onWorkerLoss_ == WorkerLoss::kFail) {
+    return actors::LossDecision::fail(what + " (supervision.on_worker_loss = fail)");
+  }
   if (mode_ != TrainMode::kPs) {
     return actors::LossDecision::fail(
-        fmt::format("{}; {} training cannot take a step without every worker", what, trainModeName(mode_)));
+        fmt::format("{}; {} training cannot take a step without every worker, and restarting one there is not "
+                    "built yet (supervision.on_worker_loss = restart works in train.mode = ps)",
+                    what, trainModeName(mode_)));
   }
-  if (consistency_ == ps::Consistency::kBsp) {
-    return actors::LossDecision::fail(what + "; BSP cannot take a step without every worker");
-  }
-  // SSP / ASP: the shards stop waiting for it, the others finish.
-  log()->warn("{}; the other workers go on without it ({})", what, ps::consistencyName(consistency_));
-  outcome_.workers[size_t(m.rank)].lost = true;
-  for (const auto& s : job.members("ps")) {
-    if (!s.live()) continue;
-    job.self()
-        ->request(job.actorOf(s, kShardName), 10s, ps::leave_atom::value, m.rank)
-        .then([](int64_t) {}, [](caf::error&) {});  // a lost shard ends the job on its own
-  }
+  // A new process takes the rank and resumes from the last step the shards
+  // have; whatever it had asked the gate for, it asks again.
   gateWaiters_.erase(m.rank);
-  job.self()->send(job.self(), recheck_atom::value);  // once the coordinator has recorded the loss
-  return actors::LossDecision::goOn();
+  outcome_.workers[size_t(m.rank)].restarts += 1;
+  return actors::LossDecision::replace();
+}
+
+void TrainingJob::onReplaced(actors::JobContext&, const actors::Member& m) {
+  log()->info("worker {} is back (process {} of its rank); it resumes where the shards left it", m.rank,
+              m.incarnation + 1);
 }
 
 void TrainingJob::onOver(actors::JobContext&) {
@@ -173,12 +188,15 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
         reported_[size_t(r.rank)] = true;
         job.finished("worker", r.rank);
         auto& o = outcome_;
-        o.workers[size_t(r.rank)] =
-            WorkerSummary{r.rank, false, r.steps, r.samples, r.pushesAcked, r.pulledRows, r.trainSeconds, r.denseHash};
+        const int64_t restarts = o.workers[size_t(r.rank)].restarts;
+        o.workers[size_t(r.rank)] = WorkerSummary{r.rank,         false,          r.steps,     r.samples, r.pushesAcked,
+                                                  r.pulledRows,   r.trainSeconds, r.denseHash, restarts,  r.resumedAt};
         o.steps += r.steps;
         o.samples += r.samples;
         o.pulledRows += r.pulledRows;
         o.trainSeconds = std::max(o.trainSeconds, r.trainSeconds);
+        o.datasetRows = std::max(o.datasetRows, r.datasetRows);
+        if (maxSteps_ == 0) o.expectedSamples = o.datasetRows * epochs_;
         if (r.evaluated) {
           o.evaluated = true;
           o.auc = r.auc;

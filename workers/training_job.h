@@ -14,10 +14,13 @@
 // shards for their counters and ends the job. The roles of the other
 // processes are in workers/ps_role.h and workers/worker_role.h.
 //
-// A loss (TrainingJob::onLoss): a lost shard, a lost worker in BSP or a sync
-// mode, or a worker that fails ends the job with an error naming it; a
-// lost worker in SSP / ASP is reported, the shards stop waiting for it, and
-// the others finish.
+// A loss (TrainingJob::onLoss): a lost shard ends the job with an error
+// naming it. A lost or failed worker is replaced in ps mode
+// (supervision.on_worker_loss = restart, within supervision.max_restarts):
+// its new process asks the shards where its rank left off and resumes its
+// share of the data there, while the shards wait for it (BSP) or the others
+// go on (SSP within the staleness, ASP); a re-sent push is applied once. In
+// a sync mode, or with on_worker_loss = fail, the job ends naming it.
 #pragma once
 
 #include <atomic>
@@ -42,18 +45,26 @@ struct JobProgress {
   double loss = 0, samplesPerSec = 0;  // samplesPerSec: all workers together
 };
 
+// What the last process of a worker rank reported.
 struct WorkerSummary {
   int64_t rank = 0;
   bool lost = false;
-  int64_t steps = 0, samples = 0, pushesAcked = 0, pulledRows = 0;
+  int64_t steps = 0, samples = 0, pushesAcked = 0, pulledRows = 0;  // samples: trained by that process
   double trainSeconds = 0;
   uint64_t denseHash = 0;  // of the final dense weights (identical on every rank in sync modes)
+  int64_t restarts = 0;    // processes that replaced a lost one of this rank
+  int64_t resumedAt = 0;   // the step the last one resumed at (0: it trained from the start)
 };
 
 struct ShardSummary {
   int64_t rank = 0;
   int64_t rows = 0, pushesApplied = 0, duplicatePushes = 0, pullsServed = 0, pullsDelayed = 0, maxLead = 0;
+  int64_t samplesApplied = 0;  // the ledger: rows of the distinct pushes applied
 };
+
+// supervision.on_worker_loss. Throws SetupError on another value.
+enum class WorkerLoss { kRestart, kFail };
+WorkerLoss workerLossPolicy(const Config& config);
 
 struct JobOutcome {
   bool ok = false;
@@ -69,6 +80,10 @@ struct JobOutcome {
   std::vector<WorkerSummary> workers;
   std::vector<ShardSummary> shards;
   std::vector<actors::RecoveryEvent> events;  // every loss, in order
+  // The ledger: every sample of every epoch applied once on every shard
+  // (ps and hybrid modes) makes each shard's samplesApplied equal this.
+  int64_t datasetRows = 0;      // training rows per epoch
+  int64_t expectedSamples = 0;  // datasetRows x epochs (0 when train.max_steps cuts training short)
   std::string collectivesBackend;             // sync modes: the one the workers use ("ring", "nccl")
 };
 
@@ -83,6 +98,7 @@ class TrainingJob final : public actors::JobPolicy {
   caf::message_handler handlers(actors::JobContext& job) override;
   void onStart(actors::JobContext& job) override;
   actors::LossDecision onLoss(actors::JobContext& job, const actors::Member& m, const actors::Loss& loss) override;
+  void onReplaced(actors::JobContext& job, const actors::Member& m) override;
   void onOver(actors::JobContext& job) override;
 
   // Whether every process was ready once (any thread).
@@ -99,6 +115,8 @@ class TrainingJob final : public actors::JobPolicy {
   ps::Consistency consistency_ = ps::Consistency::kBsp;
   TrainMode mode_ = TrainMode::kPs;
   std::string backend_;  // collectives.backend
+  WorkerLoss onWorkerLoss_ = WorkerLoss::kRestart;
+  int64_t epochs_ = 1, maxSteps_ = 0;
   std::function<void(const JobProgress&)> onProgress_;
   std::atomic<bool> started_{false};
   std::vector<double> rate_;  // per worker: samples/s it reported last

@@ -36,6 +36,7 @@ struct WorkerState {
   int64_t pushesInFlight = 0;
   bool gatePassed = false;
   bool awaitingGate = false;
+  int64_t toSkip = 0;  // batches still to pass over (a replacement)
   std::function<void()> whenDrained;  // runs once every push is acknowledged
   static inline const char* name = "worker";
 };
@@ -125,6 +126,20 @@ void nextTrainBatch(Self* self) {
       .then(
           [=](BatchPtr batch) {
             auto& st = self->state;
+            if (st.toSkip > 0) {
+              // A replacement passes over what its rank trained before.
+              if (batch) {
+                --st.toSkip;
+                st.epochRows += batch->rows;
+                return nextTrainBatch(self);
+              }
+              if (st.epoch + 1 < st.options.epochs) {
+                ++st.epoch;
+                return startEpoch(self);
+              }
+              st.toSkip = 0;  // the rank had trained its whole share
+              return evaluate(self);
+            }
             if (st.core->options().comm) {
               // Synchronous modes: a step only when every rank has a batch
               // (ranks may hold one batch more or less of an epoch).
@@ -250,6 +265,7 @@ caf::behavior worker(Self* self, WorkerOptions options, std::shared_ptr<WorkerCo
   st.trainLoader = std::move(trainLoader);
   st.testLoader = std::move(testLoader);
   st.tables = std::move(tables);
+  st.toSkip = std::max<int64_t>(0, st.options.skipBatches);
   return {
       [=](run_atom) -> caf::typed_response_promise<TrainReportPtr> {
         auto& st = self->state;

@@ -65,6 +65,10 @@ struct WorkerOptions {
   caf::actor evalGate;
   // Experiments: sleep this long in every training step (a slow worker).
   std::chrono::milliseconds stepDelay{0};
+  // A replacement of a lost worker: pass over this many training batches
+  // of its share (across epochs) before the first step; the core resumes
+  // its step count there (WorkerCore::resumeAt).
+  int64_t skipBatches = 0;
   std::function<void(const WorkerEvent&)> onEvent;
 };
 

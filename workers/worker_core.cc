@@ -122,6 +122,11 @@ const float* WorkerCore::denseWeights() const {
   return dlrm_ ? dlrm_->parameters().weights() : mlpParams_->weights();
 }
 
+void WorkerCore::resumeAt(int64_t steps) {
+  steps_ = steps;
+  sequence_ = steps;
+}
+
 void WorkerCore::setDenseLearningRateScale(double scale) {
   const float lr = float(double(options_.denseOptimizer.learningRate) * scale);
   dense().setLearningRate(lr);
@@ -241,9 +246,10 @@ Status WorkerCore::forward(const Batch& batch, const ps::PullReplyPtr& rows) {
   return Status::ok();
 }
 
-std::shared_ptr<ps::PushRequest> WorkerCore::newPush() {
+std::shared_ptr<ps::PushRequest> WorkerCore::newPush(int64_t samples) {
   auto push = std::make_shared<ps::PushRequest>();
   push->worker = options_.worker;
+  push->samples = samples;
   push->sequence = sequence_++;
   push->step = steps_;
   push->clock = steps_ - 1;
@@ -274,7 +280,7 @@ Expected<ps::PushRequestPtr> WorkerCore::trainStep(const Batch& batch, const ps:
     if (!s.isOk()) return s;
     s = finishDenseSync();
     if (!s.isOk()) return s;
-    auto push = newPush();
+    auto push = newPush(batch.rows);
     push->keys.resize(size_t(tables));
     push->grads.resize(size_t(tables));
     for (int t = 0; t < tables; ++t) {
@@ -305,7 +311,7 @@ Expected<ps::PushRequestPtr> WorkerCore::trainStep(const Batch& batch, const ps:
   s = finishDenseSync();
   if (!s.isOk()) return s;
   if (options_.denseOnServers) {
-    auto push = newPush();
+    auto push = newPush(batch.rows);
     push->denseGrads.assign(mlpParams_->grads(), mlpParams_->grads() + mlpParams_->size());
     return ps::PushRequestPtr(std::move(push));
   }

@@ -106,6 +106,9 @@ class WorkerCore final {
   void finishEval(EvalResult* eval) const;
 
   int64_t steps() const { return steps_; }
+  // A replacement of a lost worker: its steps (and push sequence numbers,
+  // one per step) go on from `steps`, the first the shards have not had.
+  void resumeAt(int64_t steps);
   // Scales the dense learning rate of later steps (1 = as configured).
   void setDenseLearningRateScale(double scale);
   // Unique embedding rows pulled for training steps so far (all tables).
@@ -124,8 +127,9 @@ class WorkerCore final {
   kernels::EmbeddingBags allBags(int64_t rows) const;
   Status forward(const Batch& batch, const ps::PullReplyPtr& rows);
   DenseParameters& dense();
-  // The push of the step just taken: this worker, the next sequence number.
-  std::shared_ptr<ps::PushRequest> newPush();
+  // The push of the step just taken on `samples` rows: this worker, the
+  // next sequence number.
+  std::shared_ptr<ps::PushRequest> newPush(int64_t samples);
   // Dense gradients of the step averaged over the ranks (sync modes).
   Status finishDenseSync();
   // replicatedTables: every rank's embedding gradients merged into *push.

@@ -1,5 +1,8 @@
 #include "workers/worker_role.h"
 
+#include <unistd.h>
+
+#include <limits>
 #include <thread>
 
 #include <caf/all.hpp>
@@ -12,6 +15,7 @@
 #include "common/logging.h"
 #include "kernels/kernels.h"
 #include "ps/table_holder.h"
+#include "ps/wire.h"
 #include "transport/remote_actors.h"
 #include "workers/job_messages.h"
 #include "workers/job_setup.h"
@@ -45,6 +49,7 @@ struct DriverState {
   caf::actor worker;
   caf::actor coordinator;
   int64_t rank = 0;
+  int64_t datasetRows = 0, resumedAt = 0;
   bool workerDown = false;
   bool stopping = false;
   caf::error stopReason;
@@ -52,10 +57,12 @@ struct DriverState {
 };
 
 caf::behavior driver(caf::stateful_actor<DriverState>* self, std::function<caf::actor()> spawnWorker,
-                     caf::actor coordinator, int64_t rank) {
+                     caf::actor coordinator, int64_t rank, int64_t datasetRows, int64_t resumedAt) {
   auto& st = self->state;
   st.coordinator = std::move(coordinator);
   st.rank = rank;
+  st.datasetRows = datasetRows;
+  st.resumedAt = resumedAt;
   st.worker = spawnWorker();
   self->monitor(st.worker);
   self->set_down_handler([=](caf::down_msg& dm) {
@@ -95,6 +102,8 @@ caf::behavior driver(caf::stateful_actor<DriverState>* self, std::function<caf::
         r.rows = eval.rows;
         r.labels = Tensor::copyOf(eval.labels.data(), eval.labels.size() * 4, DType::kFloat32);
         r.predictions = Tensor::copyOf(eval.predictions.data(), eval.predictions.size() * 4, DType::kFloat32);
+        r.datasetRows = st.datasetRows;
+        r.resumedAt = st.resumedAt;
         r.denseHash = hashBytes(std::string_view(reinterpret_cast<const char*>(report->denseWeights.data()),
                                                  report->denseWeights.size() * 4),
                                 0);
@@ -125,7 +134,8 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   const Config& config = ctx.config;
   const int64_t rank = ctx.welcome.rank;
   const int threads = workerThreads(config, threads_);
-  logger("job")->info("worker {} on {} ({} compute threads)", rank, ctx.remote.node().address(), threads);
+  logger("job")->info("worker {} (pid {}) on {} ({} compute threads)", rank, ::getpid(), ctx.remote.node().address(),
+                      threads);
   auto kernels = std::shared_ptr<kernels::Kernels>(kernels::createKernels({kernels::Device::kCpu, threads}));
   const int64_t workers = config.getInt("cluster.workers");
   const TrainMode mode = trainMode(config);
@@ -206,8 +216,32 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
     model.bucketBytes = positive(config, "train.bucket_kb") << 10;
     model.replicatedTables = mode == TrainMode::kAllReduce && model.kind == ModelKind::kDlrm;
   }
+  // A replacement of a lost worker resumes at the first step of its rank
+  // that not every shard has (a step some shard has is re-sent and applied
+  // there once).
+  int64_t resumeAt = 0;
+  if (ctx.welcome.incarnation > 0 && mode == TrainMode::kPs) {
+    caf::scoped_actor self{ctx.system};
+    resumeAt = std::numeric_limits<int64_t>::max();
+    for (size_t s = 0; s < shardNodes.size(); ++s) {
+      std::string error;
+      bool answered = false;
+      self->request(ctx.remote.remoteActor(shardNodes[s], kShardName), 30s, ps::clock_atom::value, rank)
+          .receive(
+              [&](int64_t next) {
+                resumeAt = std::min(resumeAt, next);
+                answered = true;
+              },
+              [&](caf::error& e) { error = actors::describe(e); });
+      if (!answered) TROUPE_SETUP_ERROR("worker {}: shard {} did not say where to resume: {}", rank, s, error);
+    }
+    logger("job")->info("worker {} (process {} of its rank) resumes at step {}", rank, ctx.welcome.incarnation + 1,
+                        resumeAt);
+  }
   DataSources data = openData(config, threads);
+  const int64_t datasetRows = data.train->rowsPerEpoch();
   auto core = std::make_shared<std::unique_ptr<WorkerCore>>(std::make_unique<WorkerCore>(model));
+  (*core)->resumeAt(resumeAt);
   caf::actor client;
   if (mode != TrainMode::kAllReduce) {
     PsClientOptions co;
@@ -215,6 +249,7 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
     for (uint64_t node : shardNodes) co.shards.push_back(ctx.remote.remoteActor(node, kShardName));
     for (const auto& t : tableOptions(config, model)) co.dims.push_back(t.dim);
     co.denseSize = mode == TrainMode::kPs ? (*core)->denseParameters() : 0;
+    co.requestTimeout = std::chrono::seconds(positive(config, "supervision.stall_timeout_s") + 20);
     client = spawnPsClient(ctx.system, co);
   } else if ((*core)->hasTables()) {
     ps::TableHolderOptions ho;
@@ -232,6 +267,10 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   wo.progressEverySteps = positive(config, "train.progress_every");
   wo.evaluateEachEpoch = false;
   wo.evalGate = ctx.coordinator;
+  wo.skipBatches = resumeAt;
+  // A pull waits at a shard at most supervision.stall_timeout_s (the shard
+  // then fails it, naming whom it waited for); the request allows for that.
+  wo.requestTimeout = std::chrono::seconds(positive(config, "supervision.stall_timeout_s") + 30);
   if (config.getInt("cluster.slow_worker") == rank) wo.stepDelay = std::chrono::milliseconds(config.getInt("cluster.slow_ms"));
   wo.onEvent = [coord = ctx.coordinator, rank](const WorkerEvent& e) {
     if (e.kind != WorkerEvent::Kind::kProgress) return;
@@ -244,8 +283,9 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
     return workers::spawnWorker(system, wo, std::move(*core), trainLoader, testLoader, client);
   };
   children.push_back(actors::ChildSpec{"worker",
-                                       [spawnWorker, coord = ctx.coordinator, rank](caf::actor_system& sys) {
-                                         return sys.spawn(driver, spawnWorker, coord, rank);
+                                       [spawnWorker, coord = ctx.coordinator, rank, datasetRows,
+                                        resumeAt](caf::actor_system& sys) {
+                                         return sys.spawn(driver, spawnWorker, coord, rank, datasetRows, resumeAt);
                                        },
                                        false});
   return children;

@@ -79,7 +79,7 @@ Figure measure(caf::actor_system& system, const caf::actor& shard, size_t table,
   const Tensor none = Tensor::adopt(std::vector<float>(), DType::kFloat32);
   int64_t sequence = 0;
   auto message = [&] {
-    return push ? ps::pushToWire(0, sequence++, 0, countsT, keysT, grads, none)
+    return push ? ps::pushToWire(0, sequence++, 0, 1, countsT, keysT, grads, none)
                 : ps::pullToWire(0, 0, true, false, countsT, keysT);
   };
   caf::scoped_actor self{system};

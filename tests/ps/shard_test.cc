@@ -10,6 +10,7 @@
 #include <caf/all.hpp>
 #include <gtest/gtest.h>
 
+#include "ps/applied_window.h"
 #include "ps/messages.h"
 #include "ps/wire.h"
 #include "workers/ps_client.h"
@@ -27,7 +28,8 @@ struct Job {
   std::vector<EmbeddingTableOptions> tables;
   int64_t denseSize = 10;
 
-  Job(int workers, int numShards, Consistency c, int64_t staleness = 0) {
+  Job(int workers, int numShards, Consistency c, int64_t staleness = 0,
+      std::chrono::milliseconds parkTimeout = std::chrono::milliseconds(0)) {
     system = std::make_unique<caf::actor_system>(cfg);
     for (int t = 0; t < 2; ++t) {
       EmbeddingTableOptions table;
@@ -50,6 +52,7 @@ struct Job {
       o.denseOptimizer.learningRate = 1.0f;
       o.consistency = c;
       o.staleness = staleness;
+      o.parkTimeout = parkTimeout;
       shards.push_back(spawnShard(*system, o));
     }
     for (int w = 0; w < workers; ++w) {
@@ -79,9 +82,10 @@ PullRequestPtr pullOf(std::vector<std::vector<uint64_t>> keys, int64_t step, boo
 }
 
 PushRequestPtr pushOf(int64_t worker, int64_t seq, int64_t clock, std::vector<std::vector<uint64_t>> keys,
-                      float grad, float denseGrad) {
+                      float grad, float denseGrad, int64_t samples = 10) {
   auto r = std::make_shared<PushRequest>();
   r->worker = worker;
+  r->samples = samples;
   r->sequence = seq;
   r->clock = clock;
   r->keys = keys;
@@ -202,7 +206,7 @@ TEST(Shard, SspBoundsTheLeadAndLeaveReleases) {
   EXPECT_TRUE(pullNow(self, job.clients[0], pullOf(keys, 3)));
   int64_t lead = -1;
   self->request(job.shards[0], kTimeout, stats_atom::value)
-      .receive([&](int64_t, int64_t, int64_t, int64_t, int64_t delayed, int64_t maxLead) {
+      .receive([&](int64_t, int64_t, int64_t, int64_t, int64_t delayed, int64_t maxLead, int64_t) {
         lead = maxLead;
         EXPECT_GE(delayed, 2);
       }, [](caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
@@ -228,22 +232,121 @@ TEST(Shard, MalformedMessagesAreRefusedAndChangeNothing) {
   };
   std::string error;
   // One key count for a shard of two tables.
-  self->request(job.shards[0], kTimeout, pushToWire(0, 0, 0, t64(counts), t64(keys), f32(grads), f32({})))
+  self->request(job.shards[0], kTimeout, pushToWire(0, 0, 0, 1, t64(counts), t64(keys), f32(grads), f32({})))
       .receive([](int64_t) { ADD_FAILURE() << "accepted"; }, [&](caf::error& e) { error = caf::to_string(e); });
   EXPECT_NE(error.find("key counts"), std::string::npos) << error;
   // A worker id the job does not have.
   error.clear();
   self->request(job.shards[0], kTimeout,
-                pushToWire(7, 0, 0, t64({1, 0}), t64(keys), f32(grads), f32({})))
+                pushToWire(7, 0, 0, 1, t64({1, 0}), t64(keys), f32(grads), f32({})))
       .receive([](int64_t) { ADD_FAILURE() << "accepted"; }, [&](caf::error& e) { error = caf::to_string(e); });
   EXPECT_NE(error.find("worker 7"), std::string::npos) << error;
   int64_t rows = -1;
   self->request(job.shards[0], kTimeout, stats_atom::value)
-      .receive([&](int64_t r, int64_t pushes, int64_t, int64_t, int64_t, int64_t) {
+      .receive([&](int64_t r, int64_t pushes, int64_t, int64_t, int64_t, int64_t, int64_t) {
         rows = r;
         EXPECT_EQ(pushes, 0);
       }, [](caf::error&) {});
   EXPECT_EQ(rows, 0);
+}
+
+
+struct Counters {
+  int64_t pushes = -1, duplicates = -1, samples = -1;
+};
+
+Counters countersOf(caf::scoped_actor& self, const caf::actor& shard) {
+  Counters c;
+  self->request(shard, kTimeout, stats_atom::value)
+      .receive([&](int64_t, int64_t pushes, int64_t dups, int64_t, int64_t, int64_t, int64_t samples) {
+        c = Counters{pushes, dups, samples};
+      }, [](caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
+  return c;
+}
+
+int64_t clockOf(caf::scoped_actor& self, const caf::actor& shard, int64_t worker) {
+  int64_t out = -1;
+  self->request(shard, kTimeout, clock_atom::value, worker)
+      .receive([&](int64_t c) { out = c; }, [](caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
+  return out;
+}
+
+// Exactly once, whatever the order: a push that arrives after a later one
+// of its worker is still applied (the old last-sequence check acknowledged
+// it without applying it), and every re-sent push is acknowledged without
+// being applied again. The ledger counts each push's samples once.
+TEST(Shard, PushesOutOfOrderAreAppliedOnceAndNoneIsLost) {
+  Job job(1, 1, Consistency::kAsp);
+  caf::scoped_actor self{*job.system};
+  std::vector<std::vector<uint64_t>> keys = {{5}, {}};
+  auto w0 = initial(job, 0, 5);
+  for (int64_t seq : {2, 0, 1, 0, 2, 3, 1}) EXPECT_EQ(pushNow(self, job.clients[0], pushOf(0, seq, seq, keys, -1, 0, 7)), seq);
+  auto reply = pullNow(self, job.clients[0], pullOf(keys, 0, false));
+  ASSERT_TRUE(reply);
+  EXPECT_NEAR(reply->rows[0][0] - w0[0], 4.0f, 1e-5) << "pushes 0, 1, 2, 3 each applied once";
+  const Counters c = countersOf(self, job.shards[0]);
+  EXPECT_EQ(c.pushes, 4);
+  EXPECT_EQ(c.duplicates, 3);
+  EXPECT_EQ(c.samples, 4 * 7);
+  EXPECT_EQ(clockOf(self, job.shards[0], 0), 4) << "a replacement would resume at step 4";
+}
+
+// Where a replacement resumes: the first step a shard has neither applied
+// nor holds for its BSP step. Malformed asks are refused.
+TEST(Shard, TheClockOfAWorkerCountsPushesHeldForTheirStep) {
+  Job job(2, 1, Consistency::kBsp);
+  caf::scoped_actor self{*job.system};
+  std::vector<std::vector<uint64_t>> keys = {{1}, {2}};
+  for (int64_t step = 0; step < 3; ++step) {
+    self->send(job.clients[0], push_atom::value, pushOf(0, step, step, keys, 1, 0));
+    self->send(job.clients[1], push_atom::value, pushOf(1, step, step, keys, 1, 0));
+  }
+  for (int i = 0; i < 6; ++i) self->receive([](int64_t) {}, caf::after(kTimeout) >> [] { ADD_FAILURE() << "no ack"; });
+  // Worker 0 is a step ahead: its step 3 waits for worker 1's. (Straight
+  // to the shard, so it is there before the clock is asked.)
+  auto t64 = [](const std::vector<uint64_t>& v) {
+    return transport::Tensor::copyOf(v.data(), v.size() * 8, transport::DType::kUInt64);
+  };
+  auto f32 = [](const std::vector<float>& v) {
+    return transport::Tensor::copyOf(v.data(), v.size() * 4, transport::DType::kFloat32);
+  };
+  self->send(job.shards[0], pushToWire(0, 3, 3, 10, t64({1, 1}), t64({1, 2}), f32({1, 1, 1, 1, 1}), f32({})));
+  EXPECT_EQ(clockOf(self, job.shards[0], 0), 4);
+  EXPECT_EQ(clockOf(self, job.shards[0], 1), 3);
+  std::string error;
+  self->request(job.shards[0], kTimeout, clock_atom::value, int64_t{9})
+      .receive([](int64_t) { ADD_FAILURE() << "answered"; }, [&](caf::error& e) { error = caf::to_string(e); });
+  EXPECT_NE(error.find("worker 9"), std::string::npos) << error;
+  // A sequence far beyond the window is refused.
+  self->request(job.clients[1], kTimeout, push_atom::value,
+                pushOf(1, AppliedWindow::kMaxLead + 10, AppliedWindow::kMaxLead + 10, keys, 1, 0))
+      .receive([](int64_t) { ADD_FAILURE() << "accepted"; }, [&](caf::error& e) { error = caf::to_string(e); });
+  EXPECT_NE(error.find("oldest unapplied push is 3"), std::string::npos) << error;
+  self->send(job.clients[1], push_atom::value, pushOf(1, 3, 3, keys, 1, 0));
+  for (int i = 0; i < 2; ++i) self->receive([](int64_t) {}, caf::after(kTimeout) >> [] { ADD_FAILURE() << "no ack"; });
+  EXPECT_EQ(countersOf(self, job.shards[0]).samples, 8 * 10);
+  EXPECT_EQ(clockOf(self, job.shards[0], 1), 4);
+}
+
+// A pull parked for the clock is bounded: it fails after parkTimeout,
+// naming the worker it waited for.
+TEST(Shard, AParkedPullFailsAfterItsTimeoutNamingWhoItWaitedFor) {
+  Job job(2, 1, Consistency::kBsp, 0, std::chrono::milliseconds(1000));
+  caf::scoped_actor self{*job.system};
+  std::vector<std::vector<uint64_t>> keys = {{1}, {2}};
+  self->send(job.clients[0], push_atom::value, pushOf(0, 0, 0, keys, 1, 0));  // held for worker 1's step 0
+  const auto start = std::chrono::steady_clock::now();
+  std::string error;
+  self->request(job.clients[0], kTimeout, pull_atom::value, pullOf(keys, 1))
+      .receive([](PullReplyPtr) { ADD_FAILURE() << "served"; }, [&](caf::error& e) { error = caf::to_string(e); });
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(error.find("the pull for step 1 waited 1 s for worker 1 (at step 0)"), std::string::npos) << error;
+  EXPECT_GE(took, 0.9);
+  EXPECT_LT(took, 5.0);
+  // Worker 1's step lets everything through again.
+  self->send(job.clients[1], push_atom::value, pushOf(1, 0, 0, keys, 1, 0));
+  for (int i = 0; i < 2; ++i) self->receive([](int64_t) {}, caf::after(kTimeout) >> [] { ADD_FAILURE() << "no ack"; });
+  EXPECT_TRUE(pullNow(self, job.clients[0], pullOf(keys, 1)));
 }
 
 }  // namespace

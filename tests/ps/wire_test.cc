@@ -56,32 +56,35 @@ TEST(PsWire, PullPushAndReplyRoundTrip) {
   EXPECT_FALSE(pullReplyFromWire(replyMsg, 8, 2).hasValue());  // not what was asked for
 
   caf::message pushMsg =
-      acrossProcesses(pushToWire(3, 17, 99, u64({2, 1}), u64({5, 6, 7}), f32({1, 2, 3, 4, 5}), f32({0.5f})));
+      acrossProcesses(pushToWire(3, 17, 99, 128, u64({2, 1}), u64({5, 6, 7}), f32({1, 2, 3, 4, 5}), f32({0.5f})));
   auto q = pushFromWire(pushMsg, {2, 1}, 1);
   ASSERT_TRUE(q.hasValue()) << q.status().message();
   EXPECT_EQ(q->worker, 3);
   EXPECT_EQ(q->sequence, 17);
   EXPECT_EQ(q->step, 99);
+  EXPECT_EQ(q->samples, 128);
   EXPECT_EQ(q->keyCount, 3u);
   EXPECT_EQ(q->gradFloats, 5u);
   EXPECT_EQ(q->grads[4], 5.0f);
   ASSERT_EQ(q->denseFloats, 1u);
   EXPECT_EQ(q->denseGrads[0], 0.5f);
   // No dense part is fine too.
-  EXPECT_TRUE(pushFromWire(pushToWire(3, 18, 99, u64({2, 1}), u64({5, 6, 7}), f32({1, 2, 3, 4, 5}), f32({})),
+  EXPECT_TRUE(pushFromWire(pushToWire(3, 18, 99, 0, u64({2, 1}), u64({5, 6, 7}), f32({1, 2, 3, 4, 5}), f32({})),
                            {2, 1}, 1)
                   .hasValue());
 }
 
 TEST(PsWire, InconsistentMessagesAreRefused) {
   auto push = [](std::vector<float> grads, std::vector<float> dense) {
-    return pushToWire(1, 1, 0, u64({2}), u64({5, 6}), f32(grads), f32(dense));
+    return pushToWire(1, 1, 0, 4, u64({2}), u64({5, 6}), f32(grads), f32(dense));
   };
   EXPECT_FALSE(pushFromWire(push({1, 2, 3}, {}), {2}, 0).hasValue());  // 3 floats for 2 keys of dim 2
   EXPECT_TRUE(pushFromWire(push({1, 2, 3, 4}, {}), {2}, 0).hasValue());
   EXPECT_FALSE(pushFromWire(push({1, 2, 3, 4}, {}), {4}, 0).hasValue());     // wrong dim
   EXPECT_FALSE(pushFromWire(push({1, 2, 3, 4}, {}), {2, 2}, 0).hasValue());  // wrong table count
   EXPECT_FALSE(pushFromWire(push({1, 2, 3, 4}, {1, 2}), {2}, 3).hasValue());  // dense slice size
+  EXPECT_FALSE(pushFromWire(pushToWire(1, 1, 0, -1, u64({2}), u64({5, 6}), f32({1, 2, 3, 4}), f32({})), {2}, 0)
+                   .hasValue());  // negative samples
   // Counts that claim more keys than there are.
   auto lying = pullToWire(0, 0, true, false, u64({5}), u64({1, 2}));
   auto p = pullFromWire(lying, {1});
@@ -107,7 +110,7 @@ TEST(PsWire, RandomCountsNeverCrash) {
     std::vector<uint64_t> counts(rng.next() % 5), keys(rng.next() % 9);
     for (auto& c : counts) c = rng.next() % 2 ? rng.next() % 6 : rng.next();
     std::vector<float> grads(rng.next() % 20), dense(rng.next() % 3);
-    auto msg = pushToWire(1, 2, 3, u64(counts), u64(keys), f32(grads), f32(dense));
+    auto msg = pushToWire(1, 2, 3, 5, u64(counts), u64(keys), f32(grads), f32(dense));
     std::vector<int64_t> dims(counts.size(), int64_t(rng.next() % 4));
     auto v = pushFromWire(msg, dims, rng.next() % 3);
     if (v.hasValue()) {
