@@ -21,8 +21,18 @@ struct Slot {
   Member member;
   RestartBudget budget;
   bool replacing = false;     // a replacement is wanted and not yet ready
+  int64_t replaceRound = 0;   // counts the replacements wanted (names the timer of each)
   int64_t eventIndex = -1;    // its open RecoveryEvent while replacing
 };
+
+// Whether a lost member's process may still exist and must be stopped for
+// good: it crashed in a way that may have left it running, or hung.
+bool mayStillRun(const Loss& loss) {
+  if (loss.kind == Loss::Kind::kDeparted) {
+    return loss.departure != transport::Departure::kLeft && loss.departure != transport::Departure::kShutdown;
+  }
+  return loss.kind == Loss::Kind::kFailed && loss.reason == Errc::kStalled;
+}
 
 struct CoordinatorState;
 using Self = caf::stateful_actor<CoordinatorState>;
@@ -141,6 +151,7 @@ struct CoordinatorState : JobContext {
     if (m.state == MemberState::kLost) return;
     const bool wasFinished = m.state == MemberState::kFinished;
     m.state = MemberState::kLost;
+    caf::actor agent = std::move(m.agent);
     m.agent = caf::actor();
     if (over_) return;
     if (wasFinished) {
@@ -149,18 +160,33 @@ struct CoordinatorState : JobContext {
     }
     const std::string what = fmt::format("{} {}", m.describe(), loss.describe());
     RecoveryEvent e{what, loss.describe(), elapsed(), "", -1};
-    if (options.terminate) options.terminate(m);
+    if (mayStillRun(loss)) {
+      // Stop it for good: by PID where that can be done, and in any case by
+      // telling its agent (a hung role's agent still answers).
+      if (loss.kind == Loss::Kind::kFailed && agent) actor->send(agent, Shutdown{what});
+      if (options.terminate) options.terminate(m);
+    }
     const LossDecision d = policy->onLoss(*this, m, loss);
     apply(s, d, std::move(e));
+  }
+
+  // The loss of a member the coordinator itself declared (hung): its
+  // process is stopped and the loss handled like any other.
+  void declareLost(const std::string& role, int64_t rank, const caf::error& why) override {
+    Slot* s = slot(role, rank);
+    if (s == nullptr || !s->member.live() || over_) return;
+    onMemberDown(*s, lossOf(why));
   }
 
   void apply(Slot& s, const LossDecision& d, RecoveryEvent e) {
     Member& m = s.member;
     switch (d.action) {
-      case LossDecision::Action::kFail:
+      case LossDecision::Action::kFail: {
         e.action = "failed the job";
+        const std::string why = d.why.empty() ? e.what : d.why;
         events_.push_back(std::move(e));
-        return end(false, d.why.empty() ? e.what : d.why);
+        return end(false, why);
+      }
       case LossDecision::Action::kContinue:
         e.action = "went on without it";
         log->warn("{}; the job goes on without it", e.what);
@@ -172,11 +198,13 @@ struct CoordinatorState : JobContext {
               "{}; its restart budget is spent ({} restarts in {} s, supervision.max_restarts)", e.what,
               s.budget.policy().maxRestarts, std::chrono::duration<double>(s.budget.policy().window).count());
           e.action = "gave up";
-          events_.push_back(e);
-          return escalate(s, why, e);
+          s.eventIndex = int64_t(events_.size());
+          events_.push_back(std::move(e));
+          return escalate(s, why);
         }
         e.action = "replaced";
         s.replacing = true;
+        s.replaceRound += 1;
         s.eventIndex = int64_t(events_.size());
         events_.push_back(std::move(e));
         log->warn("{}; replacing it ({} of {} restarts in {} s)", events_.back().what,
@@ -188,20 +216,24 @@ struct CoordinatorState : JobContext {
           log->warn("waiting up to {} s for a process to take {} {} (troupe launch --role {} --rank {})",
                     std::chrono::duration<double>(options.replaceTimeout).count(), m.role, m.rank, m.role, m.rank);
         }
-        actor->delayed_send(actor, options.replaceTimeout, replace_atom::value, m.role, m.rank, m.incarnation);
+        actor->delayed_send(actor, options.replaceTimeout, replace_atom::value, m.role, m.rank, s.replaceRound);
         return;
       }
     }
   }
 
-  void escalate(Slot& s, const std::string& why, const RecoveryEvent& e) {
+  // A wanted replacement cannot be had: the policy decides what now.
+  void escalate(Slot& s, const std::string& why) {
     s.replacing = false;
+    RecoveryEvent* event = s.eventIndex >= 0 ? &events_[size_t(s.eventIndex)] : nullptr;
+    s.eventIndex = -1;
     const LossDecision d = policy->onEscalation(*this, s.member, why);
-    if (d.action == LossDecision::Action::kReplace) return end(false, why);  // nothing left to try
-    if (d.action == LossDecision::Action::kFail) return end(false, d.why.empty() ? why : d.why);
+    if (d.action != LossDecision::Action::kContinue) {
+      if (event) event->action = "gave up; failed the job";
+      return end(false, d.action == LossDecision::Action::kFail && !d.why.empty() ? d.why : why);
+    }
     log->warn("{}; the job goes on without it", why);
-    if (!events_.empty()) events_.back().action = "gave up; went on without it";
-    (void)e;
+    if (event) event->action = "gave up; went on without it";
   }
 };
 
@@ -239,7 +271,15 @@ caf::behavior coordinator(Self* self, CoordinatorOptions options, std::shared_pt
   caf::message_handler lifecycle{
       [=](run_atom) -> caf::typed_response_promise<JobResult> {
         auto& st = self->state;
-        st.result = self->make_response_promise<JobResult>();
+        auto promise = self->make_response_promise<JobResult>();
+        // Asked once, by its own process (the coordinator is published:
+        // another process could send this too).
+        const auto& sender = self->current_sender();
+        if (st.haveResult || (sender && sender->node() != self->node())) {
+          promise.deliver(caf::make_error(Errc::kBadMessage, "the coordinator's outcome is asked for once, locally"));
+          return promise;
+        }
+        st.result = promise;
         st.haveResult = true;
         st.deliver();
         return st.result;
@@ -260,15 +300,22 @@ caf::behavior coordinator(Self* self, CoordinatorOptions options, std::shared_pt
         st.fail(fmt::format("not every process was ready within cluster.start_timeout_s = {} s; missing: {}",
                             std::chrono::duration<double>(st.options.startTimeout).count(), fmt::join(missing, ", ")));
       },
-      [=](replace_atom, const std::string& role, int64_t rank, int64_t incarnation) {
+      [=](replace_atom, const std::string& role, int64_t rank, int64_t round) {
+        // The replacement wanted in `round` is not ready in time (none
+        // joined, or the one that did never said Ready).
         auto& st = self->state;
         Slot* s = st.slot(role, rank);
-        if (st.over_ || !s || !s->replacing || s->member.incarnation != incarnation) return;
+        if (st.over_ || !s || !s->replacing || s->replaceRound != round) return;
         const std::string why = fmt::format("no process took {} {} within supervision.replace_timeout_s = {} s", role,
                                             rank, std::chrono::duration<double>(st.options.replaceTimeout).count());
         st.log->error("{}", why);
-        RecoveryEvent e;
-        st.escalate(*s, why, e);
+        if (s->member.live()) {
+          // One joined but is not ready: it is not coming.
+          if (st.options.terminate) st.options.terminate(s->member);
+          s->member.state = MemberState::kLost;
+          s->member.agent = caf::actor();
+        }
+        st.escalate(*s, why);
       },
       [=](const Hello& h) -> caf::result<Welcome> {
         auto& st = self->state;
@@ -316,7 +363,7 @@ caf::behavior coordinator(Self* self, CoordinatorOptions options, std::shared_pt
         Slot* s = st.slot(f.role, f.rank);
         // A stale report (an earlier process of the rank) or a second one changes nothing.
         if (!s || !s->member.live() || s->member.incarnation != f.incarnation) return f.rank;
-        st.onMemberDown(*s, lossOf(caf::make_error(Errc::kMemberFailed, f.why)));
+        st.onMemberDown(*s, lossOf(caf::make_error(f.setup ? Errc::kSetupFailed : Errc::kMemberFailed, f.why)));
         return f.rank;
       },
       [=](const Ready& r) -> caf::typed_response_promise<Roster> {
@@ -329,14 +376,14 @@ caf::behavior coordinator(Self* self, CoordinatorOptions options, std::shared_pt
           return promise;
         }
         s->member.state = MemberState::kReady;
+        if (s->replacing) {
+          s->replacing = false;
+          if (s->eventIndex >= 0) st.events_[size_t(s->eventIndex)].recoveredAtSeconds = st.elapsed();
+          s->eventIndex = -1;
+        }
         if (st.started) {
           // A replacement: the others run already.
           st.generation += 1;
-          if (s->replacing) {
-            s->replacing = false;
-            if (s->eventIndex >= 0) st.events_[size_t(s->eventIndex)].recoveredAtSeconds = st.elapsed();
-            s->eventIndex = -1;
-          }
           st.log->info("{} is ready; it replaces the lost process", s->member.describe());
           promise.deliver(st.roster());
           st.policy->onReplaced(st, s->member);

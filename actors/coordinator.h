@@ -109,6 +109,10 @@ class JobContext {
   virtual void fail(const std::string& why) = 0;
   virtual bool over() const = 0;
   virtual const std::vector<RecoveryEvent>& events() const = 0;
+  // The job's policy found a live member hung (alive, but no progress):
+  // it is lost with `why` (its process stopped by `terminate` when that can
+  // be done), and the policy's onLoss decides, as for any other loss.
+  virtual void declareLost(const std::string& role, int64_t rank, const caf::error& why) = 0;
 };
 
 class JobPolicy {
@@ -149,7 +153,9 @@ struct CoordinatorOptions {
   // null, the coordinator waits for one to be launched.
   std::function<void(const Member& lost)> replace;
   // Makes sure a lost member's process is gone (by PID on this host): a
-  // hung process must not come back. May be null.
+  // hung or stopped process must not come back. Called for a member that
+  // crashed, timed out or hung, not for one that left or reported its own
+  // failure (it is exiting). May be null.
   std::function<void(const Member& lost)> terminate;
 };
 

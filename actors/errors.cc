@@ -20,6 +20,7 @@ const char* errcName(Errc e) {
     case Errc::kCoordinatorLost: return "coordinator lost";
     case Errc::kBadMessage: return "bad message";
     case Errc::kMemberFailed: return "failed";
+    case Errc::kSetupFailed: return "set-up failed";
   }
   return "unknown";
 }
@@ -33,7 +34,7 @@ std::string contextText(const caf::message& context) {
 }
 
 std::string renderTroupe(uint8_t code, caf::atom_value, const caf::message& context) {
-  const bool known = code >= uint8_t(Errc::kJobFailed) && code <= uint8_t(Errc::kMemberFailed);
+  const bool known = code >= uint8_t(Errc::kJobFailed) && code <= uint8_t(Errc::kSetupFailed);
   std::string out = fmt::format("troupe: {}", known ? errcName(Errc(code)) : "unknown error");
   const std::string ctx = contextText(context);
   if (!ctx.empty()) out += fmt::format(" ({})", ctx);
@@ -79,6 +80,12 @@ std::string Loss::describe() const {
     case Kind::kFailed:
       if (reason.category() == caf::atom("troupe") && reason.code() == uint8_t(Errc::kMemberFailed)) {
         return "failed: " + contextText(reason.context());
+      }
+      if (reason.category() == caf::atom("troupe") && reason.code() == uint8_t(Errc::kSetupFailed)) {
+        return "could not set up: " + contextText(reason.context());
+      }
+      if (reason.category() == caf::atom("troupe") && reason.code() == uint8_t(Errc::kStalled)) {
+        return "hung: " + contextText(reason.context());
       }
       return actors::describe(reason);
   }

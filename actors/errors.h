@@ -28,6 +28,7 @@ enum class Errc : uint8_t {
   kCoordinatorLost,    // a member lost its coordinator
   kBadMessage,         // a message that fails its checks
   kMemberFailed,       // a member's work failed (the context says how)
+  kSetupFailed,        // a member could not set up (a bad config; the context says what)
 };
 
 // "job failed", "not in the job", ...

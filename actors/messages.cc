@@ -6,8 +6,8 @@ std::vector<uint64_t> Roster::nodesOf(const std::string& role) const {
   size_t at = 0;
   for (size_t g = 0; g < roles.size() && g < counts.size(); ++g) {
     const size_t n = size_t(std::max<int64_t>(0, counts[g]));
+    if (n > nodes.size() - at) return {};  // counts beyond the nodes (a malformed roster)
     if (roles[g] == role) {
-      if (at + n > nodes.size()) return {};
       return std::vector<uint64_t>(nodes.begin() + int64_t(at), nodes.begin() + int64_t(at + n));
     }
     at += n;

@@ -78,6 +78,7 @@ struct MemberFailed {
   int64_t rank = 0;
   int64_t incarnation = 0;
   std::string why;
+  bool setup = false;  // it could not set up (a bad config): a replacement would fail alike
 };
 
 template <class Inspector>
@@ -102,7 +103,7 @@ typename Inspector::result_type inspect(Inspector& f, Shutdown& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, MemberFailed& x) {
-  return f(caf::meta::type_name("MemberFailed"), x.role, x.rank, x.incarnation, x.why);
+  return f(caf::meta::type_name("MemberFailed"), x.role, x.rank, x.incarnation, x.why, x.setup);
 }
 
 // The lifecycle records, for RemoteActors::start (merge the job's own).

@@ -20,8 +20,11 @@ namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
+using lost_atom = caf::atom_constant<caf::atom("lost")>;
+using watch_atom = caf::atom_constant<caf::atom("watch")>;
 
-// How the process's wait ends; set from the agent, read by the main thread.
+// How the process's wait ends; set from the agent, read by the main thread
+// and the watchdog.
 struct Signals {
   std::mutex mutex;
   std::condition_variable changed;
@@ -36,21 +39,52 @@ struct Signals {
     why = std::move(w);
     changed.notify_all();
   }
+  End current() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return end;
+  }
 };
 
-using lost_atom = caf::atom_constant<caf::atom("lost")>;
+int statusOf(Signals::End end) {
+  switch (end) {
+    case Signals::End::kCoordinatorLost: return kExitCoordinatorLost;
+    case Signals::End::kFailed: return kExitFailed;
+    default: return kExitOk;
+  }
+}
 
 struct AgentState {
   caf::actor coordinator;
+  caf::actor supervisor;  // the role's actors; watched once they run
   std::chrono::milliseconds confirmTimeout{6000};
   std::shared_ptr<Signals> signals;
   std::string role;
   int64_t rank = -1, incarnation = 0;
+  bool reported = false;
   static inline const char* name = "node_agent";
 };
 
-caf::behavior agent(caf::stateful_actor<AgentState>* self, caf::actor coordinator, std::shared_ptr<Signals> signals,
-                    std::string role, std::chrono::milliseconds heartbeatTimeout) {
+using Agent = caf::stateful_actor<AgentState>;
+
+// The member failed: the coordinator is told, then the process exits. When
+// the coordinator does not take the report, it is gone or hung; if it is
+// gone its down message (which says how) is on its way, as its proxy is
+// killed right after its requests fail, and wins; otherwise this is the
+// member's own failure.
+void reportFailure(Agent* self, const std::string& why) {
+  auto& st = self->state;
+  if (st.reported) return;
+  st.reported = true;
+  self->request(st.coordinator, st.confirmTimeout, MemberFailed{st.role, st.rank, st.incarnation, why})
+      .then([=](int64_t) { self->state.signals->set(Signals::End::kFailed, why); },
+            [=](caf::error& err) {
+              self->delayed_send(self, 200ms, lost_atom::value,
+                                 fmt::format("{} (the coordinator did not take the report: {})", why, describe(err)));
+            });
+}
+
+caf::behavior agent(Agent* self, caf::actor coordinator, std::shared_ptr<Signals> signals, std::string role,
+                    std::chrono::milliseconds heartbeatTimeout) {
   auto& st = self->state;
   st.coordinator = coordinator;
   st.confirmTimeout = 2 * heartbeatTimeout;
@@ -58,8 +92,15 @@ caf::behavior agent(caf::stateful_actor<AgentState>* self, caf::actor coordinato
   st.role = std::move(role);
   self->monitor(coordinator);
   self->set_down_handler([=](caf::down_msg& dm) {
-    if (dm.source != self->state.coordinator.address()) return;
-    self->state.signals->set(Signals::End::kCoordinatorLost, lossOf(dm.reason).describe());
+    auto& st = self->state;
+    if (dm.source == st.coordinator.address()) {
+      st.signals->set(Signals::End::kCoordinatorLost, lossOf(dm.reason).describe());
+    } else if (st.supervisor && dm.source == st.supervisor.address()) {
+      // It ended without escalating (an exception in a handler, say): the
+      // member's actors are gone all the same.
+      const Loss loss = lossOf(dm.reason);
+      if (loss.kind != Loss::Kind::kNormal) reportFailure(self, "its supervisor stopped: " + loss.describe());
+    }
   });
   self->set_error_handler([=](caf::error& err) { logger("job")->warn("agent: ignored an error: {}", describe(err)); });
   self->set_default_handler([=](caf::scheduled_actor*, caf::message_view& x) -> caf::result<caf::message> {
@@ -72,25 +113,12 @@ caf::behavior agent(caf::stateful_actor<AgentState>* self, caf::actor coordinato
         self->state.rank = w.rank;
         self->state.incarnation = w.incarnation;
       },
-      [=](const ChildFailed& f) {
-        // A failure is reported once the coordinator has it. When the
-        // coordinator is gone, that was the cause (a shard that lost it
-        // left, and a pull to it failed): the process says so instead.
-        auto& st = self->state;
-        const std::string why = fmt::format("{}: {}", f.child, f.reason);
-        self->request(st.coordinator, st.confirmTimeout, MemberFailed{st.role, st.rank, st.incarnation, why})
-            .then([=](int64_t) { self->state.signals->set(Signals::End::kFailed, why); },
-                  [=](caf::error& err) {
-                    // The coordinator's down message, which says how it
-                    // went, is on its way when it is gone (its proxy is
-                    // killed right after its requests fail): decide after it.
-                    self->delayed_send(self, std::chrono::milliseconds(200), lost_atom::value,
-                               fmt::format("{}; {} failed meanwhile: {}", describe(err), f.child, f.reason));
-                  });
+      [=](watch_atom, caf::actor supervisor) {
+        self->state.supervisor = supervisor;
+        self->monitor(supervisor);
       },
-      [=](lost_atom, const std::string& why) {
-        self->state.signals->set(Signals::End::kCoordinatorLost, why);
-      },
+      [=](const ChildFailed& f) { reportFailure(self, fmt::format("{}: {}", f.child, f.reason)); },
+      [=](lost_atom, const std::string& why) { self->state.signals->set(Signals::End::kFailed, why); },
   };
 }
 
@@ -105,33 +133,35 @@ uint64_t findCoordinator(transport::Node& node, std::chrono::milliseconds timeou
   return 0;
 }
 
-// Exits the process hard when the main thread has not stopped within
-// kStopGrace of being told to.
+// From the moment the process is told to end (Shutdown, a lost coordinator,
+// a failure), the main thread has kStopGrace to stop; a process still stuck
+// then (a set-up or a collective waiting on a dead peer) exits hard, with
+// the status its end calls for.
 class Watchdog {
  public:
-  Watchdog(std::shared_ptr<Signals> signals, std::string who) : signals_(std::move(signals)), who_(std::move(who)) {}
+  Watchdog(std::shared_ptr<Signals> signals, std::string who) : signals_(std::move(signals)) {
+    thread_ = std::thread([signals = signals_, who = std::move(who)] {
+      std::unique_lock<std::mutex> lock(signals->mutex);
+      signals->changed.wait(lock, [&] { return signals->stopped || signals->end != Signals::End::kNone; });
+      if (signals->changed.wait_for(lock, kStopGrace, [&] { return signals->stopped; })) return;
+      const int status = statusOf(signals->end);
+      logger("job")->error("{}: told to end ({}), but not stopped within {} s; exiting now with status {}", who,
+                           signals->why.empty() ? "the job is over" : signals->why, kStopGrace.count(), status);
+      spdlog::shutdown();
+      std::_Exit(status);
+    });
+  }
   ~Watchdog() {
     {
       std::lock_guard<std::mutex> lock(signals_->mutex);
       signals_->stopped = true;
       signals_->changed.notify_all();
     }
-    if (thread_.joinable()) thread_.join();
-  }
-  void arm(int status) {
-    if (thread_.joinable()) return;
-    thread_ = std::thread([signals = signals_, who = who_, status] {
-      std::unique_lock<std::mutex> lock(signals->mutex);
-      if (signals->changed.wait_for(lock, kStopGrace, [&] { return signals->stopped; })) return;
-      logger("job")->error("{}: did not stop within {} s; exiting now", who, kStopGrace.count());
-      spdlog::shutdown();
-      std::_Exit(status);
-    });
+    thread_.join();
   }
 
  private:
   std::shared_ptr<Signals> signals_;
-  std::string who_;
   std::thread thread_;
 };
 
@@ -170,17 +200,15 @@ int runMember(const MemberOptions& options, Role& role) {
   std::optional<Welcome> welcome;
   {
     Watchdog watchdog(signals, who);
+    std::string failure;  // set-up or internal errors, said once below
+    int failureStatus = kExitOk;
     try {
       // A place in the job.
       std::string error;
       self->request(coord, std::max<std::chrono::milliseconds>(nodeOptions.joinTimeout, 30s),
                     Hello{options.role, options.requestedRank, node.id(), node.address(), int64_t(::getpid())})
           .receive([&](Welcome& w) { welcome = std::move(w); }, [&](caf::error& e) { error = describe(e); });
-      if (!welcome) {
-        log->error("{}: the coordinator did not take this process: {}", options.role, error);
-        self->send_exit(agentActor, caf::exit_reason::user_shutdown);
-        return kExitFailed;
-      }
+      if (!welcome) TROUPE_SETUP_ERROR("the coordinator did not take this process: {}", error);
       who = fmt::format("{} {}", options.role, welcome->rank);
       self->send(agentActor, *welcome);
       Config config(troupeConfigSchema());
@@ -198,40 +226,53 @@ int runMember(const MemberOptions& options, Role& role) {
       so.children = role.start(ctx, *roster);
       so.parent = agentActor;
       supervisor = spawnSupervisor(system, std::move(so));
-      // Until the job is over, the coordinator goes, or the work fails. The
-      // coordinator's heartbeats bound the wait.
-      Signals::End end = Signals::End::kNone;
-      std::string why;
-      {
-        std::unique_lock<std::mutex> lock(signals->mutex);
-        while (signals->end == Signals::End::kNone) signals->changed.wait_for(lock, 1s);
-        end = signals->end;
-        why = signals->why;
+      self->send(agentActor, watch_atom::value, supervisor);
+    } catch (const SetupError& e) {
+      failure = e.what();
+      failureStatus = kExitSetup;
+    } catch (const std::exception& e) {
+      failure = fmt::format("internal error: {}", e.what());
+      failureStatus = kExitFailed;
+    }
+    if (!failure.empty() && signals->current() != Signals::End::kCoordinatorLost) {
+      log->error("{}: {}", who, failure);
+      status = failureStatus;
+      // The coordinator hears why, rather than only that this process left.
+      if (welcome) {
+        self->send(coord, MemberFailed{options.role, welcome->rank, welcome->incarnation, failure,
+                                       failureStatus == kExitSetup});
       }
-      switch (end) {
-        case Signals::End::kShutdown:
-          if (!why.empty()) log->info("{}: the job ended: {}", who, why);
-          break;
-        case Signals::End::kCoordinatorLost:
-          log->error("{}: lost the coordinator ({}); stopping", who, why);
-          status = kExitCoordinatorLost;
-          break;
-        case Signals::End::kFailed:
+      signals->set(Signals::End::kFailed, failure);
+    }
+    // Until the job is over, the coordinator goes, or the work fails. The
+    // coordinator's heartbeats bound the wait.
+    std::string why;
+    Signals::End end;
+    {
+      std::unique_lock<std::mutex> lock(signals->mutex);
+      while (signals->end == Signals::End::kNone) signals->changed.wait_for(lock, 1s);
+      end = signals->end;
+      why = signals->why;
+    }
+    switch (end) {
+      case Signals::End::kShutdown:
+        if (!why.empty()) log->info("{}: the job ended: {}", who, why);
+        break;
+      case Signals::End::kCoordinatorLost:
+        log->error("{}: lost the coordinator ({}); stopping", who, why);
+        status = kExitCoordinatorLost;
+        break;
+      case Signals::End::kFailed:
+        if (failure.empty()) {
           log->error("{}: failed: {}", who, why);
           status = kExitFailed;
-          break;
-        case Signals::End::kNone: break;
-      }
-    } catch (const SetupError& e) {
-      log->error("{}: {}", who, e.what());
-      status = kExitSetup;
-      // The coordinator hears why, rather than only that this process left.
-      if (welcome) self->send(coord, MemberFailed{options.role, welcome->rank, welcome->incarnation, e.what()});
+        }
+        break;
+      case Signals::End::kNone: break;
     }
-    watchdog.arm(status);
     if (supervisor) {
       self->send_exit(supervisor, caf::exit_reason::user_shutdown);
-      self->wait_for(supervisor);
+      self->wait_for(supervisor);  // its children go first; bounded by the watchdog
     }
     role.release();
   }

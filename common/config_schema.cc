@@ -76,7 +76,9 @@ std::vector<Config::Key> troupeConfigSchema() {
       {"cluster.start_timeout_s", T::kInt, int64_t{120}, "every process must join the coordinator within this"},
       {"cluster.worker_threads", T::kInt, int64_t{0}, "compute threads per worker process; 0 = cores / workers"},
       {"cluster.server_threads", T::kInt, int64_t{1}, "compute threads per parameter-server process"},
-      {"cluster.slow_worker", T::kInt, int64_t{-1}, "experiments: this worker rank sleeps cluster.slow_ms per step"},
+      {"cluster.slow_worker", T::kInt, int64_t{-1},
+       "experiments: the first process of this worker rank sleeps cluster.slow_ms per step (a slow or stuck machine; "
+       "a replacement of it runs at full speed)"},
       {"cluster.slow_ms", T::kInt, int64_t{0}, "see cluster.slow_worker"},
       {"ps.consistency", T::kString, std::string("bsp"),
        "bsp (every step sees every worker's previous step), ssp (at most ps.staleness steps ahead) or asp"},
@@ -92,7 +94,8 @@ std::vector<Config::Key> troupeConfigSchema() {
        "a lost rank must be taken by a new process within this (a local job starts one at once; across machines, "
        "start one with troupe launch --role worker --rank N)"},
       {"supervision.stall_timeout_s", T::kInt, int64_t{300},
-       "a pull waiting this long for a slower worker's step (bsp, ssp) fails, naming the worker it waited for"},
+       "a worker alive but reporting no step this long while it trains is declared hung, killed by PID (a local job) "
+       "and handled as lost; a pull waits at most 2 x (this + replace_timeout_s) for a slower worker's step"},
       // ---- training mode of a multi-process job ----
       {"train.mode", T::kString, std::string("ps"),
        "ps (every parameter on the parameter servers), allreduce (every worker holds the dense parameters and a "

@@ -205,6 +205,11 @@ Status encodeMessage(const caf::message& msg, std::string* body, std::vector<Ten
     if (!s.isOk()) return s;
   }
   kj::Array<capnp::word> words = capnp::messageToFlatArray(builder);
+  if (words.size() * sizeof(capnp::word) > kMaxMessageBodyBytes) {
+    // The receiver would drop it: say so here, where the sender hears it.
+    return Status::invalidArgument(fmt::format("message body of {} bytes, more than {} (send bulk data as tensors)",
+                                               words.size() * sizeof(capnp::word), kMaxMessageBodyBytes));
+  }
   body->assign(reinterpret_cast<const char*>(words.begin()), words.size() * sizeof(capnp::word));
   return Status::ok();
 }

@@ -151,6 +151,10 @@ std::string collectivesBackend(const Config& c) {
   TROUPE_SETUP_ERROR("config: collectives.backend must be ring, nccl or auto, not '{}'", b);
 }
 
+std::chrono::seconds pullWaitBound(const Config& c) {
+  return std::chrono::seconds(2 * (positive(c, "supervision.stall_timeout_s") + positive(c, "supervision.replace_timeout_s")));
+}
+
 int64_t serverCount(const Config& c) {
   return trainMode(c) == TrainMode::kAllReduce ? 0 : c.getInt("cluster.servers");
 }

@@ -5,6 +5,7 @@
 // the key.
 #pragma once
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -45,6 +46,13 @@ const char* trainModeName(TrainMode m);
 std::string collectivesBackend(const Config& c);
 // Parameter-server processes the job runs: none in allreduce mode.
 int64_t serverCount(const Config& c);
+
+// How long a training pull may wait at a shard for a slower worker's step
+// (BSP, SSP): long enough for the coordinator to find that worker hung
+// (supervision.stall_timeout_s) and for its replacement to be ready
+// (supervision.replace_timeout_s), twice over. A pull that waits longer
+// fails, naming the worker it waited for.
+std::chrono::seconds pullWaitBound(const Config& c);
 
 std::vector<ps::EmbeddingTableOptions> tableOptions(const Config& c, const WorkerCoreOptions& model);
 

@@ -42,7 +42,7 @@ void PsRole::prepare(actors::MemberContext& ctx) {
   if (!consistency.hasValue()) TROUPE_SETUP_ERROR("config: ps.consistency: {}", consistency.status().message());
   so.consistency = *consistency;
   so.staleness = config.getInt("ps.staleness");
-  so.parkTimeout = std::chrono::seconds(positive(config, "supervision.stall_timeout_s"));
+  so.parkTimeout = pullWaitBound(config);
   so.kernels = kernels;
   shard_ = ps::spawnShard(ctx.system, so);
   ctx.remote.publish(shard_, kShardName);

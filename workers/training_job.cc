@@ -1,6 +1,7 @@
 #include "workers/training_job.h"
 
 #include <algorithm>
+#include <limits>
 
 #include <caf/all.hpp>
 
@@ -16,6 +17,8 @@ using namespace std::chrono_literals;
 using transport::DType;
 using transport::Tensor;
 using recheck_atom = caf::atom_constant<caf::atom("recheck")>;
+using stall_atom = caf::atom_constant<caf::atom("stall")>;
+using Clock = std::chrono::steady_clock;
 
 std::shared_ptr<spdlog::logger> log() { return logger("job"); }
 
@@ -56,6 +59,9 @@ TrainingJob::TrainingJob(const Config& config, std::function<void(const JobProgr
   onWorkerLoss_ = workerLossPolicy(config);
   epochs_ = config.getInt("train.epochs");
   maxSteps_ = config.getInt("train.max_steps");
+  stallTimeout_ = std::chrono::seconds(positive(config, "supervision.stall_timeout_s"));
+  lastProgress_.assign(size_t(workers_), Clock::now());
+  lastStep_.assign(size_t(workers_), 0);
   rate_.assign(size_t(workers_), 0.0);
   reported_.assign(size_t(workers_), false);
   offers_.resize(size_t(workers_));
@@ -64,8 +70,10 @@ TrainingJob::TrainingJob(const Config& config, std::function<void(const JobProgr
   if (mode_ != TrainMode::kPs) outcome_.collectivesBackend = "ring";
 }
 
-void TrainingJob::onStart(actors::JobContext&) {
+void TrainingJob::onStart(actors::JobContext& job) {
   started_ = true;
+  lastProgress_.assign(size_t(workers_), Clock::now());
+  job.self()->delayed_send(job.self(), 1s, stall_atom::value);
   log()->info("all {} processes are ready; training starts ({} mode, {}, {} workers, {} shards)", workers_ + servers_,
               trainModeName(mode_), ps::consistencyName(consistency_), workers_, servers_);
 }
@@ -125,7 +133,7 @@ void TrainingJob::finalize(actors::JobContext& job) {
 actors::LossDecision TrainingJob::onLoss(actors::JobContext& job, const actors::Member& m, const actors::Loss& loss) {
   const std::string what = fmt::format("{} {}", m.describe(), loss.describe());
   if (m.role == "ps") return actors::LossDecision::fail(what + "; its shard of the model is gone");
-  if (loss.kind == actors::Loss::Kind::kFailed) return actors::LossDecision::fail(what);
+  if (loss.reason == actors::Errc::kSetupFailed) return actors::LossDecision::fail(what);  // a new one fails alike
   if (onWorkerLoss_ == WorkerLoss::kFail) {
     return actors::LossDecision::fail(what + " (supervision.on_worker_loss = fail)");
   }
@@ -143,8 +151,65 @@ actors::LossDecision TrainingJob::onLoss(actors::JobContext& job, const actors::
 }
 
 void TrainingJob::onReplaced(actors::JobContext&, const actors::Member& m) {
+  lastProgress_[size_t(m.rank)] = Clock::now();
   log()->info("worker {} is back (process {} of its rank); it resumes where the shards left it", m.rank,
               m.incarnation + 1);
+}
+
+// A worker is hung when it is alive (its process answers heartbeats) but
+// has reported no step for stall_timeout_s while it should be training. In
+// ASP nobody waits for anyone, so a silent worker is hung itself; in BSP and
+// SSP the others wait for the slowest and fall silent too, so the hung one
+// is the silent worker the shards have the fewest steps of.
+void TrainingJob::checkStalls(actors::JobContext& job) {
+  if (checkingStalls_ || gateOpen_ || finishing_) return;
+  const auto now = Clock::now();
+  std::vector<int64_t> silent, training;
+  for (const auto& w : job.members("worker")) {
+    if (!w.live() || reported_[size_t(w.rank)] || gateWaiters_.count(w.rank)) continue;
+    training.push_back(w.rank);
+    if (now - lastProgress_[size_t(w.rank)] > stallTimeout_) silent.push_back(w.rank);
+  }
+  if (silent.empty()) return;
+  auto declare = [this, &job](int64_t w, int64_t at) {
+    const double quiet = std::chrono::duration<double>(Clock::now() - lastProgress_[size_t(w)]).count();
+    const std::string why = fmt::format("no step for {:.0f} s (supervision.stall_timeout_s = {}), at step {}", quiet,
+                                        stallTimeout_.count(), at);
+    log()->error("worker {}: {}; declared hung", w, why);
+    job.declareLost("worker", w, caf::make_error(actors::Errc::kStalled, why));
+  };
+  const auto& shards = job.members("ps");
+  if (consistency_ == ps::Consistency::kAsp || shards.empty() || mode_ != TrainMode::kPs) {
+    for (int64_t w : silent) declare(w, lastStep_[size_t(w)]);
+    return;
+  }
+  // Which of the silent ones holds the others back: the shards say how far
+  // each worker got (the lowest over the shards).
+  checkingStalls_ = true;
+  auto clocks = std::make_shared<std::map<int64_t, int64_t>>();
+  auto left = std::make_shared<size_t>(shards.size() * training.size());
+  for (const auto& s : shards) {
+    for (int64_t w : training) {
+      job.self()
+          ->request(job.actorOf(s, kShardName), 10s, ps::clock_atom::value, w)
+          .then(
+              [=, this, &job](int64_t next) {
+                auto [it, fresh] = clocks->emplace(w, next);
+                if (!fresh) it->second = std::min(it->second, next);
+                if (--*left > 0) return;
+                checkingStalls_ = false;
+                int64_t lowest = std::numeric_limits<int64_t>::max();
+                for (const auto& [rank, c] : *clocks) lowest = std::min(lowest, c);
+                for (int64_t v : silent) {
+                  const auto c = clocks->find(v);
+                  if (c != clocks->end() && c->second == lowest && !job.over()) declare(v, c->second);
+                }
+              },
+              [=, this](caf::error&) {
+                if (--*left == 0) checkingStalls_ = false;  // a lost shard is a loss of its own
+              });
+    }
+  }
 }
 
 void TrainingJob::onOver(actors::JobContext&) {
@@ -160,9 +225,16 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
         checkGate(job);
         checkDone(job);
       },
+      [this, &job](stall_atom) {
+        if (job.over()) return;
+        checkStalls(job);
+        job.self()->delayed_send(job.self(), 1s, stall_atom::value);
+      },
       [this, &job](const Progress& p) {
         if (p.rank < 0 || p.rank >= workers_) return;
         rate_[size_t(p.rank)] = p.samplesPerSec;
+        lastProgress_[size_t(p.rank)] = Clock::now();
+        lastStep_[size_t(p.rank)] = p.step;
         if (!onProgress_) return;
         JobProgress out{p.rank, p.step, p.epoch, p.epochRows, p.rowsPerEpoch, p.loss, 0};
         const auto& members = job.members("worker");

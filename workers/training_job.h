@@ -110,6 +110,8 @@ class TrainingJob final : public actors::JobPolicy {
   void checkGate(actors::JobContext& job);
   void checkDone(actors::JobContext& job);
   void finalize(actors::JobContext& job);
+  // Finds workers alive but making no step (supervision.stall_timeout_s).
+  void checkStalls(actors::JobContext& job);
 
   int64_t workers_ = 0, servers_ = 0;
   ps::Consistency consistency_ = ps::Consistency::kBsp;
@@ -120,6 +122,11 @@ class TrainingJob final : public actors::JobPolicy {
   std::function<void(const JobProgress&)> onProgress_;
   std::atomic<bool> started_{false};
   std::vector<double> rate_;  // per worker: samples/s it reported last
+  // Per worker: when it last reported a step, and which.
+  std::vector<std::chrono::steady_clock::time_point> lastProgress_;
+  std::vector<int64_t> lastStep_;
+  std::chrono::seconds stallTimeout_{300};
+  bool checkingStalls_ = false;
   std::vector<bool> reported_;
   std::map<int64_t, caf::typed_response_promise<GateDecision>> gateWaiters_;
   bool gateOpen_ = false;

@@ -30,6 +30,7 @@ struct WorkerState {
   int64_t rowsPerEpoch = 0;
   double trainSeconds = 0;
   Clock::time_point stepStart;
+  Clock::time_point lastEvent = Clock::now();
   EvalResult eval;
   Clock::time_point evalStart;
   bool finished = false;
@@ -77,7 +78,10 @@ void afterStep(Self* self, const Batch& batch) {
   st.report->samples += batch.rows;
   st.epochRows += batch.rows;
   const int64_t step = st.core->steps();
-  if (st.options.onEvent && step % st.options.progressEverySteps == 0) {
+  const auto now = Clock::now();
+  const bool due = st.options.progressInterval.count() > 0 && now - st.lastEvent >= st.options.progressInterval;
+  if (st.options.onEvent && (step % st.options.progressEverySteps == 0 || due)) {
+    st.lastEvent = now;
     WorkerEvent e;
     e.epoch = st.epoch;
     e.step = step;

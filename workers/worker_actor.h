@@ -53,6 +53,9 @@ struct WorkerOptions {
   int64_t epochs = 1;
   int64_t maxSteps = 0;          // 0: no limit
   int64_t progressEverySteps = 50;
+  // Also a progress event when this long has passed since the last one (0:
+  // by steps only): a job's coordinator hears a live worker step by step.
+  std::chrono::milliseconds progressInterval{0};
   bool evaluateEachEpoch = true;  // otherwise only after the last
   double lrDecayPerEpoch = 1.0;   // dense learning rate x this^epoch
   std::chrono::seconds requestTimeout{600};

@@ -51,10 +51,22 @@ struct DriverState {
   int64_t rank = 0;
   int64_t datasetRows = 0, resumedAt = 0;
   bool workerDown = false;
-  bool stopping = false;
-  caf::error stopReason;
+  bool ending = false;  // it ends with `reason` once the worker is down
+  caf::error reason;
   static inline const char* name = "worker_driver";
 };
+
+// Ends the driver with `reason` once the worker actor is gone (its core
+// holds the communicator, which must go before the transport does).
+void endDriver(caf::stateful_actor<DriverState>* self, caf::error reason) {
+  auto& st = self->state;
+  if (!st.ending) {
+    st.ending = true;
+    st.reason = std::move(reason);
+  }
+  if (st.workerDown) return self->quit(st.reason);
+  if (st.reason) self->send_exit(st.worker, caf::exit_reason::user_shutdown);
+}
 
 caf::behavior driver(caf::stateful_actor<DriverState>* self, std::function<caf::actor()> spawnWorker,
                      caf::actor coordinator, int64_t rank, int64_t datasetRows, int64_t resumedAt) {
@@ -69,18 +81,12 @@ caf::behavior driver(caf::stateful_actor<DriverState>* self, std::function<caf::
     auto& st = self->state;
     if (dm.source != st.worker.address()) return;
     st.workerDown = true;
-    if (st.stopping) return self->quit(st.stopReason);
-    if (dm.reason && dm.reason != caf::exit_reason::normal) self->quit(dm.reason);
+    if (st.ending) return self->quit(st.reason);
+    if (dm.reason && dm.reason != caf::exit_reason::normal) return endDriver(self, dm.reason);
     // A normal end: its report is on its way (or here already).
   });
-  self->set_exit_handler([=](caf::exit_msg& em) {
-    auto& st = self->state;
-    st.stopping = true;
-    st.stopReason = em.reason;
-    if (st.workerDown) return self->quit(em.reason);
-    self->send_exit(st.worker, em.reason);
-  });
-  self->set_error_handler([=](caf::error& err) { self->quit(err); });
+  self->set_exit_handler([=](caf::exit_msg& em) { endDriver(self, em.reason); });
+  self->set_error_handler([=](caf::error& err) { endDriver(self, err); });
   self->send(st.worker, run_atom::value);
   return {
       [=](TrainReportPtr report) {
@@ -108,10 +114,10 @@ caf::behavior driver(caf::stateful_actor<DriverState>* self, std::function<caf::
                                                  report->denseWeights.size() * 4),
                                 0);
         self->request(st.coordinator, 60s, std::move(r))
-            .then([=](int64_t) { self->quit(); },
+            .then([=](int64_t) { endDriver(self, caf::error()); },
                   [=](caf::error& err) {
-                    self->quit(caf::make_error(actors::Errc::kMemberFailed,
-                                               "the coordinator did not take the report: " + actors::describe(err)));
+                    endDriver(self, caf::make_error(actors::Errc::kMemberFailed,
+                                                    "the coordinator did not take the report: " + actors::describe(err)));
                   });
       },
   };
@@ -249,7 +255,7 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
     for (uint64_t node : shardNodes) co.shards.push_back(ctx.remote.remoteActor(node, kShardName));
     for (const auto& t : tableOptions(config, model)) co.dims.push_back(t.dim);
     co.denseSize = mode == TrainMode::kPs ? (*core)->denseParameters() : 0;
-    co.requestTimeout = std::chrono::seconds(positive(config, "supervision.stall_timeout_s") + 20);
+    co.requestTimeout = pullWaitBound(config) + std::chrono::seconds(20);
     client = spawnPsClient(ctx.system, co);
   } else if ((*core)->hasTables()) {
     ps::TableHolderOptions ho;
@@ -268,10 +274,15 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   wo.evaluateEachEpoch = false;
   wo.evalGate = ctx.coordinator;
   wo.skipBatches = resumeAt;
-  // A pull waits at a shard at most supervision.stall_timeout_s (the shard
-  // then fails it, naming whom it waited for); the request allows for that.
-  wo.requestTimeout = std::chrono::seconds(positive(config, "supervision.stall_timeout_s") + 30);
-  if (config.getInt("cluster.slow_worker") == rank) wo.stepDelay = std::chrono::milliseconds(config.getInt("cluster.slow_ms"));
+  // A pull waits at a shard at most pullWaitBound (the shard then fails it,
+  // naming whom it waited for); the requests allow for that.
+  wo.requestTimeout = pullWaitBound(config) + std::chrono::seconds(30);
+  // Experiments: the first process of a slow rank sleeps in every step (a
+  // slow or stuck machine; its replacement runs elsewhere, at full speed).
+  if (config.getInt("cluster.slow_worker") == rank && ctx.welcome.incarnation == 0) {
+    wo.stepDelay = std::chrono::milliseconds(config.getInt("cluster.slow_ms"));
+  }
+  wo.progressInterval = std::chrono::seconds(1);
   wo.onEvent = [coord = ctx.coordinator, rank](const WorkerEvent& e) {
     if (e.kind != WorkerEvent::Kind::kProgress) return;
     caf::anon_send(coord, Progress{rank, e.epoch, e.step, e.epochRows, e.rowsPerEpoch, e.meanLoss, e.samplesPerSec});

@@ -345,6 +345,64 @@ TEST_F(CoordinatorTest, AFailureReportIsALossAndStaleOrRepeatedReportsChangeNoth
   // Its process leaving afterwards is the same loss, not a second one.
   depart(11, transport::Departure::kLeft);
   EXPECT_EQ(policy_->losses.size(), 1u);
+  EXPECT_TRUE(terminated_.empty()) << "a process that reported its own failure exits by itself";
+}
+
+TEST_F(CoordinatorTest, AReplacementThatJoinsButIsNeverReadyIsGivenUpOnAndItsEventSaysSo) {
+  startJob(0, 2, RestartPolicy{3, 60s});
+  everyoneReady(0, 2);
+  policy_->decisions = {LossDecision::replace(), LossDecision::goOn()};
+  policy_->escalations = {LossDecision::goOn()};
+  depart(12);
+  ASSERT_TRUE(hello("worker", -1, 30));  // joins, never says Ready
+  advance(10s);
+  depart(11);  // another loss meanwhile: its own event
+  advance(11s);
+  ASSERT_EQ(policy_->escalated.size(), 1u);
+  EXPECT_NE(policy_->escalated[0].find("no process took worker 1"), std::string::npos) << policy_->escalated[0];
+  EXPECT_EQ(terminated_.back(), "worker 1 (10.0.0.30:7000)") << "the one that joined and hung is stopped";
+  self()->send(coord_, finish_atom::value);
+  run();
+  auto r = result();
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->events.size(), 2u);
+  EXPECT_EQ(r->events[0].what, "worker 1 (10.0.0.12:7000) crashed");
+  EXPECT_EQ(r->events[0].action, "gave up; went on without it");
+  EXPECT_EQ(r->events[0].recoveredAtSeconds, -1);
+  EXPECT_EQ(r->events[1].what, "worker 0 (10.0.0.11:7000) crashed");
+  EXPECT_EQ(r->events[1].action, "went on without it");
+}
+
+TEST_F(CoordinatorTest, ALossBeforeTheStartIsReplacedAndTheStartWaitsForIt) {
+  startJob(0, 2, RestartPolicy{3, 60s});
+  ASSERT_TRUE(hello("worker", 0, 11));
+  ASSERT_TRUE(hello("worker", 1, 12));
+  ready("worker", 0);
+  policy_->decisions = {LossDecision::replace()};
+  depart(12);
+  ASSERT_TRUE(hello("worker", 1, 13));
+  ready("worker", 1, 1);
+  std::vector<Roster> rosters;
+  while (auto r = take<Roster>()) rosters.push_back(*r);
+  ASSERT_EQ(rosters.size(), 2u);
+  EXPECT_EQ(rosters[0].nodes, (std::vector<uint64_t>{11, 13}));
+  EXPECT_EQ(policy_->starts, 1);
+  self()->send(coord_, finish_atom::value);
+  run();
+  auto r = result();
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->events.size(), 1u);
+  EXPECT_EQ(r->events[0].action, "replaced");
+  EXPECT_GE(r->events[0].recoveredAtSeconds, 0);
+}
+
+TEST_F(CoordinatorTest, TheOutcomeIsAskedForOnce) {
+  startJob(0, 1);
+  self()->send(coord_, run_atom::value);
+  run();
+  auto e = take<caf::error>();
+  ASSERT_TRUE(e);
+  EXPECT_EQ(*e, Errc::kBadMessage);
 }
 
 TEST_F(CoordinatorTest, AbortFailsTheJobWithTheReason) {

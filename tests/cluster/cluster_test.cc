@@ -370,6 +370,36 @@ TEST_F(ClusterTest, AWorkerKilledOrStoppedMidTrainingIsReplacedAndEverySampleIsA
   }
 }
 
+// Alive but stuck: the first process of worker 1 sleeps a minute in its
+// first step (its transport and agent still answer heartbeats). The
+// coordinator finds it silent past supervision.stall_timeout_s and, as the
+// shards have the fewest of its steps, declares it hung rather than worker
+// 0 (silent too, waiting for it in BSP): it is killed by PID and replaced,
+// and the job finishes with the ledger exact.
+TEST_F(ClusterTest, AWorkerAliveButStuckIsDeclaredHungKilledAndReplaced) {
+  TempDir dir;
+  const auto start = std::chrono::steady_clock::now();
+  auto r = troupe(plus({"train"}, plus(smallJob(dir, "hung"),
+                                       {"--set", "cluster.workers=2", "--set", "cluster.servers=2", "--set",
+                                        "cluster.slow_worker=1", "--set", "cluster.slow_ms=60000", "--set",
+                                        "supervision.stall_timeout_s=3", "--summary-json", dir.file("hung.json")})),
+                  120s);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_LT(took, 50) << "the stuck process was waited out rather than replaced";
+  const std::string json = readFile(dir.file("hung.json"));
+  EXPECT_NE(json.find("\"samples_applied_per_shard\": [40000, 40000]"), std::string::npos) << json;
+  const std::string recovery = textOf(json, "recovery");
+  EXPECT_EQ(fields(recovery, "lost_at_s").size(), 1u) << recovery;
+  EXPECT_NE(recovery.find("\"what\": \"worker 1 (127.0.0.1:"), std::string::npos) << recovery;
+  EXPECT_NE(recovery.find("hung: no step for"), std::string::npos) << recovery;
+  EXPECT_NE(recovery.find("\"action\": \"replaced\""), std::string::npos) << recovery;
+  EXPECT_NE(r.err.find("worker 1: no step for"), std::string::npos) << r.err;
+  const int pid = pidIn(readFile(dir.file("runs/hung/worker-1.log")), "worker 1");
+  EXPECT_GT(pid, 0);
+  EXPECT_NE(::kill(pid, 0), 0) << "the replacement is gone too at the end";
+}
+
 // The restart budget: with supervision.max_restarts = 0 a lost worker is
 // not replaced, and the job ends saying why.
 TEST_F(ClusterTest, ASpentRestartBudgetEndsTheJobSayingSo) {

@@ -199,6 +199,10 @@ TEST(MessageCodec, RefusesTypesThatCannotCrossProcesses) {
   std::string body;
   Status st = encodeMessage(caf::make_message(std::vector<int>{1}), &body, &tensors);
   EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  // A body the receiver would drop is refused where it is made.
+  st = encodeMessage(caf::make_message(std::string(kMaxMessageBodyBytes, 'x')), &body, &tensors);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("send bulk data as tensors"), std::string::npos) << st.message();
 }
 
 TEST(MessageCodec, GarbageBodiesAreErrorsNotCrashes) {

@@ -268,6 +268,7 @@ TEST_F(TransportJob, APeerThatQuitsIsSeenToLeave) {
   EXPECT_EQ(child.wait(10s).exitCode, 0);
   // A proxy made after the departure is born dead, saying how the peer went.
   auto late = remote_->remoteActor(2, "echo");
+  reason = caf::error();
   self->monitor(late);
   self->receive([&](const caf::down_msg& m) { reason = m.reason; }, caf::after(std::chrono::seconds(5)) >> [] {});
   EXPECT_EQ(departureOf(reason), Departure::kLeft) << caf::to_string(reason);
