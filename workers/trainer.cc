@@ -30,10 +30,24 @@ Expected<TrainReport> runInProcess(const InProcessJob& job) {
 
   Expected<TrainReport> result = Status::internal("training ended without a report");
   {
+    // The answer comes when training ends, however long that takes; the
+    // wait ends with the worker (every request it makes has a timeout).
     caf::scoped_actor self{system};
-    self->request(worker, caf::infinite, run_atom::value)
-        .receive([&](TrainReportPtr report) { result = *report; },
-                 [&](caf::error& err) { result = Status::internal(system.render(err)); });
+    self->monitor(worker);
+    self->send(worker, run_atom::value);
+    bool answered = false, down = false;
+    while (!answered && !down) {
+      self->receive([&](TrainReportPtr report) { result = *report, answered = true; },
+                    [&](caf::error& err) { result = Status::internal(system.render(err)), answered = true; },
+                    [&](caf::down_msg& dm) {
+                      down = true;
+                      result = Status::internal("the worker stopped: " + system.render(dm.reason));
+                    });
+    }
+    if (!answered) {  // an answer sent just before the worker went is still read
+      self->receive([&](TrainReportPtr report) { result = *report; }, [&](caf::error&) {},
+                    caf::after(std::chrono::milliseconds(0)) >> [] {});
+    }
     for (const auto& a : {trainLoader, testLoader, tables, worker}) {
       if (a) self->send_exit(a, caf::exit_reason::user_shutdown);
     }
