@@ -159,7 +159,9 @@ struct CoordinatorState : JobContext {
       return;
     }
     const std::string what = fmt::format("{} {}", m.describe(), loss.describe());
-    RecoveryEvent e{what, loss.describe(), elapsed(), "", -1};
+    RecoveryEvent e{what, loss.describe(), elapsed(),
+                    std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(), "",
+                    -1};
     if (mayStillRun(loss)) {
       // Stop it for good: by PID where that can be done, and in any case by
       // telling its agent (a hung role's agent still answers).

@@ -87,6 +87,7 @@ struct RecoveryEvent {
   std::string what;          // "worker 1 (127.0.0.1:4242) crashed"
   std::string detectedBy;    // "crashed", "timed out", ... (the departure), or the error
   double lostAtSeconds = 0;  // since the job started
+  double lostAtUnix = 0;     // wall clock (seconds since 1970), to set beside when the failure happened
   std::string action;        // "failed the job", "went on without it", "replaced", "gave up"
   double recoveredAtSeconds = -1;  // when its replacement was ready; -1: not (yet)
 };

@@ -332,17 +332,20 @@ int runTrain(const TrainFlags& flags) {
     for (const auto& w : outcome.workers) {
       perWorker += fmt::format(
           "{}{{\"rank\": {}, \"steps\": {}, \"samples\": {}, \"train_seconds\": {}, \"dense_hash\": \"{:016x}\", "
-          "\"restarts\": {}, \"resumed_at\": {}}}",
+          "\"restarts\": {}, \"resumed_at\": {}, \"steps_redone\": {}}}",
           perWorker.empty() ? "" : ", ", w.rank, w.steps, w.samples, jsonNumber(w.trainSeconds), w.denseHash,
-          w.restarts, w.resumedAt);
+          w.restarts, w.resumedAt, w.stepsRedone);
     }
     std::string recovery;
     for (const auto& e : outcome.events) {
       lost += fmt::format("{}{}", lost.empty() ? "" : ", ", jsonString(e.what));
       recovery += fmt::format(
-          "{}{{\"what\": {}, \"detected_by\": {}, \"lost_at_s\": {}, \"action\": {}, \"recovered_at_s\": {}}}",
+          "{}{{\"what\": {}, \"detected_by\": {}, \"lost_at_s\": {}, \"lost_at_unix\": {}, \"action\": {}, "
+          "\"recovered_at_s\": {}, \"seconds_to_recover\": {}}}",
           recovery.empty() ? "" : ", ", jsonString(e.what), jsonString(e.detectedBy), jsonNumber(e.lostAtSeconds),
-          jsonString(e.action), e.recoveredAtSeconds >= 0 ? jsonNumber(e.recoveredAtSeconds) : "null");
+          fmt::format("{:.3f}", e.lostAtUnix), jsonString(e.action),
+          e.recoveredAtSeconds >= 0 ? jsonNumber(e.recoveredAtSeconds) : "null",
+          e.recoveredAtSeconds >= 0 ? jsonNumber(e.recoveredAtSeconds - e.lostAtSeconds) : "null");
     }
     field("shards", "[" + shards + "]");
     field("worker_reports", "[" + perWorker + "]");

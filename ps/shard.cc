@@ -4,6 +4,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <unordered_map>
 
 #include <caf/all.hpp>
 
@@ -82,6 +83,18 @@ struct ShardState {
   // Scratch of a combined BSP update.
   std::vector<uint64_t> counts, keys;
   std::vector<float> grads, denseGrads;
+  // BSP: what the last applied step changed, as it was before the step. A
+  // worker lost after its push of step t reached this shard but not every
+  // shard is replaced, and its replacement redoes step t: its pull for step
+  // t must see the weights before step t, as the lost one did, for the redone
+  // gradient (and so the model) to be the same bits.
+  struct Undo {
+    int64_t step = -1;
+    std::vector<uint64_t> counts, keys;
+    std::vector<float> rows, dense;
+    std::vector<std::unordered_map<uint64_t, size_t>> index;  // per table: key -> float offset in rows
+    bool indexed = false;
+  } undo;
   static inline const char* name = "ps_shard";
 };
 
@@ -101,6 +114,28 @@ bool pullReady(const ShardState& st, const PullView& v) {
   return minLiveClock(st) >= v.step - bound;
 }
 
+// A redone step's pull: the weights its step changed, as they were before.
+void overlayUndo(ShardState& st, const PullView& v, float* rows, std::vector<float>* dense) {
+  auto& u = st.undo;
+  const auto& dims = st.tables->dims();
+  if (!u.indexed) {
+    u.index.assign(dims.size(), {});
+    size_t at = 0, k = 0;
+    for (size_t t = 0; t < dims.size(); ++t) {
+      for (uint64_t i = 0; i < u.counts[t]; ++i, ++k, at += size_t(dims[t])) u.index[t].emplace(u.keys[k], at);
+    }
+    u.indexed = true;
+  }
+  size_t at = 0, k = 0;
+  for (size_t t = 0; t < dims.size(); ++t) {
+    for (uint64_t i = 0; i < v.counts[t]; ++i, ++k, at += size_t(dims[t])) {
+      auto it = u.index[t].find(v.keys[k]);
+      if (it != u.index[t].end()) std::copy_n(u.rows.data() + it->second, dims[t], rows + at);
+    }
+  }
+  if (!dense->empty()) *dense = u.dense;
+}
+
 void serve(Self* self, const PullView& v, PullPromise& promise) {
   auto& st = self->state;
   if (v.create && !st.live.empty()) st.stats.maxLead = std::max(st.stats.maxLead, v.step - minLiveClock(st));
@@ -108,6 +143,7 @@ void serve(Self* self, const PullView& v, PullPromise& promise) {
   st.tables->pull(v.counts, v.keys, v.create, rows.data());
   std::vector<float> dense;
   if (v.dense) dense.assign(st.dense.begin(), st.dense.begin() + st.denseSize);
+  if (v.create && st.undo.step >= 0 && v.step == st.undo.step) overlayUndo(st, v, rows.data(), &dense);
   ++st.stats.pullsServed;
   promise.deliver(Tensor::adopt(std::move(rows), DType::kFloat32), Tensor::adopt(std::move(dense), DType::kFloat32));
 }
@@ -194,8 +230,19 @@ void applyReadySteps(Self* self) {
       anyDense = true;
       for (size_t i = 0; i < part.view.denseFloats; ++i) st.denseGrads[i] += part.view.denseGrads[i] * scale;
     }
-    Status s = apply(st, st.counts.data(), st.keys.data(), st.grads.data(), anyDense ? st.denseGrads.data() : nullptr);
     const int64_t stepIndex = it->first;
+    // What this step changes, as it was (see ShardState::Undo).
+    auto& u = st.undo;
+    u.step = stepIndex;
+    u.counts = st.counts;
+    u.keys = st.keys;
+    size_t floats = 0;
+    for (size_t t = 0; t < tables; ++t) floats += size_t(st.counts[t]) * size_t(st.tables->dims()[t]);
+    u.rows.resize(floats);
+    st.tables->pull(u.counts.data(), u.keys.data(), false, u.rows.data());
+    u.dense.assign(st.dense.begin(), st.dense.begin() + st.denseSize);
+    u.indexed = false;
+    Status s = apply(st, st.counts.data(), st.keys.data(), st.grads.data(), anyDense ? st.denseGrads.data() : nullptr);
     for (auto& [w, part] : step.parts) {
       if (s.isOk()) {
         st.applied[size_t(w)].insert(part.view.sequence);

@@ -56,6 +56,7 @@ struct WorkerReport {
   uint64_t denseHash = 0;                 // of the final dense weights
   int64_t datasetRows = 0;                // training rows per epoch, the whole data set
   int64_t resumedAt = 0;                  // a replacement: the step it resumed at
+  int64_t stepsRedone = 0;                // and the steps it redid (some shard had them; applied there once)
 };
 
 struct CommOffer {
@@ -88,7 +89,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, WorkerReport& x) {
   return f(caf::meta::type_name("WorkerReport"), x.rank, x.steps, x.samples, x.pushesAcked, x.pulledRows,
            x.trainSeconds, x.evalSeconds, x.evaluated, x.auc, x.loss, x.accuracy, x.rows, x.labels, x.predictions,
-           x.denseHash, x.datasetRows, x.resumedAt);
+           x.denseHash, x.datasetRows, x.resumedAt, x.stepsRedone);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, CommOffer& x) {

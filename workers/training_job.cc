@@ -262,7 +262,8 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
         auto& o = outcome_;
         const int64_t restarts = o.workers[size_t(r.rank)].restarts;
         o.workers[size_t(r.rank)] = WorkerSummary{r.rank,         false,          r.steps,     r.samples, r.pushesAcked,
-                                                  r.pulledRows,   r.trainSeconds, r.denseHash, restarts,  r.resumedAt};
+                                                  r.pulledRows,   r.trainSeconds, r.denseHash, restarts,  r.resumedAt,
+                                                  r.stepsRedone};
         o.steps += r.steps;
         o.samples += r.samples;
         o.pulledRows += r.pulledRows;

@@ -54,6 +54,7 @@ struct WorkerSummary {
   uint64_t denseHash = 0;  // of the final dense weights (identical on every rank in sync modes)
   int64_t restarts = 0;    // processes that replaced a lost one of this rank
   int64_t resumedAt = 0;   // the step the last one resumed at (0: it trained from the start)
+  int64_t stepsRedone = 0; // steps it redid that some shard had already (applied there once)
 };
 
 struct ShardSummary {

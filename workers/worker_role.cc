@@ -45,11 +45,17 @@ int workerThreads(const Config& c, int requested) {
 // escalates) with the worker's error. Stopped, it stops the worker first:
 // the worker's core holds the communicator, which must go before the
 // transport does.
+// What the driver adds to the worker's report.
+struct ReportFacts {
+  int64_t rank = 0;
+  int64_t datasetRows = 0;             // training rows per epoch
+  int64_t resumedAt = 0, redone = 0;   // a replacement: where it resumed, steps it redid
+};
+
 struct DriverState {
   caf::actor worker;
   caf::actor coordinator;
-  int64_t rank = 0;
-  int64_t datasetRows = 0, resumedAt = 0;
+  ReportFacts facts;
   bool workerDown = false;
   bool ending = false;  // it ends with `reason` once the worker is down
   caf::error reason;
@@ -69,12 +75,10 @@ void endDriver(caf::stateful_actor<DriverState>* self, caf::error reason) {
 }
 
 caf::behavior driver(caf::stateful_actor<DriverState>* self, std::function<caf::actor()> spawnWorker,
-                     caf::actor coordinator, int64_t rank, int64_t datasetRows, int64_t resumedAt) {
+                     caf::actor coordinator, ReportFacts facts) {
   auto& st = self->state;
   st.coordinator = std::move(coordinator);
-  st.rank = rank;
-  st.datasetRows = datasetRows;
-  st.resumedAt = resumedAt;
+  st.facts = facts;
   st.worker = spawnWorker();
   self->monitor(st.worker);
   self->set_down_handler([=](caf::down_msg& dm) {
@@ -94,7 +98,7 @@ caf::behavior driver(caf::stateful_actor<DriverState>* self, std::function<caf::
         const bool evaluated = !report->evals.empty();
         const EvalResult eval = evaluated ? report->evals.back() : EvalResult{};
         WorkerReport r;
-        r.rank = st.rank;
+        r.rank = st.facts.rank;
         r.steps = report->steps;
         r.samples = report->samples;
         r.pushesAcked = report->pushesAcked;
@@ -108,8 +112,9 @@ caf::behavior driver(caf::stateful_actor<DriverState>* self, std::function<caf::
         r.rows = eval.rows;
         r.labels = Tensor::copyOf(eval.labels.data(), eval.labels.size() * 4, DType::kFloat32);
         r.predictions = Tensor::copyOf(eval.predictions.data(), eval.predictions.size() * 4, DType::kFloat32);
-        r.datasetRows = st.datasetRows;
-        r.resumedAt = st.resumedAt;
+        r.datasetRows = st.facts.datasetRows;
+        r.resumedAt = st.facts.resumedAt;
+        r.stepsRedone = st.facts.redone;
         r.denseHash = hashBytes(std::string_view(reinterpret_cast<const char*>(report->denseWeights.data()),
                                                  report->denseWeights.size() * 4),
                                 0);
@@ -225,10 +230,11 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   // A replacement of a lost worker resumes at the first step of its rank
   // that not every shard has (a step some shard has is re-sent and applied
   // there once).
-  int64_t resumeAt = 0;
+  int64_t resumeAt = 0, redo = 0;
   if (ctx.welcome.incarnation > 0 && mode == TrainMode::kPs) {
     caf::scoped_actor self{ctx.system};
     resumeAt = std::numeric_limits<int64_t>::max();
+    int64_t furthest = 0;
     for (size_t s = 0; s < shardNodes.size(); ++s) {
       std::string error;
       bool answered = false;
@@ -236,13 +242,15 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
           .receive(
               [&](int64_t next) {
                 resumeAt = std::min(resumeAt, next);
+                furthest = std::max(furthest, next);
                 answered = true;
               },
               [&](caf::error& e) { error = actors::describe(e); });
       if (!answered) TROUPE_SETUP_ERROR("worker {}: shard {} did not say where to resume: {}", rank, s, error);
     }
-    logger("job")->info("worker {} (process {} of its rank) resumes at step {}", rank, ctx.welcome.incarnation + 1,
-                        resumeAt);
+    redo = furthest - resumeAt;  // steps some shard has already: redone, applied there once
+    logger("job")->info("worker {} (process {} of its rank) resumes at step {} ({} steps redone)", rank,
+                        ctx.welcome.incarnation + 1, resumeAt, redo);
   }
   DataSources data = openData(config, threads);
   const int64_t datasetRows = data.train->rowsPerEpoch();
@@ -294,9 +302,9 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
     return workers::spawnWorker(system, wo, std::move(*core), trainLoader, testLoader, client);
   };
   children.push_back(actors::ChildSpec{"worker",
-                                       [spawnWorker, coord = ctx.coordinator, rank, datasetRows,
-                                        resumeAt](caf::actor_system& sys) {
-                                         return sys.spawn(driver, spawnWorker, coord, rank, datasetRows, resumeAt);
+                                       [spawnWorker, coord = ctx.coordinator,
+                                        facts = ReportFacts{rank, datasetRows, resumeAt, redo}](caf::actor_system& sys) {
+                                         return sys.spawn(driver, spawnWorker, coord, facts);
                                        },
                                        false});
   return children;

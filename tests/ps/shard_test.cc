@@ -328,6 +328,29 @@ TEST(Shard, TheClockOfAWorkerCountsPushesHeldForTheirStep) {
   EXPECT_EQ(clockOf(self, job.shards[0], 1), 4);
 }
 
+// BSP: a replacement redoing the step its lost worker had already pushed to
+// this shard pulls for that step, and gets the weights as they were before
+// it (what the lost worker saw), while the others' pulls for the next step
+// see it applied.
+TEST(Shard, APullForTheStepJustAppliedSeesTheWeightsBeforeIt) {
+  Job job(2, 1, Consistency::kBsp);
+  caf::scoped_actor self{*job.system};
+  std::vector<std::vector<uint64_t>> keys = {{42, 43}, {7}};
+  auto before = pullNow(self, job.clients[0], pullOf(keys, 0));
+  ASSERT_TRUE(before);
+  self->send(job.clients[0], push_atom::value, pushOf(0, 0, 0, keys, 2.0f, 1.0f));
+  self->send(job.clients[1], push_atom::value, pushOf(1, 0, 0, {{42}, {}}, 4.0f, 3.0f));
+  for (int i = 0; i < 2; ++i) self->receive([](int64_t) {}, caf::after(kTimeout) >> [] { ADD_FAILURE() << "no ack"; });
+  auto redo = pullNow(self, job.clients[1], pullOf(keys, 0));
+  auto next = pullNow(self, job.clients[0], pullOf(keys, 1));
+  ASSERT_TRUE(redo && next);
+  EXPECT_EQ(redo->rows, before->rows) << "the redone step sees the rows before it";
+  EXPECT_EQ(redo->dense, before->dense);
+  EXPECT_NEAR(next->rows[0][0], before->rows[0][0] - 3.0f, 1e-5) << "mean of 2 and 4";
+  EXPECT_NEAR(next->rows[0][2], before->rows[0][2] - 1.0f, 1e-5) << "key 43: only worker 0's 2, halved";
+  EXPECT_NEAR(next->dense[0], before->dense[0] - 2.0f, 1e-5);
+}
+
 // A pull parked for the clock is bounded: it fails after parkTimeout,
 // naming the worker it waited for.
 TEST(Shard, AParkedPullFailsAfterItsTimeoutNamingWhoItWaitedFor) {

@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""Seconds to detect and to recover a lost worker, per consistency model.
+
+Runs the DLRM of configs/dlrm-synthetic.toml as local jobs of 2 workers and
+2 shards (ps mode) and, while they train, kills a worker (SIGKILL) every
+--interval seconds, alternating ranks, until --kills kills per model are done
+(jobs are started again as needed); then stops one (SIGSTOP: found by the
+heartbeat timeout) --stops times in BSP. For each loss:
+  detect  = the coordinator's lost_at_unix - the moment this script sent the
+            signal (both wall clocks of this machine)
+  recover = seconds_to_recover from summary.json (loss -> replacement ready)
+Each job's test AUC is set beside a fault-free run of the same config, and
+its ledger (every sample applied once per shard) is checked.
+
+Usage (from the repository root, after a build):
+  bench/recovery.py [--kills 20] [--stops 10] [--rows 600000] [--interval 1.5] [--json out.json]
+"""
+import argparse
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+BIN = "build/bin/troupe"
+
+
+def percentile(xs, p):
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    k = (len(xs) - 1) * p / 100.0
+    lo = int(k)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def job_args(out, rows, mode, name):
+    return [BIN, "train", "--config", "configs/dlrm-synthetic.toml",
+            "--set", f"data.synthetic.rows={rows}", "--set", f"run.dir={out}/runs", "--set", f"run.name={name}",
+            "--set", "cluster.workers=2", "--set", "cluster.servers=2", "--set", f"ps.consistency={mode}",
+            "--set", "supervision.max_restarts=1000", "--set", "supervision.restart_window_s=1",
+            "--summary-json", f"{out}/{name}.json"]
+
+
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def worker_pid(out, name, rank):
+    pids = re.findall(rf"worker {rank} \(pid (\d+)\)", read(f"{out}/runs/{name}/worker-{rank}.log"))
+    return int(pids[-1]) if pids else None
+
+
+def progress(log):
+    pcts = re.findall(r"train +(\d+)%", log)
+    return int(pcts[-1]) if pcts else 0
+
+
+def faulty_run(out, rows, mode, name, sig, wanted, interval):
+    """One job; signals workers while it trains. Returns (signal times, summary)."""
+    log_path = f"{out}/{name}.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(job_args(out, rows, mode, name), stdout=log, stderr=subprocess.STDOUT)
+    sent = []
+    rank = 0
+    deadline = time.time() + 600
+    while proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+        text = read(log_path)
+        if "training starts" not in text:
+            continue
+        ready = text.count("it replaces the lost process")
+        if len(sent) > ready or len(sent) >= wanted:
+            continue  # a replacement is still coming, or enough were sent
+        if progress(text) >= 85:
+            continue  # leave the end of training alone
+        if sent and time.time() - sent[-1] < interval:
+            continue
+        pid = worker_pid(out, name, rank)
+        if pid is None:
+            continue
+        try:
+            t = time.time()
+            os.kill(pid, sig)
+            sent.append(t)
+        except ProcessLookupError:
+            pass
+        rank = 1 - rank
+    rc = proc.wait(timeout=max(1, deadline - time.time()))
+    if rc != 0:
+        sys.exit(f"{name}: the job failed (exit {rc}); see {log_path}")
+    return sent, json.load(open(f"{out}/{name}.json"))
+
+
+def measure(out, rows, mode, sig, count, interval, free_auc):
+    detect, recover, aucs, ledgers = [], [], [], []
+    n = 0
+    while len(detect) < count:
+        name = f"{mode}-{'kill' if sig == signal.SIGKILL else 'stop'}-{n}"
+        n += 1
+        sent, s = faulty_run(out, rows, mode, name, sig, count - len(detect), interval)
+        events = s["recovery"]
+        if len(events) != len(sent):
+            sys.exit(f"{name}: {len(sent)} signals but {len(events)} losses recorded")
+        for t, e in zip(sent, events):
+            if e["action"] != "replaced" or e["seconds_to_recover"] is None:
+                sys.exit(f"{name}: a loss was not recovered: {e}")
+            detect.append(e["lost_at_unix"] - t)
+            recover.append(e["seconds_to_recover"])
+        aucs.append(s["test_auc"] - free_auc)
+        ledgers.append(s["ledger"]["exact"])
+    return {"losses": len(detect), "jobs": n,
+            "detect_s": {"p50": percentile(detect, 50), "p99": percentile(detect, 99), "max": max(detect)},
+            "recover_s": {"p50": percentile(recover, 50), "p99": percentile(recover, 99), "max": max(recover)},
+            "auc_change": {"min": min(aucs), "max": max(aucs)}, "ledger_exact": all(ledgers)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kills", type=int, default=20)
+    ap.add_argument("--stops", type=int, default=10)
+    ap.add_argument("--rows", type=int, default=600000)
+    ap.add_argument("--interval", type=float, default=1.5)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    out = tempfile.mkdtemp(prefix="troupe-recovery-")
+    results = {"rows": a.rows, "workers": 2, "servers": 2, "interval_s": a.interval}
+    for mode in ("bsp", "ssp", "asp"):
+        free = f"{mode}-free"
+        subprocess.run(job_args(out, a.rows, mode, free), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       check=True)
+        free_auc = json.load(open(f"{out}/{free}.json"))["test_auc"]
+        r = measure(out, a.rows, mode, signal.SIGKILL, a.kills, a.interval, free_auc)
+        r["free_auc"] = free_auc
+        results[f"{mode} SIGKILL"] = r
+        print(f"{mode} SIGKILL x{r['losses']}: detect p50 {r['detect_s']['p50']:.3f} s  p99 {r['detect_s']['p99']:.3f} s"
+              f"  | recover p50 {r['recover_s']['p50']:.3f} s  p99 {r['recover_s']['p99']:.3f} s"
+              f"  | AUC change {r['auc_change']['min']:+.5f} .. {r['auc_change']['max']:+.5f}"
+              f"  | ledger exact: {r['ledger_exact']}", flush=True)
+        if mode == "bsp" and a.stops > 0:
+            r = measure(out, a.rows, mode, signal.SIGSTOP, a.stops, max(a.interval, 4.0), free_auc)
+            results["bsp SIGSTOP"] = r
+            print(f"bsp SIGSTOP x{r['losses']}: detect p50 {r['detect_s']['p50']:.3f} s  p99 {r['detect_s']['p99']:.3f} s"
+                  f"  | recover p50 {r['recover_s']['p50']:.3f} s  p99 {r['recover_s']['p99']:.3f} s"
+                  f"  | AUC change {r['auc_change']['min']:+.5f} .. {r['auc_change']['max']:+.5f}"
+                  f"  | ledger exact: {r['ledger_exact']}", flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=2)
+    subprocess.run(["rm", "-rf", out])
+
+
+if __name__ == "__main__":
+    main()
