@@ -8,11 +8,16 @@
 
 #include <cstdint>
 #include <set>
+#include <vector>
 
 namespace troupe::ps {
 
 class AppliedWindow {
  public:
+  AppliedWindow() = default;
+  // A window restored from a checkpoint.
+  AppliedWindow(int64_t floor, const std::vector<int64_t>& early) : floor_(floor), early_(early.begin(), early.end()) {}
+
   // How far above the floor a sequence number may be (a worker more pushes
   // ahead of its oldest unapplied one than this is refused as malformed).
   static constexpr int64_t kMaxLead = int64_t{1} << 20;
@@ -37,6 +42,7 @@ class AppliedWindow {
   // The lowest sequence number not applied yet.
   int64_t floor() const { return floor_; }
   size_t early() const { return early_.size(); }
+  std::vector<int64_t> earlyList() const { return {early_.begin(), early_.end()}; }
 
  private:
   int64_t floor_ = 0;

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "common/check.h"
+#include "common/logging.h"
 #include "common/hash.h"
 #include "kernels/kernels.h"
 
@@ -77,6 +78,51 @@ float* EmbeddingTable::findOrCreate(uint64_t key) {
     if (s.key == key) return rowAt(s.row);
     i = (i + 1) & mask_;
   }
+}
+
+TableImage EmbeddingTable::image() const {
+  TableImage img;
+  img.tableId = options_.tableId;
+  img.dim = options_.dim;
+  img.rowFloats = rowFloats_;
+  img.optimizerKind = int64_t(options_.optimizer.kind);
+  img.keys.resize(size_t(rows_));
+  for (const Slot& s : slots_) {
+    if (s.row >= 0) img.keys[size_t(s.row)] = s.key;
+  }
+  img.rows.resize(size_t(rows_ * rowFloats_));
+  for (int64_t r = 0; r < rows_; r += chunkRows_) {
+    const int64_t n = std::min(chunkRows_, rows_ - r);
+    std::memcpy(img.rows.data() + r * rowFloats_, rowAt(r), size_t(n * rowFloats_) * sizeof(float));
+  }
+  return img;
+}
+
+Status EmbeddingTable::load(const TableImage& img) {
+  if (rows_ != 0) return Status::invalidArgument(fmt::format("table {}: holds rows already", options_.tableId));
+  if (img.tableId != options_.tableId || img.dim != options_.dim || img.rowFloats != rowFloats_ ||
+      img.optimizerKind != int64_t(options_.optimizer.kind)) {
+    return Status::invalidArgument(fmt::format(
+        "table {} (dim {}, optimizer {}, {} floats a row) does not match the checkpoint's table {} (dim {}, "
+        "optimizer {}, {} floats a row)",
+        options_.tableId, options_.dim, int(options_.optimizer.kind), rowFloats_, img.tableId, img.dim,
+        img.optimizerKind, img.rowFloats));
+  }
+  if (img.rows.size() != img.keys.size() * size_t(rowFloats_)) {
+    return Status::corruption(fmt::format("table {}: {} keys but {} floats of rows", img.tableId, img.keys.size(),
+                                          img.rows.size()));
+  }
+  for (size_t i = 0; i < img.keys.size(); ++i) {
+    if (find(img.keys[i]) != nullptr) {
+      // A table is whole or empty.
+      std::fill(slots_.begin(), slots_.end(), Slot{0, -1});
+      rows_ = 0;
+      chunks_.clear();
+      return Status::corruption(fmt::format("table {}: key {} twice", img.tableId, img.keys[i]));
+    }
+    std::memcpy(findOrCreate(img.keys[i]), img.rows.data() + i * size_t(rowFloats_), size_t(rowFloats_) * sizeof(float));
+  }
+  return Status::ok();
 }
 
 const float* EmbeddingTable::find(uint64_t key) const {

@@ -29,6 +29,17 @@ class Kernels;
 
 namespace troupe::ps {
 
+// Every row of a table, as a checkpoint holds it: the keys in row order and
+// the row blocks ([weights | optimizer state]) back to back.
+struct TableImage {
+  int64_t tableId = 0;
+  int64_t dim = 0;
+  int64_t rowFloats = 0;
+  int64_t optimizerKind = 0;  // kernels::OptimizerKind
+  std::vector<uint64_t> keys;
+  std::vector<float> rows;  // keys.size() x rowFloats
+};
+
 struct EmbeddingTableOptions {
   int tableId = 0;
   int64_t dim = 16;
@@ -91,6 +102,12 @@ class EmbeddingTable final {
       if (s.row >= 0) fn(s.key, rowAt(s.row));
     }
   }
+
+  // A copy of every row (for a checkpoint).
+  TableImage image() const;
+  // Fills an empty table from an image of a table like it (same id, dim
+  // and optimizer); fails naming what differs, changing nothing.
+  Status load(const TableImage& image);
 
   // The initial weights of (seed, tableId, key), as findOrCreate writes them.
   static void initialWeights(uint64_t seed, int tableId, uint64_t key, float scale, float* out, int64_t dim);

@@ -4,6 +4,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <thread>
 #include <unordered_map>
 
 #include <caf/all.hpp>
@@ -34,6 +35,42 @@ const char* consistencyName(Consistency c) {
     case Consistency::kAsp: return "asp";
   }
   return "?";
+}
+
+Status checkShardImage(const ShardImage& img, const ShardOptions& o) {
+  if (img.shard != o.shard || img.shards != o.shards) {
+    return Status::invalidArgument(fmt::format("it holds shard {} of {}; this is shard {} of {}", img.shard, img.shards,
+                                               o.shard, o.shards));
+  }
+  if (img.workers != o.workers) {
+    return Status::invalidArgument(fmt::format("it is of a job of {} workers; this job has {}", img.workers, o.workers));
+  }
+  if (img.consistency != int64_t(o.consistency)) {
+    return Status::invalidArgument(fmt::format("it was written in {}; this job runs {}",
+                                               consistencyName(Consistency(img.consistency)), consistencyName(o.consistency)));
+  }
+  if (img.tables.size() != o.tables.size()) {
+    return Status::invalidArgument(fmt::format("it holds {} tables; the model has {}", img.tables.size(), o.tables.size()));
+  }
+  for (size_t t = 0; t < o.tables.size(); ++t) {
+    const auto& a = img.tables[t];
+    const auto& b = o.tables[t];
+    if (a.tableId != b.tableId || a.dim != b.dim || a.optimizerKind != int64_t(b.optimizer.kind) ||
+        a.rowFloats != kernels::optimizerRowFloats(b.optimizer.kind, b.dim)) {
+      return Status::invalidArgument(fmt::format(
+          "its table {} has dim {} and optimizer {}; the model's table {} has dim {} and optimizer {}", a.tableId, a.dim,
+          a.optimizerKind, b.tableId, b.dim, int(b.optimizer.kind)));
+    }
+  }
+  const int64_t denseSize = int64_t(o.denseInit.size());
+  if (img.denseSize != denseSize ||
+      int64_t(img.dense.size()) != kernels::optimizerRowFloats(o.denseOptimizer.kind, denseSize)) {
+    return Status::invalidArgument(fmt::format("its dense slice has {} weights ({} floats with optimizer state); this "
+                                               "shard's has {} ({})",
+                                               img.denseSize, img.dense.size(), denseSize,
+                                               kernels::optimizerRowFloats(o.denseOptimizer.kind, denseSize)));
+  }
+  return Status::ok();
 }
 
 int shardOfKey(uint64_t key, int shards) { return shards <= 1 ? 0 : int(mix64(key) % uint64_t(shards)); }
@@ -95,7 +132,13 @@ struct ShardState {
     std::vector<std::unordered_map<uint64_t, size_t>> index;  // per table: key -> float offset in rows
     bool indexed = false;
   } undo;
+  // The checkpoint being written beside training (one at a time).
+  std::shared_ptr<std::thread> writer;
   static inline const char* name = "ps_shard";
+
+  ~ShardState() {
+    if (writer && writer->joinable()) writer->join();
+  }
 };
 
 using Self = caf::stateful_actor<ShardState>;
@@ -261,10 +304,10 @@ void applyReadySteps(Self* self) {
   }
 }
 
-caf::behavior shard(Self* self, ShardOptions options) {
+caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::unique_ptr<TableSet>> tables) {
   auto& st = self->state;
   st.options = std::move(options);
-  st.tables = std::make_unique<TableSet>(st.options.tables);
+  st.tables = std::move(*tables);
   st.kernels = st.options.kernels ? st.options.kernels
                                   : std::shared_ptr<kernels::Kernels>(
                                         kernels::createKernels({kernels::Device::kCpu, st.options.threads}));
@@ -275,6 +318,24 @@ caf::behavior shard(Self* self, ShardOptions options) {
   st.clock.assign(size_t(st.options.workers), 0);
   st.applied.assign(size_t(st.options.workers), AppliedWindow{});
   for (int w = 0; w < st.options.workers; ++w) st.live.insert(w);
+  if (const auto& img = st.options.restore) {
+    // Checked and its tables loaded by spawnShard.
+    st.dense = img->dense;
+    st.updates = img->updates;
+    st.live.clear();
+    for (int w = 0; w < st.options.workers; ++w) {
+      const WorkerCut& c = img->workerCut[size_t(w)];
+      st.applied[size_t(w)] = AppliedWindow(c.floor, c.early);
+      st.clock[size_t(w)] = c.clock;
+      if (c.live) st.live.insert(w);
+    }
+    st.stats.samplesApplied = img->samplesApplied;
+    st.stats.pushesApplied = img->pushesApplied;
+    st.stats.duplicatePushes = img->duplicatePushes;
+    st.log->info("shard {}: restored {} rows and the pushes of {} workers from a checkpoint", st.options.shard,
+                 st.tables->rows(), st.options.workers);
+    st.options.restore.reset();  // its rows are in the tables now
+  }
   // Whatever else arrives (a stray error, an unknown message from the
   // network) is logged and dropped: it must not stop the shard.
   self->set_error_handler([=](caf::error& err) {
@@ -408,6 +469,41 @@ caf::behavior shard(Self* self, ShardOptions options) {
         }
         if (!parked.empty()) self->delayed_send(self, std::chrono::seconds(1), tick_atom::value);
       },
+      [=](snapshot_atom, int64_t id, const std::string& path) -> caf::result<int64_t, std::vector<int64_t>> {
+        auto& st = self->state;
+        if (st.writer && st.writer->joinable()) st.writer->join();  // one checkpoint at a time
+        auto img = std::make_shared<ShardImage>();
+        img->shard = st.options.shard;
+        img->shards = st.options.shards;
+        img->workers = st.options.workers;
+        img->consistency = int64_t(st.options.consistency);
+        img->updates = st.updates;
+        img->tables = st.tables->image();
+        img->denseSize = st.denseSize;
+        img->dense = st.dense;
+        std::vector<int64_t> floors;
+        for (int w = 0; w < st.options.workers; ++w) {
+          // Pushes held for a BSP step are not in the cut: their workers
+          // redo them (they were not acknowledged).
+          img->workerCut.push_back(WorkerCut{st.applied[size_t(w)].floor(), st.applied[size_t(w)].earlyList(),
+                                             st.clock[size_t(w)], st.live.count(w) > 0});
+          floors.push_back(st.applied[size_t(w)].floor());
+        }
+        img->samplesApplied = st.stats.samplesApplied;
+        img->pushesApplied = st.stats.pushesApplied;
+        img->duplicatePushes = st.stats.duplicatePushes;
+        auto requester = caf::actor_cast<caf::actor>(self->current_sender());
+        const int64_t shard = st.options.shard;
+        st.writer = std::make_shared<std::thread>([img, path, id, shard, requester] {
+          uint64_t checksum = 0, bytes = 0;
+          Status s = writeShardImage(*img, path, &checksum, &bytes);
+          if (requester) {
+            caf::anon_send(requester, written_atom::value, id, shard, path, bytes, checksum,
+                           s.isOk() ? std::string() : s.message());
+          }
+        });
+        return {id, std::move(floors)};
+      },
       [=](stats_atom) {
         auto& st = self->state;
         st.stats.rows = st.tables->rows();
@@ -421,8 +517,15 @@ caf::behavior shard(Self* self, ShardOptions options) {
 }  // namespace
 
 caf::actor spawnShard(caf::actor_system& system, const ShardOptions& options) {
-  (void)TableSet(options.tables);  // throws SetupError on a bad table before any actor starts
-  return system.spawn<caf::detached>(shard, options);
+  // Set-up errors (a bad table, an image that does not fit) throw here,
+  // before any actor starts.
+  auto tables = std::make_shared<std::unique_ptr<TableSet>>(std::make_unique<TableSet>(options.tables));
+  if (options.restore) {
+    Status s = checkShardImage(*options.restore, options);
+    if (s.isOk()) s = (*tables)->load(options.restore->tables);
+    if (!s.isOk()) TROUPE_SETUP_ERROR("shard {}: the checkpoint does not fit: {}", options.shard, s.message());
+  }
+  return system.spawn<caf::detached>(shard, options, std::move(tables));
 }
 
 }  // namespace troupe::ps

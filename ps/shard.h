@@ -11,6 +11,11 @@
 //    averaged and applied as one update, so a step equals one step of a
 //    single process on the concatenated global batch.
 //
+// Checkpoints (wire.h, snapshot_atom): the shard copies its state in memory
+// (the caller pauses the workers first, so the copy is a consistent cut),
+// answers, and writes the copy to its file beside training; the written
+// message follows. A shard restored from an image goes on from that cut.
+//
 // Evaluation pulls (create == false) never wait, and a training pull waits
 // at most ShardOptions::parkTimeout (then it fails, naming the workers it
 // waited for). A push is acknowledged (its sequence number) only once
@@ -35,6 +40,7 @@
 #include "common/status.h"
 #include "kernels/row_optimizer.h"
 #include "ps/embedding_table.h"
+#include "ps/shard_image.h"
 
 namespace troupe::ps {
 
@@ -62,11 +68,19 @@ struct ShardOptions {
   int64_t staleness = 0;  // ssp
   // A training pull parked this long for the clock fails (0: never).
   std::chrono::milliseconds parkTimeout{0};
+  // Start from a checkpoint's image of this shard (checked with
+  // checkShardImage) instead of fresh tables.
+  std::shared_ptr<const ShardImage> restore;
   int threads = 1;
   std::shared_ptr<kernels::Kernels> kernels;  // null: its own, with `threads`
 };
 
-// Throws SetupError on bad tables.
+// Whether a checkpoint's image fits a shard of these options (index, shard
+// and worker counts, consistency, every table's id, dim and optimizer, the
+// dense slice); the error names what differs.
+Status checkShardImage(const ShardImage& image, const ShardOptions& options);
+
+// Throws SetupError on bad tables or an image that does not fit.
 caf::actor spawnShard(caf::actor_system& system, const ShardOptions& options);
 
 }  // namespace troupe::ps

@@ -1,5 +1,7 @@
 #include "ps/table_set.h"
 
+#include <fmt/format.h>
+
 #include "kernels/kernels.h"
 
 namespace troupe::ps {
@@ -77,6 +79,30 @@ Status TableSet::push(const uint64_t* counts, const uint64_t* keys, const float*
   kernels::OptimizerConfig config = tables_.front()->options().optimizer;
   config.step = step;
   return kernels.applyRowOptimizer(config, rows_.data(), int64_t(rows_.size()), dim, grads_.data());
+}
+
+std::vector<TableImage> TableSet::image() const {
+  std::vector<TableImage> out;
+  for (const auto& t : tables_) out.push_back(t->image());
+  return out;
+}
+
+Status TableSet::load(const std::vector<TableImage>& images) {
+  if (images.size() != tables_.size()) {
+    return Status::invalidArgument(fmt::format("{} tables in the checkpoint, {} in the model", images.size(),
+                                               tables_.size()));
+  }
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    if (tables_[t]->size() != 0) return Status::invalidArgument("tables hold rows already");
+  }
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    Status s = tables_[t]->load(images[t]);
+    if (!s.isOk()) {
+      for (auto& table : tables_) table = std::make_unique<EmbeddingTable>(table->options());  // none half-loaded
+      return s;
+    }
+  }
+  return Status::ok();
 }
 
 }  // namespace troupe::ps

@@ -34,6 +34,11 @@ class TableSet final {
   // The same for n keys of table t only.
   void pullTable(size_t t, const uint64_t* keys, int64_t n, bool create, float* out);
 
+  // Every table's rows (a checkpoint), and a set filled from them: whole,
+  // or not at all when any image does not match its table.
+  std::vector<TableImage> image() const;
+  Status load(const std::vector<TableImage>& images);
+
   // One optimizer step (global step `step`) for the rows of the keys with
   // the gradients (same layout as pull's out); repeated keys are summed.
   Status push(const uint64_t* counts, const uint64_t* keys, const float* grads, int64_t step,

@@ -17,6 +17,11 @@
 //           shard has not received (every push below it applied or held for
 //           its BSP step): where a replacement of the worker resumes
 //   stats:  (stats_atom) -> ShardStats as 7 x i64
+//   snapshot: (snapshot_atom, i64 id, string path) -> (i64 id, vector<i64>
+//           every worker's applied floor) once the shard's state is copied
+//           in memory; then the shard writes it to `path` and sends the
+//           requester (written_atom, i64 id, i64 shard, string path, u64
+//           bytes, u64 checksum, string error ("" when written))
 //
 // `step` is the worker's training step (0-based): the consistency clock.
 // `samples`: the rows of the batch the push is the gradient of (the ledger
@@ -43,6 +48,8 @@ namespace troupe::ps {
 
 using leave_atom = caf::atom_constant<caf::atom("leave")>;
 using clock_atom = caf::atom_constant<caf::atom("clock")>;
+using snapshot_atom = caf::atom_constant<caf::atom("snapshot")>;
+using written_atom = caf::atom_constant<caf::atom("written")>;
 
 // More tables than this in one message is refused.
 inline constexpr size_t kMaxWireTables = 4096;
