@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 
 #include "actors/coordinator_process.h"
 #include "actors/launcher.h"
@@ -19,6 +20,7 @@
 #include "common/progress_line.h"
 #include "data/criteo_reader.h"
 #include "transport/node_config.h"
+#include "workers/checkpoint.h"
 #include "workers/job_setup.h"
 #include "workers/trainer.h"
 #include "workers/training_job.h"
@@ -52,6 +54,14 @@ struct TrainFlags {
   std::string predictions;
   // `troupe launch --role coordinator`: listen here and start no processes.
   std::string coordinatorAddress;
+  // --resume: a run directory or checkpoint to go on from.
+  std::string resume;
+};
+
+// What --resume found: the checkpoint and its manifest.
+struct Resumed {
+  std::string dir;
+  workers::CheckpointManifest manifest;
 };
 
 namespace {
@@ -102,7 +112,7 @@ Expected<workers::TrainReport> reportOf(const JobOutcome& o) {
 // the run directory, and are stopped (by PID) when the job ends.
 // `troupe launch --role coordinator` comes here too and starts none.
 workers::JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, const std::string& runDir,
-                                ProgressLine& progress) {
+                                ProgressLine& progress, const std::optional<Resumed>& resumed) {
   const CommonFlags& common = flags.common;
   auto log = logger("apps");
   const int64_t workers = config.getInt("cluster.workers");
@@ -125,14 +135,26 @@ workers::JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, c
     token = transport::jobTokenFromEnvironment();
   }
   const int64_t epochs = config.getInt("train.epochs");
-  auto job = std::make_shared<workers::TrainingJob>(config, [&](const workers::JobProgress& p) {
+  workers::TrainingJobOptions jo;
+  jo.onProgress = [&](const workers::JobProgress& p) {
     if (p.worker != 0) return;
     const int64_t total = p.rowsPerEpoch * epochs;
     const int64_t done = p.rowsPerEpoch * p.epoch + p.epochRows;
     progress.update(done, total,
                     fmt::format("worker 0: epoch {}/{}  step {}  loss {:.4f}  all workers {:.0f} samples/s",
                                 p.epoch + 1, epochs, p.step, p.loss, p.samplesPerSec));
-  });
+  };
+  const bool checkpoints = config.getInt("checkpoint.every_steps") > 0 || config.getInt("checkpoint.every_seconds") > 0;
+  if (checkpoints && mode != workers::TrainMode::kPs) {
+    TROUPE_SETUP_ERROR("config: checkpoints are written in train.mode = ps; this job runs {}",
+                       workers::trainModeName(mode));
+  }
+  if (checkpoints) {
+    jo.checkpointDir = config.getString("checkpoint.dir").empty() ? runDir + "/checkpoints"
+                                                                  : config.getString("checkpoint.dir");
+  }
+  if (resumed) jo.resumedFrom = &resumed->manifest;
+  auto job = std::make_shared<workers::TrainingJob>(config, std::move(jo));
   actors::CoordinatorProcessOptions co;
   co.coordinator = workers::coordinatorOptions(config);
   co.node = transport::nodeOptionsFromConfig(config);
@@ -191,9 +213,35 @@ workers::JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, c
 
 }  // namespace
 
+// --resume PATH: the checkpoint (whole, and of this job's shape), its
+// config with the command line's --set overrides on top, and where it goes on.
+Config resumeConfig(const TrainFlags& flags, std::optional<Resumed>* resumed) {
+  if (!flags.common.configPath.empty()) {
+    TROUPE_SETUP_ERROR("--resume takes the checkpoint's own config; give changes with --set, not --config");
+  }
+  auto dir = workers::findCheckpoint(flags.resume);
+  if (!dir.hasValue()) TROUPE_SETUP_ERROR("--resume: {}", dir.status().message());
+  auto manifest = workers::readManifest(*dir);
+  if (!manifest.hasValue()) TROUPE_SETUP_ERROR("--resume: {}", manifest.status().message());
+  Status whole = workers::verifyCheckpoint(*dir, *manifest);
+  if (!whole.isOk()) TROUPE_SETUP_ERROR("--resume: {}", whole.message());
+  CommonFlags common = flags.common;
+  common.configPath = *dir + "/config.toml";
+  Config config = loadConfig(common);
+  Status fits = workers::checkShape(manifest->shape, workers::jobShapeOf(config));
+  if (!fits.isOk()) TROUPE_SETUP_ERROR("--resume: {}: {}", *dir, fits.message());
+  config.setValue("checkpoint.resume", *dir);
+  *resumed = Resumed{*dir, std::move(*manifest)};
+  return config;
+}
+
 int runTrain(const TrainFlags& flags) {
   const auto wallStart = std::chrono::steady_clock::now();
-  Config config = loadConfig(flags.common);
+  std::optional<Resumed> resumed;
+  Config config = flags.resume.empty() ? loadConfig(flags.common) : resumeConfig(flags, &resumed);
+  if (resumed && config.getInt("cluster.workers") <= 0) {
+    TROUPE_SETUP_ERROR("--resume: checkpoints are of multi-process jobs (cluster.workers > 0)");
+  }
   const int threads = resolveThreads(config);
   workers::WorkerOptions worker;
   worker.core = modelOptions(config, threads);
@@ -207,7 +255,13 @@ int runTrain(const TrainFlags& flags) {
   }
   (void)optimizerKind(config.getString("train.embedding_optimizer"), "train.embedding_optimizer");
 
-  const std::string runDir = makeRunDir(config);
+  // A resumed job goes on in the run directory its checkpoint is in.
+  std::string runDir;
+  if (resumed && fs::path(resumed->dir).parent_path().filename() == "checkpoints") {
+    runDir = fs::path(resumed->dir).parent_path().parent_path().string();
+  } else {
+    runDir = makeRunDir(config);
+  }
   { std::ofstream(runDir + "/config.toml") << config.toToml(); }
   addLogFile(runDir + "/train.log");
   auto log = logger("apps");
@@ -265,7 +319,7 @@ int runTrain(const TrainFlags& flags) {
   }
   collectivesBackend(config);  // a bad value fails here, before any process starts
   if (clusterWorkers > 0) {
-    outcome = runLocalJob(config, flags, runDir, progress);
+    outcome = runLocalJob(config, flags, runDir, progress, resumed);
     report = reportOf(outcome);
   } else {
     report = workers::runInProcess(job);
@@ -351,6 +405,15 @@ int runTrain(const TrainFlags& flags) {
     field("worker_reports", "[" + perWorker + "]");
     field("lost", "[" + lost + "]");
     field("recovery", "[" + recovery + "]");
+    std::string ckpts;
+    for (const auto& c : outcome.checkpoints) {
+      ckpts += fmt::format("{}{{\"id\": {}, \"dir\": {}, \"step\": {}, \"bytes\": {}, \"paused_s\": {}, "
+                           "\"written_s\": {}}}",
+                           ckpts.empty() ? "" : ", ", c.id, jsonString(c.dir), c.step, c.bytes,
+                           jsonNumber(c.pausedSeconds), jsonNumber(c.writtenSeconds));
+    }
+    field("checkpoints", "[" + ckpts + "]");
+    if (outcome.resumedFromStep >= 0) field("resumed_from_step", std::to_string(outcome.resumedFromStep));
     if (!outcome.shards.empty()) {
       // The ledger: each shard applied every sample of every epoch once.
       bool exact = outcome.expectedSamples > 0;
@@ -417,6 +480,9 @@ void addTrainCommand(CLI::App* app, int* result) {
   cmd->add_option("--summary-json", flags->summaryJson, "write the run's summary (metrics, speed) as JSON here");
   cmd->add_option("--predictions", flags->predictions,
                   "write the test predictions here: true label, a tab, the predicted probability or class");
+  cmd->add_option("--resume", flags->resume,
+                  "go on from the latest checkpoint of this run directory (or from this checkpoint directory), with "
+                  "its config and any --set changes");
   cmd->callback([=] { *result = runGuarded([&] { return runTrain(*flags); }); });
 }
 

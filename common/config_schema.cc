@@ -83,6 +83,16 @@ std::vector<Config::Key> troupeConfigSchema() {
       {"ps.consistency", T::kString, std::string("bsp"),
        "bsp (every step sees every worker's previous step), ssp (at most ps.staleness steps ahead) or asp"},
       {"ps.staleness", T::kInt, int64_t{4}, "ssp: how many steps a worker may run ahead of the slowest"},
+      // ---- checkpoints of a multi-process job (train.mode = ps) ----
+      {"checkpoint.every_steps", T::kInt, int64_t{0},
+       "write a checkpoint whenever the slowest worker has taken this many steps since the last; 0 = not by steps"},
+      {"checkpoint.every_seconds", T::kInt, int64_t{0}, "write a checkpoint this often; 0 = not by time"},
+      {"checkpoint.dir", T::kString, std::string(""),
+       "where checkpoints go; empty = <run directory>/checkpoints (across machines: a directory every ps process "
+       "reaches at the same path)"},
+      {"checkpoint.keep", T::kInt, int64_t{2}, "complete checkpoints kept (older ones are removed)"},
+      {"checkpoint.resume", T::kString, std::string(""),
+       "set by troupe train --resume: the checkpoint directory the job goes on from"},
       // ---- supervision: what a multi-process job does when a process fails ----
       {"supervision.on_worker_loss", T::kString, std::string("restart"),
        "restart (a new process takes the lost worker's rank and resumes its share of the data from its last step "

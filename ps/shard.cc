@@ -469,7 +469,8 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
         }
         if (!parked.empty()) self->delayed_send(self, std::chrono::seconds(1), tick_atom::value);
       },
-      [=](snapshot_atom, int64_t id, const std::string& path) -> caf::result<int64_t, std::vector<int64_t>> {
+      [=](snapshot_atom, int64_t id,
+          const std::string& path) -> caf::result<int64_t, std::vector<int64_t>, int64_t> {
         auto& st = self->state;
         if (st.writer && st.writer->joinable()) st.writer->join();  // one checkpoint at a time
         auto img = std::make_shared<ShardImage>();
@@ -502,7 +503,7 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
                            s.isOk() ? std::string() : s.message());
           }
         });
-        return {id, std::move(floors)};
+        return {id, std::move(floors), st.stats.samplesApplied};
       },
       [=](stats_atom) {
         auto& st = self->state;

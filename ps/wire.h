@@ -18,7 +18,7 @@
 //           its BSP step): where a replacement of the worker resumes
 //   stats:  (stats_atom) -> ShardStats as 7 x i64
 //   snapshot: (snapshot_atom, i64 id, string path) -> (i64 id, vector<i64>
-//           every worker's applied floor) once the shard's state is copied
+//           every worker's applied floor, i64 samples applied) once the shard's state is copied
 //           in memory; then the shard writes it to `path` and sends the
 //           requester (written_atom, i64 id, i64 shard, string path, u64
 //           bytes, u64 checksum, string error ("" when written))

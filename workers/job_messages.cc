@@ -11,7 +11,10 @@ transport::WireTypes trainingWireTypes() {
       .add<GateDecision>("troupe.GateDecision")
       .add<WorkerReport>("troupe.WorkerReport")
       .add<CommOffer>("troupe.CommOffer")
-      .add<CommChoice>("troupe.CommChoice");
+      .add<CommChoice>("troupe.CommChoice")
+      .add<CheckpointPause>("troupe.CheckpointPause")
+      .add<CheckpointPaused>("troupe.CheckpointPaused")
+      .add<CheckpointResume>("troupe.CheckpointResume");
   return t;
 }
 

@@ -11,6 +11,11 @@
 //                  the wait lasts as long as the slowest worker trains, and
 //                  ends with the coordinator if it goes.
 //   WorkerReport   worker -> coordinator at the end -> int64_t rank (ack)
+//   CheckpointPause / CheckpointPaused / CheckpointResume
+//                  coordinator -> worker (its "trainer" actor): stop at the
+//                  next step boundary once every push is acknowledged, say
+//                  where (the step), wait for the resume. Workers that no
+//                  longer train say so at once.
 //   CommOffer      worker -> coordinator, sync modes whose
 //                  collectives.backend is not "ring": whether it can use
 //                  NCCL (and worker 0's NCCL id) -> CommChoice once every
@@ -59,6 +64,19 @@ struct WorkerReport {
   int64_t stepsRedone = 0;                // and the steps it redid (some shard had them; applied there once)
 };
 
+struct CheckpointPause {
+  int64_t id = 0;
+};
+
+struct CheckpointPaused {
+  int64_t rank = 0, id = 0;
+  int64_t step = 0;  // steps taken; every push acknowledged
+};
+
+struct CheckpointResume {
+  int64_t id = 0;
+};
+
 struct CommOffer {
   int64_t rank = 0;
   int64_t devices = 0;      // CUDA devices this worker can use
@@ -92,6 +110,18 @@ typename Inspector::result_type inspect(Inspector& f, WorkerReport& x) {
            x.denseHash, x.datasetRows, x.resumedAt, x.stepsRedone);
 }
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CheckpointPause& x) {
+  return f(caf::meta::type_name("CheckpointPause"), x.id);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CheckpointPaused& x) {
+  return f(caf::meta::type_name("CheckpointPaused"), x.rank, x.id, x.step);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CheckpointResume& x) {
+  return f(caf::meta::type_name("CheckpointResume"), x.id);
+}
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, CommOffer& x) {
   return f(caf::meta::type_name("CommOffer"), x.rank, x.devices, x.unavailable, x.ncclId);
 }
@@ -114,4 +144,7 @@ CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::GateDecision))
 CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::WorkerReport))
 CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::CommOffer))
 CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::CommChoice))
+CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::CheckpointPause))
+CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::CheckpointPaused))
+CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::CheckpointResume))
 CAF_END_TYPE_ID_BLOCK(troupe_workers)

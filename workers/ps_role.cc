@@ -7,7 +7,9 @@
 #include "common/logging.h"
 #include "kernels/kernels.h"
 #include "ps/shard.h"
+#include "ps/shard_image.h"
 #include "transport/remote_actors.h"
+#include "workers/checkpoint.h"
 #include "workers/job_setup.h"
 #include "workers/training_job.h"
 #include "workers/worker_core.h"
@@ -44,6 +46,20 @@ void PsRole::prepare(actors::MemberContext& ctx) {
   so.staleness = config.getInt("ps.staleness");
   so.parkTimeout = pullWaitBound(config);
   so.kernels = kernels;
+  // A resumed job (or a rolled-back shard): the checkpoint's image of this shard.
+  const std::string resume = config.getString("checkpoint.resume");
+  if (!resume.empty()) {
+    auto manifest = readManifest(resume);
+    if (!manifest.hasValue()) TROUPE_SETUP_ERROR("{}", manifest.status().message());
+    if (rank < 0 || rank >= int64_t(manifest->shards.size())) {
+      TROUPE_SETUP_ERROR("{}: has {} shard files, none for ps {}", resume, manifest->shards.size(), rank);
+    }
+    const std::string path = resume + "/" + manifest->shards[size_t(rank)].file;
+    auto image = ps::readShardImage(path);
+    if (!image.hasValue()) TROUPE_SETUP_ERROR("{}", image.status().message());
+    so.restore = std::make_shared<ps::ShardImage>(std::move(*image));
+    logger("job")->info("ps {}: goes on from {}", rank, path);
+  }
   shard_ = ps::spawnShard(ctx.system, so);
   ctx.remote.publish(shard_, kShardName);
 }

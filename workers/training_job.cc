@@ -1,12 +1,18 @@
 #include "workers/training_job.h"
 
 #include <algorithm>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
 #include <limits>
+
+#include <fmt/ranges.h>
 
 #include <caf/all.hpp>
 
 #include "collectives/nccl_communicator.h"
 #include "common/check.h"
+#include "common/checksum_file.h"
 #include "common/logging.h"
 #include "ps/wire.h"
 
@@ -18,6 +24,7 @@ using transport::DType;
 using transport::Tensor;
 using recheck_atom = caf::atom_constant<caf::atom("recheck")>;
 using stall_atom = caf::atom_constant<caf::atom("stall")>;
+using pause_timeout_atom = caf::atom_constant<caf::atom("pausetime")>;
 using Clock = std::chrono::steady_clock;
 
 std::shared_ptr<spdlog::logger> log() { return logger("job"); }
@@ -47,8 +54,20 @@ WorkerLoss workerLossPolicy(const Config& config) {
   TROUPE_SETUP_ERROR("config: supervision.on_worker_loss must be restart or fail, not '{}'", p);
 }
 
-TrainingJob::TrainingJob(const Config& config, std::function<void(const JobProgress&)> onProgress)
-    : onProgress_(std::move(onProgress)) {
+TrainingJob::TrainingJob(const Config& config, TrainingJobOptions options)
+    : onProgress_(std::move(options.onProgress)), configText_(config.toToml()) {
+  checkpointBase_ = options.checkpointDir;
+  if (!checkpointBase_.empty()) shape_ = jobShapeOf(config);
+  checkpointEverySteps_ = std::max<int64_t>(0, config.getInt("checkpoint.every_steps"));
+  checkpointEverySeconds_ = std::chrono::seconds(std::max<int64_t>(0, config.getInt("checkpoint.every_seconds")));
+  checkpointKeep_ = positive(config, "checkpoint.keep");
+  if (checkpointBase_.empty()) checkpointEverySteps_ = 0, checkpointEverySeconds_ = std::chrono::seconds(0);
+  if (options.resumedFrom) {
+    nextCheckpointId_ = options.resumedFrom->id + 1;
+    const auto& steps = options.resumedFrom->workerSteps;
+    lastCheckpointStep_ = steps.empty() ? 0 : *std::min_element(steps.begin(), steps.end());
+    outcome_.resumedFromStep = lastCheckpointStep_;
+  }
   workers_ = config.getInt("cluster.workers");
   servers_ = serverCount(config);
   mode_ = trainMode(config);
@@ -146,6 +165,7 @@ actors::LossDecision TrainingJob::onLoss(actors::JobContext& job, const actors::
   // A new process takes the rank and resumes from the last step the shards
   // have; whatever it had asked the gate for, it asks again.
   gateWaiters_.erase(m.rank);
+  if (ckpt_.active) abandonCheckpoint(job, fmt::format("worker {} was lost", m.rank));
   outcome_.workers[size_t(m.rank)].restarts += 1;
   return actors::LossDecision::replace();
 }
@@ -212,6 +232,129 @@ void TrainingJob::checkStalls(actors::JobContext& job) {
   }
 }
 
+// ---------------------------------------------------------------- checkpoints
+
+void TrainingJob::maybeCheckpoint(actors::JobContext& job) {
+  if (ckpt_.active || checkpointBase_.empty() || !started_ || gateOpen_ || finishing_ || job.over()) return;
+  const auto& members = job.members("worker");
+  int64_t slowest = std::numeric_limits<int64_t>::max();
+  for (const auto& w : members) {
+    if (w.state == actors::MemberState::kLost) return;  // not while a rank is being replaced
+    if (w.live() && !reported_[size_t(w.rank)] && !gateWaiters_.count(w.rank)) {
+      slowest = std::min(slowest, lastStep_[size_t(w.rank)]);
+    }
+  }
+  if (slowest == std::numeric_limits<int64_t>::max()) return;  // nobody trains any more
+  const bool bySteps = checkpointEverySteps_ > 0 && slowest >= lastCheckpointStep_ + checkpointEverySteps_;
+  const bool byTime = checkpointEverySeconds_.count() > 0 && Clock::now() - lastCheckpoint_ >= checkpointEverySeconds_;
+  if (!bySteps && !byTime) return;
+  ckpt_ = Checkpointing{};
+  ckpt_.active = true;
+  ckpt_.id = nextCheckpointId_++;
+  ckpt_.dir = checkpointDir(checkpointBase_, ckpt_.id);
+  ckpt_.started = Clock::now();
+  std::error_code ec;
+  std::filesystem::create_directories(ckpt_.dir, ec);
+  if (ec) return abandonCheckpoint(job, fmt::format("cannot make {}: {}", ckpt_.dir, ec.message()));
+  // The config beside it, as the manifest lists it.
+  {
+    const std::string path = ckpt_.dir + "/config.toml";
+    std::ofstream out(path, std::ios::binary);
+    out << configText_;
+    out.close();
+    if (!out) return abandonCheckpoint(job, "cannot write " + path);
+    ckpt_.manifest.config = CheckpointFile{"config.toml", configText_.size(), xxh3(configText_.data(), configText_.size())};
+  }
+  // Every worker stops at its next step boundary with its pushes acknowledged.
+  for (const auto& w : members) {
+    if (!w.live()) continue;
+    ckpt_.waiting.insert(w.rank);
+    job.self()->send(job.actorOf(w, kTrainerName), CheckpointPause{ckpt_.id});
+  }
+  log()->info("checkpoint {}: pausing the workers at their next step boundary", ckpt_.id);
+  job.self()->delayed_send(job.self(), stallTimeout_, pause_timeout_atom::value, ckpt_.id);
+}
+
+void TrainingJob::snapshotShards(actors::JobContext& job) {
+  const auto& shards = job.members("ps");
+  ckpt_.snapshotsLeft = int64_t(shards.size());
+  ckpt_.writesLeft = int64_t(shards.size());
+  ckpt_.manifest.shards.assign(shards.size(), CheckpointFile{});
+  ckpt_.manifest.samplesApplied.assign(shards.size(), 0);
+  const int64_t id = ckpt_.id;
+  for (const auto& s : shards) {
+    const int64_t rank = s.rank;
+    const std::string path = fmt::format("{}/shard-{}.ckpt", ckpt_.dir, rank);
+    job.self()
+        ->request(job.actorOf(s, kShardName), 60s, ps::snapshot_atom::value, id, path)
+        .then(
+            [this, &job, id, rank](int64_t, std::vector<int64_t>& floors, int64_t samples) {
+              if (!ckpt_.active || ckpt_.id != id) return;
+              if (ckpt_.manifest.workerSteps.empty()) {
+                ckpt_.manifest.workerSteps = floors;
+              } else if (ckpt_.manifest.workerSteps != floors) {
+                return abandonCheckpoint(job, fmt::format("shard {} cut the workers at other steps than shard 0", rank));
+              }
+              ckpt_.manifest.samplesApplied[size_t(rank)] = samples;
+              if (--ckpt_.snapshotsLeft > 0) return;
+              // Every shard has its copy: the workers train on.
+              for (int64_t w : ckpt_.paused) {
+                for (const auto& m : job.members("worker")) {
+                  if (m.rank == w && m.live()) job.self()->send(job.actorOf(m, kTrainerName), CheckpointResume{id});
+                }
+              }
+              ckpt_.paused.clear();
+              ckpt_.resumed = Clock::now();
+              if (ckpt_.writesLeft == 0) checkpointWritten(job);  // the files were quicker
+            },
+            [this, &job, id, rank](caf::error& err) {
+              if (ckpt_.active && ckpt_.id == id) {
+                abandonCheckpoint(job, fmt::format("shard {} did not copy its state: {}", rank, actors::describe(err)));
+              }
+            });
+  }
+}
+
+void TrainingJob::checkpointWritten(actors::JobContext& job) {
+  auto& m = ckpt_.manifest;
+  m.id = ckpt_.id;
+  m.shape = shape_;
+  const std::time_t now = std::time(nullptr);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  m.created = stamp;
+  Status s = writeManifest(ckpt_.dir, m);
+  if (!s.isOk()) return abandonCheckpoint(job, s.message());
+  CheckpointRecord r;
+  r.id = ckpt_.id;
+  r.dir = ckpt_.dir;
+  r.step = *std::min_element(m.workerSteps.begin(), m.workerSteps.end());
+  r.pausedSeconds = std::chrono::duration<double>(ckpt_.resumed - ckpt_.started).count();
+  r.writtenSeconds = std::chrono::duration<double>(Clock::now() - ckpt_.started).count();
+  for (const auto& f : m.shards) r.bytes += f.bytes;
+  outcome_.checkpoints.push_back(r);
+  lastCheckpointStep_ = r.step;
+  lastCheckpoint_ = Clock::now();
+  log()->info("checkpoint {} written: {} (steps {}, {:.1f} MB; workers paused {:.3f} s, written in {:.2f} s)", r.id,
+              r.dir, fmt::join(m.workerSteps, "/"), double(r.bytes) / 1e6, r.pausedSeconds, r.writtenSeconds);
+  pruneCheckpoints(checkpointBase_, checkpointKeep_);
+  ckpt_.active = false;
+}
+
+void TrainingJob::abandonCheckpoint(actors::JobContext& job, const std::string& why) {
+  if (!ckpt_.active) return;
+  log()->warn("checkpoint {} abandoned: {}; training goes on", ckpt_.id, why);
+  for (int64_t w : ckpt_.paused) {
+    for (const auto& m : job.members("worker")) {
+      if (m.rank == w && m.live()) job.self()->send(job.actorOf(m, kTrainerName), CheckpointResume{ckpt_.id});
+    }
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(ckpt_.dir, ec);
+  ckpt_.active = false;
+  lastCheckpoint_ = Clock::now();  // not again at once
+}
+
 void TrainingJob::onOver(actors::JobContext&) {
   for (auto& [rank, w] : gateWaiters_) w.deliver(GateDecision{false});
   gateWaiters_.clear();
@@ -221,6 +364,31 @@ void TrainingJob::onOver(actors::JobContext&) {
 
 caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
   return {
+      [this, &job](const CheckpointPaused& p) {
+        const auto pauser = caf::actor_cast<caf::actor>(job.self()->current_sender());
+        if (!ckpt_.active || p.id != ckpt_.id) {
+          // Late, for a checkpoint given up: it must not stay paused.
+          job.self()->send(pauser, CheckpointResume{p.id});
+          return;
+        }
+        if (!ckpt_.waiting.erase(p.rank)) return;
+        ckpt_.paused.insert(p.rank);
+        if (ckpt_.waiting.empty()) snapshotShards(job);
+      },
+      [this, &job](pause_timeout_atom, int64_t id) {
+        if (ckpt_.active && ckpt_.id == id && !ckpt_.waiting.empty()) {
+          abandonCheckpoint(job, fmt::format("workers {} did not pause within {} s", fmt::join(ckpt_.waiting, ", "),
+                                             stallTimeout_.count()));
+        }
+      },
+      [this, &job](ps::written_atom, int64_t id, int64_t shard, const std::string& path, uint64_t bytes,
+                   uint64_t checksum, const std::string& error) {
+        if (!ckpt_.active || ckpt_.id != id || shard < 0 || shard >= int64_t(ckpt_.manifest.shards.size())) return;
+        if (!error.empty()) return abandonCheckpoint(job, fmt::format("shard {}: {}", shard, error));
+        ckpt_.manifest.shards[size_t(shard)] =
+            CheckpointFile{std::filesystem::path(path).filename().string(), bytes, checksum};
+        if (--ckpt_.writesLeft == 0 && ckpt_.snapshotsLeft == 0) checkpointWritten(job);
+      },
       [this, &job](recheck_atom) {
         checkGate(job);
         checkDone(job);
@@ -228,6 +396,7 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
       [this, &job](stall_atom) {
         if (job.over()) return;
         checkStalls(job);
+        maybeCheckpoint(job);
         job.self()->delayed_send(job.self(), 1s, stall_atom::value);
       },
       [this, &job](const Progress& p) {
@@ -235,6 +404,7 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
         rate_[size_t(p.rank)] = p.samplesPerSec;
         lastProgress_[size_t(p.rank)] = Clock::now();
         lastStep_[size_t(p.rank)] = p.step;
+        maybeCheckpoint(job);
         if (!onProgress_) return;
         JobProgress out{p.rank, p.step, p.epoch, p.epochRows, p.rowsPerEpoch, p.loss, 0};
         const auto& members = job.members("worker");

@@ -28,6 +28,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,7 @@
 #include "common/config.h"
 #include "ps/shard.h"
 #include "transport/tensor.h"
+#include "workers/checkpoint.h"
 #include "workers/job_messages.h"
 #include "workers/job_setup.h"
 
@@ -67,6 +69,16 @@ struct ShardSummary {
 enum class WorkerLoss { kRestart, kFail };
 WorkerLoss workerLossPolicy(const Config& config);
 
+// One checkpoint the job wrote.
+struct CheckpointRecord {
+  int64_t id = 0;
+  std::string dir;
+  int64_t step = 0;            // the slowest worker's step at the cut
+  double pausedSeconds = 0;    // workers paused: until every shard had its copy
+  double writtenSeconds = 0;   // until the manifest was written
+  uint64_t bytes = 0;
+};
+
 struct JobOutcome {
   bool ok = false;
   std::string error;  // when !ok
@@ -86,15 +98,27 @@ struct JobOutcome {
   int64_t datasetRows = 0;      // training rows per epoch
   int64_t expectedSamples = 0;  // datasetRows x epochs (0 when train.max_steps cuts training short)
   std::string collectivesBackend;             // sync modes: the one the workers use ("ring", "nccl")
+  std::vector<CheckpointRecord> checkpoints;  // written, in order
+  int64_t resumedFromStep = -1;               // a resumed job: the cut it went on from
 };
 
-// The published name of a ps process's shard actor.
+// The published names of a ps process's shard actor and of a worker
+// process's worker actor.
 inline constexpr const char* kShardName = "shard";
+inline constexpr const char* kTrainerName = "trainer";
+
+struct TrainingJobOptions {
+  std::function<void(const JobProgress&)> onProgress;  // on the coordinator's thread
+  // Where checkpoints go (checkpoint.dir, or the run directory's
+  // checkpoints/); "" when the job writes none.
+  std::string checkpointDir;
+  // A resumed job: the checkpoint it goes on from (its id and cut).
+  const CheckpointManifest* resumedFrom = nullptr;
+};
 
 class TrainingJob final : public actors::JobPolicy {
  public:
-  // `onProgress` runs on the coordinator's thread.
-  TrainingJob(const Config& config, std::function<void(const JobProgress&)> onProgress);
+  TrainingJob(const Config& config, TrainingJobOptions options);
 
   caf::message_handler handlers(actors::JobContext& job) override;
   void onStart(actors::JobContext& job) override;
@@ -113,6 +137,12 @@ class TrainingJob final : public actors::JobPolicy {
   void finalize(actors::JobContext& job);
   // Finds workers alive but making no step (supervision.stall_timeout_s).
   void checkStalls(actors::JobContext& job);
+  // Checkpoints (workers/checkpoint.h): starts one when one is due; the
+  // steps of one; gives one up (the workers train on).
+  void maybeCheckpoint(actors::JobContext& job);
+  void snapshotShards(actors::JobContext& job);
+  void checkpointWritten(actors::JobContext& job);
+  void abandonCheckpoint(actors::JobContext& job, const std::string& why);
 
   int64_t workers_ = 0, servers_ = 0;
   ps::Consistency consistency_ = ps::Consistency::kBsp;
@@ -121,6 +151,25 @@ class TrainingJob final : public actors::JobPolicy {
   WorkerLoss onWorkerLoss_ = WorkerLoss::kRestart;
   int64_t epochs_ = 1, maxSteps_ = 0;
   std::function<void(const JobProgress&)> onProgress_;
+  std::string configText_;
+  JobShape shape_;
+  // Checkpoints.
+  std::string checkpointBase_;
+  int64_t checkpointEverySteps_ = 0, checkpointKeep_ = 2;
+  std::chrono::seconds checkpointEverySeconds_{0};
+  int64_t nextCheckpointId_ = 1;
+  int64_t lastCheckpointStep_ = 0;
+  std::chrono::steady_clock::time_point lastCheckpoint_ = std::chrono::steady_clock::now();
+  struct Checkpointing {
+    bool active = false;
+    int64_t id = 0;
+    std::string dir;
+    std::chrono::steady_clock::time_point started, resumed;
+    std::set<int64_t> waiting;          // workers asked to pause, not yet paused
+    std::set<int64_t> paused;           // workers paused (to resume)
+    int64_t snapshotsLeft = 0, writesLeft = 0;
+    CheckpointManifest manifest;
+  } ckpt_;
   std::atomic<bool> started_{false};
   std::vector<double> rate_;  // per worker: samples/s it reported last
   // Per worker: when it last reported a step, and which.

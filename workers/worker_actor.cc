@@ -38,6 +38,11 @@ struct WorkerState {
   bool gatePassed = false;
   bool awaitingGate = false;
   int64_t toSkip = 0;  // batches still to pass over (a replacement)
+  // A checkpoint: paused at a step boundary (or on the way there).
+  int64_t pauseId = -1;
+  caf::actor pauser;
+  bool paused = false;
+  bool trainingOver = false;  // past the last training step
   std::function<void()> whenDrained;  // runs once every push is acknowledged
   static inline const char* name = "worker";
 };
@@ -124,8 +129,25 @@ void trainOn(Self* self, BatchPtr batch, ps::PullReplyPtr rows) {
   afterStep(self, *batch);
 }
 
+// At a step boundary: stops there for a checkpoint when one is asked for,
+// once every push is acknowledged (the shards then hold every step taken).
+bool pauseHere(Self* self) {
+  auto& st = self->state;
+  if (st.pauseId < 0) return false;
+  if (st.pushesInFlight > 0) {
+    st.whenDrained = [=] { nextTrainBatch(self); };
+    return true;
+  }
+  if (!st.paused) {
+    st.paused = true;
+    self->send(st.pauser, CheckpointPaused{st.core->options().worker, st.pauseId, st.core->steps()});
+  }
+  return true;
+}
+
 void nextTrainBatch(Self* self) {
   auto& st = self->state;
+  if (pauseHere(self)) return;
   self->request(st.trainLoader, st.options.requestTimeout, next_atom::value)
       .then(
           [=](BatchPtr batch) {
@@ -219,6 +241,7 @@ void askGate(Self* self) {
 // the tables told this worker trains no more, then the gate decides.
 void passGate(Self* self) {
   auto& st = self->state;
+  st.trainingOver = true;
   if (st.pushesInFlight > 0) {
     st.whenDrained = [=] { passGate(self); };
     return;
@@ -276,6 +299,26 @@ caf::behavior worker(Self* self, WorkerOptions options, std::shared_ptr<WorkerCo
         st.done = self->make_response_promise<TrainReportPtr>();
         startEpoch(self);
         return st.done;
+      },
+      [=](const CheckpointPause& p) {
+        auto& st = self->state;
+        const auto pauser = caf::actor_cast<caf::actor>(self->current_sender());
+        if (st.trainingOver || st.finished) {
+          self->send(pauser, CheckpointPaused{st.core->options().worker, p.id, st.core->steps()});
+          return;
+        }
+        st.pauseId = p.id;
+        st.pauser = pauser;
+      },
+      [=](const CheckpointResume& r) {
+        auto& st = self->state;
+        if (r.id != st.pauseId) return;
+        st.pauseId = -1;
+        st.pauser = caf::actor();
+        if (st.paused) {
+          st.paused = false;
+          nextTrainBatch(self);
+        }
       },
       [=](const GateDecision& d) {
         auto& st = self->state;

@@ -72,6 +72,10 @@ struct WorkerOptions {
   // of its share (across epochs) before the first step; the core resumes
   // its step count there (WorkerCore::resumeAt).
   int64_t skipBatches = 0;
+  // A job with checkpoints: answers CheckpointPause (workers/job_messages.h)
+  // at its next step boundary, once every push is acknowledged, with
+  // CheckpointPaused{rank, id, steps} to the sender, and trains on at
+  // CheckpointResume. A worker that trains no more answers at once.
   std::function<void(const WorkerEvent&)> onEvent;
 };
 

@@ -227,11 +227,12 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
     model.bucketBytes = positive(config, "train.bucket_kb") << 10;
     model.replicatedTables = mode == TrainMode::kAllReduce && model.kind == ModelKind::kDlrm;
   }
-  // A replacement of a lost worker resumes at the first step of its rank
-  // that not every shard has (a step some shard has is re-sent and applied
-  // there once).
+  // A worker resumes at the first step of its rank that not every shard
+  // has: 0 in a new job; where a lost one left off (a step some shard has is
+  // re-sent and applied there once); the cut of a checkpoint the job goes on
+  // from.
   int64_t resumeAt = 0, redo = 0;
-  if (ctx.welcome.incarnation > 0 && mode == TrainMode::kPs) {
+  if (mode == TrainMode::kPs) {
     caf::scoped_actor self{ctx.system};
     resumeAt = std::numeric_limits<int64_t>::max();
     int64_t furthest = 0;
@@ -249,8 +250,10 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
       if (!answered) TROUPE_SETUP_ERROR("worker {}: shard {} did not say where to resume: {}", rank, s, error);
     }
     redo = furthest - resumeAt;  // steps some shard has already: redone, applied there once
-    logger("job")->info("worker {} (process {} of its rank) resumes at step {} ({} steps redone)", rank,
-                        ctx.welcome.incarnation + 1, resumeAt, redo);
+    if (resumeAt > 0 || redo > 0) {
+      logger("job")->info("worker {} (process {} of its rank) resumes at step {} ({} steps redone)", rank,
+                          ctx.welcome.incarnation + 1, resumeAt, redo);
+    }
   }
   DataSources data = openData(config, threads);
   const int64_t datasetRows = data.train->rowsPerEpoch();
@@ -298,8 +301,10 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   std::vector<actors::ChildSpec> children = {existing("train loader", trainLoader),
                                              existing("test loader", testLoader)};
   if (client) children.push_back(existing("tables", client));
-  auto spawnWorker = [&system = ctx.system, wo, core, trainLoader, testLoader, client]() {
-    return workers::spawnWorker(system, wo, std::move(*core), trainLoader, testLoader, client);
+  auto spawnWorker = [&system = ctx.system, &remote = ctx.remote, wo, core, trainLoader, testLoader, client]() {
+    auto w = workers::spawnWorker(system, wo, std::move(*core), trainLoader, testLoader, client);
+    remote.publish(w, kTrainerName);  // the coordinator pauses it for checkpoints
+    return w;
   };
   children.push_back(actors::ChildSpec{"worker",
                                        [spawnWorker, coord = ctx.coordinator,

@@ -91,7 +91,11 @@ class ShardImageTest : public ::testing::Test {
     path_ = dir_.file("shard-0.ckpt");
     std::vector<int64_t> floors;
     self->request(shard, 10s, snapshot_atom::value, int64_t{7}, path_)
-        .receive([&](int64_t id, std::vector<int64_t>& f) { floors = f; }, [](caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
+        .receive([&](int64_t id, std::vector<int64_t>& f, int64_t samples) {
+                   floors = f;
+                   EXPECT_EQ(samples, 4 * 8);
+                 },
+                 [](caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
     EXPECT_EQ(floors, (std::vector<int64_t>{2, 1})) << "worker 0 applied 0, 1 (and 3 early)";
     self->receive(
         [&](written_atom, int64_t id, int64_t s, const std::string& p, uint64_t bytes, uint64_t checksum,
@@ -139,7 +143,7 @@ TEST_F(ShardImageTest, ARestoredShardGoesOnFromTheCut) {
   // same row blocks and dense slice.
   const std::string again = dir_.file("again.ckpt");
   self->request(restored, 10s, snapshot_atom::value, int64_t{8}, again)
-      .receive([](int64_t, std::vector<int64_t>&) {}, [](caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
+      .receive([](int64_t, std::vector<int64_t>&, int64_t) {}, [](caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
   self->receive([](written_atom, int64_t, int64_t, const std::string&, uint64_t, uint64_t, const std::string& error) {
     EXPECT_EQ(error, "");
   }, caf::after(10s) >> [] { ADD_FAILURE() << "not written"; });

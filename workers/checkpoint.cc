@@ -1,0 +1,306 @@
+#include "workers/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <toml++/toml.h>
+
+#include "common/check.h"
+#include "common/checksum_file.h"
+#include "common/logging.h"
+#include "workers/job_setup.h"
+#include "workers/worker_core.h"
+
+namespace troupe::workers {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int64_t kFormat = 1;
+constexpr const char* kChecksumKey = "manifest_checksum = \"";
+
+std::string hex(uint64_t x) { return fmt::format("{:016x}", x); }
+
+// Writes `text` to `path` whole: temporary name, fsync, rename, directory fsync.
+Status writeWhole(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return Status::ioError(fmt::format("cannot write {}", tmp));
+  const bool ok = ::write(fd, text.data(), text.size()) == ssize_t(text.size()) && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return Status::ioError(fmt::format("cannot write {}", path));
+  }
+  const int dir = ::open(fs::path(path).parent_path().c_str(), O_RDONLY | O_DIRECTORY);
+  if (dir >= 0) {
+    ::fsync(dir);
+    ::close(dir);
+  }
+  return Status::ok();
+}
+
+Expected<std::string> readText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::notFound(fmt::format("{}: cannot open", path));
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+JobShape jobShapeOf(const Config& c) {
+  JobShape s;
+  s.mode = trainModeName(trainMode(c));
+  s.consistency = c.getString("ps.consistency");
+  s.model = c.getString("model.kind");
+  s.embeddingOptimizer = c.getString("train.embedding_optimizer");
+  s.denseOptimizer = c.getString("train.dense_optimizer");
+  s.workers = c.getInt("cluster.workers");
+  s.servers = serverCount(c);
+  WorkerCoreOptions model = modelOptions(c, 1);
+  WorkerCore core(model);
+  s.denseParameters = core.denseParameters();
+  for (const auto& t : tableOptions(c, model)) s.tableDims.push_back(t.dim);
+  return s;
+}
+
+Status checkShape(const JobShape& a, const JobShape& b) {
+  auto differs = [](const char* what, const auto& x, const auto& y) {
+    return Status::invalidArgument(fmt::format("the checkpoint's {} is {}; the config's {}", what, x, y));
+  };
+  if (a.model != b.model) return differs("model.kind", a.model, b.model);
+  if (a.mode != b.mode) return differs("train.mode", a.mode, b.mode);
+  if (a.consistency != b.consistency) return differs("ps.consistency", a.consistency, b.consistency);
+  if (a.workers != b.workers) return differs("cluster.workers", a.workers, b.workers);
+  if (a.servers != b.servers) return differs("number of parameter servers", a.servers, b.servers);
+  if (a.tableDims.size() != b.tableDims.size()) {
+    return differs("number of embedding tables", a.tableDims.size(), b.tableDims.size());
+  }
+  for (size_t t = 0; t < a.tableDims.size(); ++t) {
+    if (a.tableDims[t] != b.tableDims[t]) {
+      return differs(fmt::format("table {} dim", t).c_str(), a.tableDims[t], b.tableDims[t]);
+    }
+  }
+  if (a.denseParameters != b.denseParameters) {
+    return differs("dense parameter count", a.denseParameters, b.denseParameters);
+  }
+  if (a.embeddingOptimizer != b.embeddingOptimizer) {
+    return differs("train.embedding_optimizer", a.embeddingOptimizer, b.embeddingOptimizer);
+  }
+  if (a.denseOptimizer != b.denseOptimizer) return differs("train.dense_optimizer", a.denseOptimizer, b.denseOptimizer);
+  return Status::ok();
+}
+
+std::string checkpointDir(const std::string& base, int64_t id) {
+  return (fs::path(base) / fmt::format("ckpt-{:06d}", id)).string();
+}
+
+Status writeManifest(const std::string& dir, const CheckpointManifest& m) {
+  std::string t = "# troupe checkpoint manifest, written last: a checkpoint without one is incomplete\n";
+  t += fmt::format("format = {}\nid = {}\ncreated = {}\n", kFormat, m.id, quoted(m.created));
+  const JobShape& s = m.shape;
+  t += fmt::format("model = {}\nmode = {}\nconsistency = {}\nworkers = {}\nservers = {}\n", quoted(s.model),
+                   quoted(s.mode), quoted(s.consistency), s.workers, s.servers);
+  t += fmt::format("table_dims = [{}]\ndense_parameters = {}\nembedding_optimizer = {}\ndense_optimizer = {}\n",
+                   fmt::join(s.tableDims, ", "), s.denseParameters, quoted(s.embeddingOptimizer),
+                   quoted(s.denseOptimizer));
+  t += fmt::format("worker_steps = [{}]\nsamples_applied = [{}]\n", fmt::join(m.workerSteps, ", "),
+                   fmt::join(m.samplesApplied, ", "));
+  auto file = [&](const char* table, const CheckpointFile& f, int64_t rank) {
+    t += fmt::format("\n[[{}]]\n", table);
+    if (rank >= 0) t += fmt::format("rank = {}\n", rank);
+    t += fmt::format("file = {}\nbytes = {}\nchecksum = {}\n", quoted(f.file), f.bytes, quoted(hex(f.checksum)));
+  };
+  file("config", m.config, -1);
+  for (size_t r = 0; r < m.shards.size(); ++r) file("shard", m.shards[r], int64_t(r));
+  t += fmt::format("\n{}{}\"\n", kChecksumKey, hex(xxh3(t.data(), t.size())));
+  Status s2 = writeWhole((fs::path(dir) / kManifestFile).string(), t);
+  if (!s2.isOk()) return s2;
+  return writeWhole((fs::path(dir).parent_path() / kLatestFile).string(), fs::path(dir).filename().string() + "\n");
+}
+
+Expected<CheckpointManifest> readManifest(const std::string& dir) {
+  const std::string path = (fs::path(dir) / kManifestFile).string();
+  auto text = readText(path);
+  if (!text.hasValue()) {
+    return Status::notFound(fmt::format("{}: no manifest: the checkpoint is incomplete or this is not one", path));
+  }
+  const size_t at = text->rfind(kChecksumKey);
+  if (at == std::string::npos) return Status::corruption(fmt::format("{}: truncated (no manifest_checksum)", path));
+  const std::string stored = text->substr(at + std::strlen(kChecksumKey), 16);
+  const std::string computed = hex(xxh3(text->data(), at - 1));
+  if (stored != computed) {
+    return Status::corruption(
+        fmt::format("{}: checksum mismatch (stored {}, computed {}): the manifest is corrupt", path, stored, computed));
+  }
+  CheckpointManifest m;
+  try {
+    toml::table tbl = toml::parse(*text, path);
+    auto str = [&](const char* key) {
+      auto v = tbl[key].value<std::string>();
+      if (!v) TROUPE_SETUP_ERROR("{}: '{}' is missing or not text", path, key);
+      return *v;
+    };
+    auto num = [&](const char* key) {
+      auto v = tbl[key].value<int64_t>();
+      if (!v) TROUPE_SETUP_ERROR("{}: '{}' is missing or not an integer", path, key);
+      return *v;
+    };
+    auto list = [&](const char* key) {
+      std::vector<int64_t> out;
+      const toml::array* a = tbl[key].as_array();
+      if (!a) TROUPE_SETUP_ERROR("{}: '{}' is missing or not a list", path, key);
+      for (const auto& e : *a) {
+        auto v = e.value<int64_t>();
+        if (!v) TROUPE_SETUP_ERROR("{}: '{}' holds something other than integers", path, key);
+        out.push_back(*v);
+      }
+      return out;
+    };
+    auto fileOf = [&](const toml::table& f) {
+      CheckpointFile out;
+      auto file = f["file"].value<std::string>();
+      auto bytes = f["bytes"].value<int64_t>();
+      auto sum = f["checksum"].value<std::string>();
+      if (!file || !bytes || !sum || file->find('/') != std::string::npos || *bytes < 0 || sum->size() != 16) {
+        TROUPE_SETUP_ERROR("{}: a file entry is incomplete or malformed", path);
+      }
+      out.file = *file;
+      out.bytes = uint64_t(*bytes);
+      out.checksum = std::stoull(*sum, nullptr, 16);
+      return out;
+    };
+    if (num("format") != kFormat) {
+      TROUPE_SETUP_ERROR("{}: format {}, this troupe reads {}", path, num("format"), kFormat);
+    }
+    m.id = num("id");
+    m.created = str("created");
+    m.shape.model = str("model");
+    m.shape.mode = str("mode");
+    m.shape.consistency = str("consistency");
+    m.shape.workers = num("workers");
+    m.shape.servers = num("servers");
+    m.shape.tableDims = list("table_dims");
+    m.shape.denseParameters = num("dense_parameters");
+    m.shape.embeddingOptimizer = str("embedding_optimizer");
+    m.shape.denseOptimizer = str("dense_optimizer");
+    m.workerSteps = list("worker_steps");
+    m.samplesApplied = list("samples_applied");
+    const toml::array* configs = tbl["config"].as_array();
+    if (!configs || configs->size() != 1 || !configs->front().as_table()) {
+      TROUPE_SETUP_ERROR("{}: no [[config]] entry", path);
+    }
+    m.config = fileOf(*configs->front().as_table());
+    const toml::array* shards = tbl["shard"].as_array();
+    if (shards) {
+      for (const auto& e : *shards) {
+        if (!e.as_table()) TROUPE_SETUP_ERROR("{}: a [[shard]] entry is not a table", path);
+        m.shards.push_back(fileOf(*e.as_table()));
+      }
+    }
+    if (int64_t(m.shards.size()) != m.shape.servers || int64_t(m.workerSteps.size()) != m.shape.workers ||
+        m.samplesApplied.size() != m.shards.size()) {
+      TROUPE_SETUP_ERROR("{}: {} shard files and {} worker steps for {} servers and {} workers", path, m.shards.size(),
+                         m.workerSteps.size(), m.shape.servers, m.shape.workers);
+    }
+  } catch (const toml::parse_error& e) {
+    return Status::corruption(fmt::format("{}: {}", path, e.description()));
+  } catch (const SetupError& e) {
+    return Status::corruption(e.what());
+  }
+  return m;
+}
+
+Status verifyCheckpoint(const std::string& dir, const CheckpointManifest& m) {
+  std::vector<CheckpointFile> files = m.shards;
+  files.push_back(m.config);
+  for (const auto& f : files) {
+    const std::string path = (fs::path(dir) / f.file).string();
+    std::error_code ec;
+    const auto size = fs::file_size(path, ec);
+    if (ec) return Status::notFound(fmt::format("{}: missing ({})", path, ec.message()));
+    if (size != f.bytes) {
+      return Status::corruption(fmt::format("{}: {} bytes, the manifest says {}: truncated or replaced", path, size, f.bytes));
+    }
+    auto text = readText(path);
+    if (!text.hasValue()) return text.status();
+    // The shard files carry the XXH3 of their bytes before it in their last
+    // 8 bytes; config.toml's is of the whole file.
+    const bool trailer = f.file != m.config.file;
+    uint64_t sum = 0;
+    if (trailer) {
+      if (text->size() < 8) return Status::corruption(fmt::format("{}: truncated", path));
+      std::memcpy(&sum, text->data() + text->size() - 8, 8);
+      if (sum != xxh3(text->data(), text->size() - 8)) {
+        return Status::corruption(fmt::format("{}: checksum mismatch: the file is corrupt", path));
+      }
+    } else {
+      sum = xxh3(text->data(), text->size());
+    }
+    if (sum != f.checksum) {
+      return Status::corruption(fmt::format("{}: checksum {} but the manifest says {}: not the file it lists", path,
+                                            hex(sum), hex(f.checksum)));
+    }
+  }
+  return Status::ok();
+}
+
+Expected<std::string> findCheckpoint(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return Status::notFound(fmt::format("{}: no such directory", path));
+  if (fs::exists(fs::path(path) / kManifestFile, ec)) return path;
+  for (const fs::path base : {fs::path(path), fs::path(path) / "checkpoints"}) {
+    auto latest = readText((base / kLatestFile).string());
+    if (!latest.hasValue()) continue;
+    std::string name = *latest;
+    while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.pop_back();
+    if (name.empty() || name.find('/') != std::string::npos) {
+      return Status::corruption(fmt::format("{}: does not name a checkpoint", (base / kLatestFile).string()));
+    }
+    return (base / name).string();
+  }
+  return Status::notFound(
+      fmt::format("{}: holds no checkpoint (no {} here or in checkpoints/, no {})", path, kLatestFile, kManifestFile));
+}
+
+void pruneCheckpoints(const std::string& base, int64_t keep) {
+  std::error_code ec;
+  std::vector<fs::path> complete, all;
+  for (const auto& e : fs::directory_iterator(base, ec)) {
+    if (!e.is_directory() || e.path().filename().string().rfind("ckpt-", 0) != 0) continue;
+    all.push_back(e.path());
+    if (fs::exists(e.path() / kManifestFile)) complete.push_back(e.path());
+  }
+  std::sort(complete.begin(), complete.end());
+  std::sort(all.begin(), all.end());
+  if (complete.empty()) return;
+  const fs::path newest = complete.back();
+  const size_t drop = complete.size() > size_t(std::max<int64_t>(keep, 1)) ? complete.size() - size_t(keep) : 0;
+  for (size_t i = 0; i < drop; ++i) fs::remove_all(complete[i], ec);
+  for (const auto& p : all) {
+    if (p < newest && !fs::exists(p / kManifestFile)) fs::remove_all(p, ec);  // an abandoned one
+  }
+}
+
+}  // namespace troupe::workers

@@ -1,0 +1,78 @@
+// A training job's checkpoints (DESIGN.md, Supervision and fault
+// tolerance): a consistent cut of a parameter-server job. The coordinator
+// pauses every worker at its next step boundary with every push
+// acknowledged, each shard copies its state in memory, the workers train on
+// while the shards write their files (ps/shard_image.h), and the manifest is
+// written last, so a checkpoint directory without one is incomplete and never
+// used:
+//
+//   <checkpoint.dir>/ckpt-000003/
+//     shard-0.ckpt ... shard-{S-1}.ckpt   each checksummed (XXH3), fsynced, renamed
+//     config.toml                         the job's config
+//     manifest.toml                       what the job was, the cut, every file with
+//                                         its size and checksum; a checksum of its own
+//   <checkpoint.dir>/latest               the name of the newest complete one
+//
+// A checkpoint is resumed (troupe train --resume) only when it is whole and
+// fits: every file present with its size and checksum, and the same model,
+// tables, shards, workers and mode as the config asks for; otherwise it is
+// refused with one line naming the file and what is wrong.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "common/status.h"
+
+namespace troupe::workers {
+
+inline constexpr const char* kManifestFile = "manifest.toml";
+inline constexpr const char* kLatestFile = "latest";
+
+struct CheckpointFile {
+  std::string file;  // relative to the checkpoint directory
+  uint64_t bytes = 0;
+  uint64_t checksum = 0;
+};
+
+// What a job is, as far as resuming goes: a checkpoint fits a config when
+// these agree.
+struct JobShape {
+  std::string mode, consistency, model, embeddingOptimizer, denseOptimizer;
+  int64_t workers = 0, servers = 0, denseParameters = 0;
+  std::vector<int64_t> tableDims;
+};
+
+JobShape jobShapeOf(const Config& config);
+// The first difference, named ("the checkpoint has 4 tables; the config 26").
+Status checkShape(const JobShape& checkpoint, const JobShape& config);
+
+struct CheckpointManifest {
+  int64_t id = 0;
+  std::string created;               // UTC, ISO 8601
+  JobShape shape;
+  std::vector<int64_t> workerSteps;  // the cut: where each worker resumes
+  std::vector<int64_t> samplesApplied;  // the ledger of each shard at the cut
+  CheckpointFile config;             // config.toml
+  std::vector<CheckpointFile> shards;   // by shard
+};
+
+// The directory of checkpoint `id` under `base`.
+std::string checkpointDir(const std::string& base, int64_t id);
+// Writes dir/manifest.toml last (temporary name, fsync, rename) and points
+// base/latest at it.
+Status writeManifest(const std::string& dir, const CheckpointManifest& manifest);
+// Reads dir/manifest.toml: its own checksum, then every field.
+Expected<CheckpointManifest> readManifest(const std::string& dir);
+// Every file the manifest lists: present, of its size, with its checksum.
+Status verifyCheckpoint(const std::string& dir, const CheckpointManifest& manifest);
+// The checkpoint to resume from `path`: a checkpoint directory (it holds a
+// manifest), or a run directory or checkpoint.dir (its `latest`).
+Expected<std::string> findCheckpoint(const std::string& path);
+// Removes all but the newest `keep` complete checkpoints under `base` (and
+// any incomplete one older than the newest complete one).
+void pruneCheckpoints(const std::string& base, int64_t keep);
+
+}  // namespace troupe::workers
