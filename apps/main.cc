@@ -9,6 +9,7 @@
 #include "apps/cli_common.h"
 #include "apps/config_command.h"
 #include "apps/gen_data_command.h"
+#include "apps/inspect_command.h"
 #include "apps/launch_command.h"
 #include "apps/train_command.h"
 #include "apps/version_command.h"
@@ -25,6 +26,7 @@ int main(int argc, char** argv) {
   troupe::apps::addConfigCommand(&app, &result);
   troupe::apps::addVersionCommand(&app, &result);
   troupe::apps::addBenchCommand(&app, &result);
+  troupe::apps::addInspectCommand(&app, &result);
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
     std::string names;

@@ -270,6 +270,10 @@ Expected<std::string> findCheckpoint(const std::string& path) {
   std::error_code ec;
   if (!fs::is_directory(path, ec)) return Status::notFound(fmt::format("{}: no such directory", path));
   if (fs::exists(fs::path(path) / kManifestFile, ec)) return path;
+  // A checkpoint directory without its manifest: readManifest says it is incomplete.
+  for (const auto& e : fs::directory_iterator(path, ec)) {
+    if (e.path().extension() == ".ckpt") return path;
+  }
   for (const fs::path base : {fs::path(path), fs::path(path) / "checkpoints"}) {
     auto latest = readText((base / kLatestFile).string());
     if (!latest.hasValue()) continue;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -398,6 +399,73 @@ TEST_F(ClusterTest, AWorkerAliveButStuckIsDeclaredHungKilledAndReplaced) {
   const int pid = pidIn(readFile(dir.file("runs/hung/worker-1.log")), "worker 1");
   EXPECT_GT(pid, 0);
   EXPECT_NE(::kill(pid, 0), 0) << "the replacement is gone too at the end";
+}
+
+// ---------------------------------------------------------------- checkpoints
+
+// A BSP job writing a checkpoint every 40 steps loses its coordinator (and so
+// every process) after the first; `troupe train --resume` goes on from it
+// and ends with the very predictions of the uninterrupted run, every sample
+// applied once. `troupe inspect` verifies it. A checkpoint that is truncated,
+// corrupt, half-written or of another model is refused with one line naming
+// the file and what is wrong, exit status 2.
+TEST_F(ClusterTest, AResumedJobEqualsTheUninterruptedOneAndBrokenCheckpointsAreRefused) {
+  TempDir dir;
+  const auto job = plus(slowJob(dir, "x", "bsp"),
+                        {"--set", "cluster.workers=2", "--set", "cluster.servers=2", "--set", "checkpoint.every_steps=40"});
+  auto full = troupe(plus({"train"}, plus(job, {"--set", "run.name=full", "--predictions", dir.file("full.tsv")})));
+  ASSERT_EQ(full.exitCode, 0) << full.err;
+  {
+    Child crash(plus({TROUPE_BINARY, "train"}, plus(job, {"--set", "run.name=crash"})), dir.file("crash.log"));
+    ASSERT_TRUE(waitForText(dir.file("crash.log"), "checkpoint 1 written", 120s)) << readFile(dir.file("crash.log"));
+    crash.kill(SIGKILL);
+    crash.wait(10s);
+  }
+  const std::string run = dir.file("runs/crash");
+  // Every process of the crashed job goes (PR_SET_PDEATHSIG, or its lost coordinator).
+  for (const std::string who : {"ps-0", "ps-1", "worker-0", "worker-1"}) {
+    const int pid = pidIn(readFile(run + "/" + who + ".log"), who.substr(0, who.find('-')) + " " + who.substr(who.find('-') + 1));
+    ASSERT_GT(pid, 0) << who;
+    for (int i = 0; i < 200 && ::kill(pid, 0) == 0; ++i) std::this_thread::sleep_for(50ms);
+    EXPECT_NE(::kill(pid, 0), 0) << who << " outlived its coordinator";
+  }
+  const std::string ckpt = run + "/checkpoints/ckpt-000001";
+  // Copies to break, before the resumed job writes more.
+  ASSERT_TRUE(testing::shell("cp -r " + ckpt + " " + dir.file("trunc") + " && cp -r " + ckpt + " " + dir.file("flip") +
+                             " && cp -r " + ckpt + " " + dir.file("half") + " && cp -r " + ckpt + " " +
+                             dir.file("manifest")));
+  auto inspect = troupe({"inspect", run});
+  EXPECT_EQ(inspect.exitCode, 0) << inspect.err;
+  EXPECT_NE(inspect.out.find("every size and checksum verified"), std::string::npos) << inspect.out;
+  EXPECT_NE(inspect.out.find("cut        worker steps"), std::string::npos) << inspect.out;
+
+  auto resumed = troupe({"train", "--resume", run, "--predictions", dir.file("resumed.tsv"), "--summary-json",
+                         dir.file("resumed.json")});
+  ASSERT_EQ(resumed.exitCode, 0) << resumed.err;
+  EXPECT_EQ(readFile(dir.file("resumed.tsv")), readFile(dir.file("full.tsv")))
+      << "the resumed BSP job predicts exactly what the uninterrupted one does";
+  const std::string json = readFile(dir.file("resumed.json"));
+  EXPECT_NE(json.find("\"samples_applied_per_shard\": [40000, 40000]"), std::string::npos) << json;
+  EXPECT_GE(field(json, "resumed_from_step"), 40) << json;
+
+  // Broken checkpoints.
+  auto refused = [&](const std::string& path, std::vector<std::string> extra, const std::string& needle) {
+    auto r = troupe(plus({"train", "--resume", path}, extra));
+    EXPECT_EQ(r.exitCode, 2) << path << "\n" << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << path << "\n" << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
+  };
+  ASSERT_TRUE(testing::shell("truncate -s 1000 " + dir.file("trunc") + "/shard-1.ckpt"));
+  refused(dir.file("trunc"), {}, dir.file("trunc") + "/shard-1.ckpt: 1000 bytes, the manifest says");
+  ASSERT_TRUE(testing::shell("printf 'Z' | dd of=" + dir.file("flip") + "/shard-0.ckpt bs=1 seek=5000 conv=notrunc 2>/dev/null"));
+  refused(dir.file("flip"), {}, dir.file("flip") + "/shard-0.ckpt: checksum mismatch");
+  ASSERT_TRUE(testing::shell("rm " + dir.file("half") + "/manifest.toml"));
+  refused(dir.file("half"), {}, "no manifest: the checkpoint is incomplete");
+  ASSERT_TRUE(testing::shell("sed -i 's/^workers = 2/workers = 3/' " + dir.file("manifest") + "/manifest.toml"));
+  refused(dir.file("manifest"), {}, dir.file("manifest") + "/manifest.toml: checksum mismatch");
+  refused(ckpt, {"--set", "data.synthetic.tables=5"}, "the checkpoint's number of embedding tables is 4; the config's 5");
+  refused(ckpt, {"--set", "cluster.servers=3"}, "the checkpoint's number of parameter servers is 2; the config's 3");
+  refused(dir.file("nothing-here"), {}, "no such directory");
 }
 
 // The restart budget: with supervision.max_restarts = 0 a lost worker is
