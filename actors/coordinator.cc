@@ -31,7 +31,7 @@ bool mayStillRun(const Loss& loss) {
   if (loss.kind == Loss::Kind::kDeparted) {
     return loss.departure != transport::Departure::kLeft && loss.departure != transport::Departure::kShutdown;
   }
-  return loss.kind == Loss::Kind::kFailed && loss.reason == Errc::kStalled;
+  return loss.kind == Loss::Kind::kFailed && (loss.reason == Errc::kStalled || loss.reason == Errc::kRolledBack);
 }
 
 struct CoordinatorState;
@@ -44,6 +44,19 @@ struct CoordinatorState : JobContext {
   std::vector<std::vector<Slot>> groups;  // as options.groups
   mutable std::vector<std::vector<Member>> view;  // members(role), rebuilt on demand
   std::vector<caf::typed_response_promise<Roster>> readyWaiters;
+  std::vector<caf::typed_response_promise<Roster>> lateWaiters;  // replacements, until no rank is missing
+
+  void answerLate() {
+    if (lateWaiters.empty()) return;
+    for (const auto& g : groups) {
+      for (const auto& s : g) {
+        if (s.replacing) return;
+      }
+    }
+    const Roster r = roster();
+    for (auto& w : lateWaiters) w.deliver(r);
+    lateWaiters.clear();
+  }
   bool started = false;
   bool over_ = false;
   bool ok = false;
@@ -130,6 +143,8 @@ struct CoordinatorState : JobContext {
     }
     for (auto& w : readyWaiters) w.deliver(caf::make_error(Errc::kJobFailed, why));
     readyWaiters.clear();
+    for (auto& w : lateWaiters) w.deliver(caf::make_error(Errc::kJobFailed, why));
+    lateWaiters.clear();
     for (auto& g : groups) {
       for (auto& s : g) {
         if (s.member.agent && s.member.state != MemberState::kLost) actor->send(s.member.agent, Shutdown{why});
@@ -169,7 +184,8 @@ struct CoordinatorState : JobContext {
       if (options.terminate) options.terminate(m);
     }
     const LossDecision d = policy->onLoss(*this, m, loss);
-    apply(s, d, std::move(e));
+    // A member stopped for a rollback did nothing wrong: its restart is free.
+    apply(s, d, std::move(e), loss.reason == Errc::kRolledBack);
   }
 
   // The loss of a member the coordinator itself declared (hung): its
@@ -180,7 +196,7 @@ struct CoordinatorState : JobContext {
     onMemberDown(*s, lossOf(why));
   }
 
-  void apply(Slot& s, const LossDecision& d, RecoveryEvent e) {
+  void apply(Slot& s, const LossDecision& d, RecoveryEvent e, bool free = false) {
     Member& m = s.member;
     switch (d.action) {
       case LossDecision::Action::kFail: {
@@ -195,7 +211,7 @@ struct CoordinatorState : JobContext {
         events_.push_back(std::move(e));
         return;
       case LossDecision::Action::kReplace: {
-        if (!s.budget.take(actor->clock().now())) {
+        if (!free && !s.budget.take(actor->clock().now())) {
           const std::string why = fmt::format(
               "{}; its restart budget is spent ({} restarts in {} s, supervision.max_restarts)", e.what,
               s.budget.policy().maxRestarts, std::chrono::duration<double>(s.budget.policy().window).count());
@@ -236,6 +252,7 @@ struct CoordinatorState : JobContext {
     }
     log->warn("{}; the job goes on without it", why);
     if (event) event->action = "gave up; went on without it";
+    answerLate();
   }
 };
 
@@ -327,7 +344,7 @@ caf::behavior coordinator(Self* self, CoordinatorOptions options, std::shared_pt
         // The same process saying hello again gets the same answer.
         for (auto& s : *list) {
           if (s.member.live() && s.member.node == h.node) {
-            return Welcome{s.member.rank, s.member.incarnation, st.options.config};
+            return Welcome{s.member.rank, s.member.incarnation, st.policy->configFor(st, s.member, st.options.config)};
           }
         }
         auto free = [](const Slot& s) {
@@ -358,7 +375,7 @@ caf::behavior coordinator(Self* self, CoordinatorOptions options, std::shared_pt
         if (m.agent) self->monitor(m.agent);
         st.log->info("{} joined{}", m.describe(),
                      replacement ? fmt::format(" (replacement {} of rank {})", m.incarnation, m.rank) : "");
-        return Welcome{m.rank, m.incarnation, st.options.config};
+        return Welcome{m.rank, m.incarnation, st.policy->configFor(st, m, st.options.config)};
       },
       [=](const MemberFailed& f) -> int64_t {
         auto& st = self->state;
@@ -384,11 +401,13 @@ caf::behavior coordinator(Self* self, CoordinatorOptions options, std::shared_pt
           s->eventIndex = -1;
         }
         if (st.started) {
-          // A replacement: the others run already.
+          // A replacement: the others run already. Its roster comes once
+          // no rank is waiting for its own replacement.
           st.generation += 1;
           st.log->info("{} is ready; it replaces the lost process", s->member.describe());
-          promise.deliver(st.roster());
+          st.lateWaiters.push_back(promise);
           st.policy->onReplaced(st, s->member);
+          st.answerLate();
           return promise;
         }
         st.readyWaiters.push_back(promise);

@@ -5,8 +5,9 @@
 //     asks for when free, else the lowest free one; a rank whose process was
 //     lost is free for a replacement) and the job's config, and monitors the
 //     process's agent;
-//   - answers Ready with the Roster once every member is ready (at once for
-//     a replacement, whose roster names it);
+//   - answers Ready with the Roster once every member is ready (for a
+//     replacement, once every rank it may need is back: none is lost and
+//     waiting for its own replacement);
 //   - hears of a lost member the way every supervisor does (lossOf): its
 //     agent's proxy goes down (crashed, timed out, left before it finished),
 //     and asks the job's policy what the loss means: fail the job, go on
@@ -110,9 +111,11 @@ class JobContext {
   virtual void fail(const std::string& why) = 0;
   virtual bool over() const = 0;
   virtual const std::vector<RecoveryEvent>& events() const = 0;
-  // The job's policy found a live member hung (alive, but no progress):
-  // it is lost with `why` (its process stopped by `terminate` when that can
-  // be done), and the policy's onLoss decides, as for any other loss.
+  // The job's policy found a live member hung (alive, but no progress), or
+  // needs it stopped (a rollback: Errc::kRolledBack, which spends no restart
+  // of its budget): it is lost with `why` (its process stopped by
+  // `terminate` when that can be done), and the policy's onLoss decides, as
+  // for any other loss.
   virtual void declareLost(const std::string& role, int64_t rank, const caf::error& why) = 0;
 };
 
@@ -139,6 +142,13 @@ class JobPolicy {
   }
   // The job is over (finished or failed): answer whatever still waits.
   virtual void onOver(JobContext& job) { (void)job; }
+  // The config a joining member gets (CoordinatorOptions::config unless the
+  // job changed since: a rollback, say).
+  virtual std::string configFor(JobContext& job, const Member& m, const std::string& base) {
+    (void)job;
+    (void)m;
+    return base;
+  }
 };
 
 struct CoordinatorOptions {

@@ -21,6 +21,7 @@ const char* errcName(Errc e) {
     case Errc::kBadMessage: return "bad message";
     case Errc::kMemberFailed: return "failed";
     case Errc::kSetupFailed: return "set-up failed";
+    case Errc::kRolledBack: return "rolled back";
   }
   return "unknown";
 }
@@ -34,7 +35,7 @@ std::string contextText(const caf::message& context) {
 }
 
 std::string renderTroupe(uint8_t code, caf::atom_value, const caf::message& context) {
-  const bool known = code >= uint8_t(Errc::kJobFailed) && code <= uint8_t(Errc::kSetupFailed);
+  const bool known = code >= uint8_t(Errc::kJobFailed) && code <= uint8_t(Errc::kRolledBack);
   std::string out = fmt::format("troupe: {}", known ? errcName(Errc(code)) : "unknown error");
   const std::string ctx = contextText(context);
   if (!ctx.empty()) out += fmt::format(" ({})", ctx);
@@ -83,6 +84,9 @@ std::string Loss::describe() const {
       }
       if (reason.category() == caf::atom("troupe") && reason.code() == uint8_t(Errc::kSetupFailed)) {
         return "could not set up: " + contextText(reason.context());
+      }
+      if (reason.category() == caf::atom("troupe") && reason.code() == uint8_t(Errc::kRolledBack)) {
+        return "stopped for a rollback: " + contextText(reason.context());
       }
       if (reason.category() == caf::atom("troupe") && reason.code() == uint8_t(Errc::kStalled)) {
         return "hung: " + contextText(reason.context());

@@ -29,6 +29,7 @@ enum class Errc : uint8_t {
   kBadMessage,         // a message that fails its checks
   kMemberFailed,       // a member's work failed (the context says how)
   kSetupFailed,        // a member could not set up (a bad config; the context says what)
+  kRolledBack,         // a member stopped so the job can roll back to a checkpoint
 };
 
 // "job failed", "not in the job", ...

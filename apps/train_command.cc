@@ -413,6 +413,13 @@ int runTrain(const TrainFlags& flags) {
                            jsonNumber(c.pausedSeconds), jsonNumber(c.writtenSeconds));
     }
     field("checkpoints", "[" + ckpts + "]");
+    std::string rollbacks;
+    for (const auto& r : outcome.rollbacks) {
+      rollbacks += fmt::format("{}{{\"checkpoint\": {}, \"dir\": {}, \"at_s\": {}, \"steps_redone\": {}}}",
+                               rollbacks.empty() ? "" : ", ", r.checkpoint, jsonString(r.dir), jsonNumber(r.atSeconds),
+                               r.stepsRedone);
+    }
+    field("rollbacks", "[" + rollbacks + "]");
     if (outcome.resumedFromStep >= 0) field("resumed_from_step", std::to_string(outcome.resumedFromStep));
     if (!outcome.shards.empty()) {
       // The ledger: each shard applied every sample of every epoch once.

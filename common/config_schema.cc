@@ -76,6 +76,9 @@ std::vector<Config::Key> troupeConfigSchema() {
       {"cluster.start_timeout_s", T::kInt, int64_t{120}, "every process must join the coordinator within this"},
       {"cluster.worker_threads", T::kInt, int64_t{0}, "compute threads per worker process; 0 = cores / workers"},
       {"cluster.server_threads", T::kInt, int64_t{1}, "compute threads per parameter-server process"},
+      {"cluster.generation", T::kInt, int64_t{0},
+       "set by the coordinator: how often the job has rolled back to a checkpoint (shards refuse what workers of an "
+       "older generation still send)"},
       {"cluster.slow_worker", T::kInt, int64_t{-1},
        "experiments: the first process of this worker rank sleeps cluster.slow_ms per step (a slow or stuck machine; "
        "a replacement of it runs at full speed)"},

@@ -132,6 +132,7 @@ struct ShardState {
     std::vector<std::unordered_map<uint64_t, size_t>> index;  // per table: key -> float offset in rows
     bool indexed = false;
   } undo;
+  int64_t generation = 0;  // see ShardOptions::generation
   // The checkpoint being written beside training (one at a time).
   std::shared_ptr<std::thread> writer;
   static inline const char* name = "ps_shard";
@@ -155,6 +156,33 @@ bool pullReady(const ShardState& st, const PullView& v) {
   if (!v.create || st.options.consistency == Consistency::kAsp || st.live.empty()) return true;
   const int64_t bound = st.options.consistency == Consistency::kBsp ? 0 : st.options.staleness;
   return minLiveClock(st) >= v.step - bound;
+}
+
+// The rest of a shard's state from a checkpoint's image (its tables are
+// loaded already).
+void restoreFrom(ShardState& st, const ShardImage& img) {
+  st.dense = img.dense;
+  st.updates = img.updates;
+  st.live.clear();
+  for (int w = 0; w < st.options.workers; ++w) {
+    const WorkerCut& c = img.workerCut[size_t(w)];
+    st.applied[size_t(w)] = AppliedWindow(c.floor, c.early);
+    st.clock[size_t(w)] = c.clock;
+    if (c.live) st.live.insert(w);
+  }
+  st.stats.samplesApplied = img.samplesApplied;
+  st.stats.pushesApplied = img.pushesApplied;
+  st.stats.duplicatePushes = img.duplicatePushes;
+  st.undo = ShardState::Undo{};
+  st.log->info("shard {}: restored {} rows and the pushes of {} workers from a checkpoint", st.options.shard,
+               st.tables->rows(), st.options.workers);
+}
+
+caf::error staleGeneration(const ShardState& st, int64_t worker, int64_t generation) {
+  return caf::make_error(caf::sec::runtime_error,
+                         fmt::format("shard {}: a message of worker {} of generation {}; the job is at generation {} "
+                                     "(it rolled back to a checkpoint)",
+                                     st.options.shard, worker, generation, st.generation));
 }
 
 // A redone step's pull: the weights its step changed, as they were before.
@@ -318,22 +346,9 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
   st.clock.assign(size_t(st.options.workers), 0);
   st.applied.assign(size_t(st.options.workers), AppliedWindow{});
   for (int w = 0; w < st.options.workers; ++w) st.live.insert(w);
+  st.generation = st.options.generation;
   if (const auto& img = st.options.restore) {
-    // Checked and its tables loaded by spawnShard.
-    st.dense = img->dense;
-    st.updates = img->updates;
-    st.live.clear();
-    for (int w = 0; w < st.options.workers; ++w) {
-      const WorkerCut& c = img->workerCut[size_t(w)];
-      st.applied[size_t(w)] = AppliedWindow(c.floor, c.early);
-      st.clock[size_t(w)] = c.clock;
-      if (c.live) st.live.insert(w);
-    }
-    st.stats.samplesApplied = img->samplesApplied;
-    st.stats.pushesApplied = img->pushesApplied;
-    st.stats.duplicatePushes = img->duplicatePushes;
-    st.log->info("shard {}: restored {} rows and the pushes of {} workers from a checkpoint", st.options.shard,
-                 st.tables->rows(), st.options.workers);
+    restoreFrom(st, *img);  // checked, and its tables loaded, by spawnShard
     st.options.restore.reset();  // its rows are in the tables now
   }
   // Whatever else arrives (a stray error, an unknown message from the
@@ -348,10 +363,14 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
   });
   return {
       [=](pull_atom a, int64_t worker, int64_t step, bool create, bool dense, const Tensor& counts,
-          const Tensor& keys) -> PullPromise {
+          const Tensor& keys, int64_t generation) -> PullPromise {
         auto& st = self->state;
         auto promise = self->make_response_promise<Tensor, Tensor>();
-        caf::message msg = caf::make_message(a, worker, step, create, dense, counts, keys);
+        if (generation != st.generation) {
+          promise.deliver(staleGeneration(st, worker, generation));
+          return promise;
+        }
+        caf::message msg = caf::make_message(a, worker, step, create, dense, counts, keys, generation);
         auto view = pullFromWire(msg, st.tables->dims());
         if (!view.hasValue()) {
           st.log->warn("shard {}: refused a pull: {}", st.options.shard, view.status().message());
@@ -370,10 +389,15 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
         return promise;
       },
       [=](push_atom a, int64_t worker, int64_t sequence, int64_t step, int64_t samples, const Tensor& counts,
-          const Tensor& keys, const Tensor& grads, const Tensor& denseGrads) -> PushPromise {
+          const Tensor& keys, const Tensor& grads, const Tensor& denseGrads, int64_t generation) -> PushPromise {
         auto& st = self->state;
         auto promise = self->make_response_promise<int64_t>();
-        caf::message msg = caf::make_message(a, worker, sequence, step, samples, counts, keys, grads, denseGrads);
+        if (generation != st.generation) {
+          promise.deliver(staleGeneration(st, worker, generation));
+          return promise;
+        }
+        caf::message msg =
+            caf::make_message(a, worker, sequence, step, samples, counts, keys, grads, denseGrads, generation);
         auto view = pushFromWire(msg, st.tables->dims(), size_t(st.denseSize));
         Status bad = view.hasValue() ? Status::ok() : view.status();
         if (bad.isOk() && (worker < 0 || worker >= st.options.workers)) {
@@ -504,6 +528,32 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
           }
         });
         return {id, std::move(floors), st.stats.samplesApplied};
+      },
+      [=](restore_atom, const std::string& path, int64_t generation) -> caf::result<int64_t> {
+        // The job rolls back: this shard's state becomes the checkpoint's,
+        // and what waits on the old state is told it is gone.
+        auto& st = self->state;
+        auto image = readShardImage(path);
+        Status s = image.hasValue() ? checkShardImage(*image, st.options) : image.status();
+        auto tables = std::make_unique<TableSet>(st.options.tables);
+        if (s.isOk()) s = tables->load(image->tables);
+        if (!s.isOk()) {
+          st.log->error("shard {}: cannot roll back: {}", st.options.shard, s.message());
+          return caf::make_error(caf::sec::runtime_error, s.message());
+        }
+        const auto gone = caf::make_error(caf::sec::runtime_error, "the job rolled back to a checkpoint");
+        for (auto& p : st.parked) p.promise.deliver(gone);
+        st.parked.clear();
+        for (auto& [step, pendingStep] : st.pending) {
+          for (auto& [w, part] : pendingStep.parts) {
+            for (auto& p : part.promises) p.deliver(gone);
+          }
+        }
+        st.pending.clear();
+        st.tables = std::move(tables);
+        restoreFrom(st, *image);
+        st.generation = generation;
+        return generation;
       },
       [=](stats_atom) {
         auto& st = self->state;

@@ -71,6 +71,9 @@ struct ShardOptions {
   // Start from a checkpoint's image of this shard (checked with
   // checkShardImage) instead of fresh tables.
   std::shared_ptr<const ShardImage> restore;
+  // Rollbacks of the job so far (cluster.generation): pulls and pushes of
+  // another generation are refused.
+  int64_t generation = 0;
   int threads = 1;
   std::shared_ptr<kernels::Kernels> kernels;  // null: its own, with `threads`
 };

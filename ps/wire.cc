@@ -44,20 +44,22 @@ Expected<size_t> checkCounts(const Tensor& counts, const Tensor& keys, const std
 
 }  // namespace
 
-caf::message pullToWire(int64_t worker, int64_t step, bool create, bool dense, Tensor counts, Tensor keys) {
-  return caf::make_message(pull_atom::value, worker, step, create, dense, std::move(counts), std::move(keys));
+caf::message pullToWire(int64_t worker, int64_t step, bool create, bool dense, Tensor counts, Tensor keys,
+                        int64_t generation) {
+  return caf::make_message(pull_atom::value, worker, step, create, dense, std::move(counts), std::move(keys),
+                           generation);
 }
 
 caf::message pushToWire(int64_t worker, int64_t sequence, int64_t step, int64_t samples, Tensor counts, Tensor keys,
-                        Tensor grads, Tensor denseGrads) {
+                        Tensor grads, Tensor denseGrads, int64_t generation) {
   return caf::make_message(push_atom::value, worker, sequence, step, samples, std::move(counts), std::move(keys),
-                           std::move(grads), std::move(denseGrads));
+                           std::move(grads), std::move(denseGrads), generation);
 }
 
 caf::message pullReplyToWire(Tensor rows, Tensor dense) { return caf::make_message(std::move(rows), std::move(dense)); }
 
 Expected<PullView> pullFromWire(const caf::message& msg, const std::vector<int64_t>& dims) {
-  if (!msg.match_elements<pull_atom, int64_t, int64_t, bool, bool, Tensor, Tensor>()) {
+  if (!msg.match_elements<pull_atom, int64_t, int64_t, bool, bool, Tensor, Tensor, int64_t>()) {
     return Status::corruption(fmt::format("not a pull: {}", caf::to_string(msg)));
   }
   const Tensor& counts = msg.get_as<Tensor>(5);
@@ -73,11 +75,12 @@ Expected<PullView> pullFromWire(const caf::message& msg, const std::vector<int64
   v.keys = keys.as<uint64_t>();
   v.keyCount = keys.count<uint64_t>();
   v.rowFloats = *floats;
+  v.generation = msg.get_as<int64_t>(7);
   return v;
 }
 
 Expected<PushView> pushFromWire(const caf::message& msg, const std::vector<int64_t>& dims, size_t denseSlice) {
-  if (!msg.match_elements<push_atom, int64_t, int64_t, int64_t, int64_t, Tensor, Tensor, Tensor, Tensor>()) {
+  if (!msg.match_elements<push_atom, int64_t, int64_t, int64_t, int64_t, Tensor, Tensor, Tensor, Tensor, int64_t>()) {
     return Status::corruption(fmt::format("not a push: {}", caf::to_string(msg)));
   }
   const Tensor& counts = msg.get_as<Tensor>(5);
@@ -109,6 +112,7 @@ Expected<PushView> pushFromWire(const caf::message& msg, const std::vector<int64
   v.gradFloats = grads.count<float>();
   v.denseGrads = dense.count<float>() ? dense.as<float>() : nullptr;
   v.denseFloats = dense.count<float>();
+  v.generation = msg.get_as<int64_t>(9);
   return v;
 }
 

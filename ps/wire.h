@@ -6,17 +6,22 @@
 // keys of all tables back to back.
 //
 //   pull:   (pull_atom, i64 worker, i64 step, bool create, bool dense,
-//            Tensor key counts u64[T], Tensor keys u64[n])
+//            Tensor key counts u64[T], Tensor keys u64[n], i64 generation)
 //           -> (Tensor rows f32[sum_t n_t x dim_t], Tensor dense f32[slice or 0])
 //   push:   (push_atom, i64 worker, i64 sequence, i64 step, i64 samples,
 //            Tensor key counts u64[T], Tensor keys u64[n],
-//            Tensor grads f32[sum_t n_t x dim_t], Tensor dense grads f32[slice or 0])
+//            Tensor grads f32[sum_t n_t x dim_t], Tensor dense grads f32[slice or 0],
+//            i64 generation)
 //           -> i64 sequence, once applied
 //   leave:  (leave_atom, i64 worker) -> i64 worker   the worker trains no more
 //   clock:  (clock_atom, i64 worker) -> i64 the first step of the worker this
 //           shard has not received (every push below it applied or held for
 //           its BSP step): where a replacement of the worker resumes
 //   stats:  (stats_atom) -> ShardStats as 7 x i64
+//   restore: (restore_atom, string path, i64 generation) -> i64 generation:
+//           the shard drops its state for the checkpoint image at `path`
+//           (the job rolls back) and from then on refuses pulls and pushes
+//           of an older generation (from workers of before the rollback)
 //   snapshot: (snapshot_atom, i64 id, string path) -> (i64 id, vector<i64>
 //           every worker's applied floor, i64 samples applied) once the shard's state is copied
 //           in memory; then the shard writes it to `path` and sends the
@@ -24,6 +29,8 @@
 //           bytes, u64 checksum, string error ("" when written))
 //
 // `step` is the worker's training step (0-based): the consistency clock.
+// `generation`: how many times the job has rolled back when the worker
+// started (cluster.generation); a shard refuses an older one.
 // `samples`: the rows of the batch the push is the gradient of (the ledger
 // of samples applied). A worker's sequence numbers start at 0 and grow by
 // one per push (a push's sequence is its step).
@@ -50,6 +57,7 @@ using leave_atom = caf::atom_constant<caf::atom("leave")>;
 using clock_atom = caf::atom_constant<caf::atom("clock")>;
 using snapshot_atom = caf::atom_constant<caf::atom("snapshot")>;
 using written_atom = caf::atom_constant<caf::atom("written")>;
+using restore_atom = caf::atom_constant<caf::atom("restore")>;
 
 // More tables than this in one message is refused.
 inline constexpr size_t kMaxWireTables = 4096;
@@ -64,6 +72,7 @@ struct PullView {
   const uint64_t* keys = nullptr;    // [keyCount]
   size_t keyCount = 0;
   size_t rowFloats = 0;              // sum_t counts[t] x dims[t]
+  int64_t generation = 0;
 };
 
 struct PushView {
@@ -78,6 +87,7 @@ struct PushView {
   size_t gradFloats = 0;
   const float* denseGrads = nullptr;  // [denseFloats], 0 or the shard's slice
   size_t denseFloats = 0;
+  int64_t generation = 0;
 };
 
 struct PullReplyView {
@@ -95,9 +105,9 @@ Expected<PushView> pushFromWire(const caf::message& msg, const std::vector<int64
 Expected<PullReplyView> pullReplyFromWire(const caf::message& msg, size_t rowFloats, size_t denseFloats);
 
 caf::message pullToWire(int64_t worker, int64_t step, bool create, bool dense, transport::Tensor counts,
-                        transport::Tensor keys);
+                        transport::Tensor keys, int64_t generation = 0);
 caf::message pushToWire(int64_t worker, int64_t sequence, int64_t step, int64_t samples, transport::Tensor counts,
-                        transport::Tensor keys, transport::Tensor grads, transport::Tensor denseGrads);
+                        transport::Tensor keys, transport::Tensor grads, transport::Tensor denseGrads, int64_t generation = 0);
 caf::message pullReplyToWire(transport::Tensor rows, transport::Tensor dense);
 
 // A shard's counters (stats reply).

@@ -94,7 +94,7 @@ caf::behavior psClient(Self* self, PsClientOptions options) {
           caf::message msg =
               ps::pullToWire(o.worker, req->step, req->create, req->dense,
                              Tensor::adopt(std::move(split->counts[size_t(s)]), DType::kUInt64),
-                             Tensor::adopt(std::move(split->keys[size_t(s)]), DType::kUInt64));
+                             Tensor::adopt(std::move(split->keys[size_t(s)]), DType::kUInt64), o.generation);
           self->request(o.shards[size_t(s)], o.requestTimeout, std::move(msg))
               .then(
                   [=](const Tensor& rowsT, const Tensor& denseT) {
@@ -142,7 +142,7 @@ caf::behavior psClient(Self* self, PsClientOptions options) {
                                             Tensor::adopt(std::move(split.counts[size_t(s)]), DType::kUInt64),
                                             Tensor::adopt(std::move(split.keys[size_t(s)]), DType::kUInt64),
                                             Tensor::adopt(std::move(grads), DType::kFloat32),
-                                            Tensor::adopt(std::move(dense), DType::kFloat32));
+                                            Tensor::adopt(std::move(dense), DType::kFloat32), o.generation);
           self->request(o.shards[size_t(s)], o.requestTimeout, std::move(msg))
               .then(
                   [=](int64_t) {

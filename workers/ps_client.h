@@ -29,6 +29,7 @@ struct PsClientOptions {
   std::vector<int64_t> dims;       // floats per row of each table
   int64_t denseSize = 0;           // dense parameters of the model (all shards)
   std::chrono::seconds requestTimeout{600};
+  int64_t generation = 0;  // cluster.generation: the job's rollbacks when this worker started
 };
 
 caf::actor spawnPsClient(caf::actor_system& system, const PsClientOptions& options);

@@ -55,7 +55,8 @@ WorkerLoss workerLossPolicy(const Config& config) {
 }
 
 TrainingJob::TrainingJob(const Config& config, TrainingJobOptions options)
-    : onProgress_(std::move(options.onProgress)), configText_(config.toToml()) {
+    : onProgress_(std::move(options.onProgress)), configText_(config.toToml()), config_(config) {
+  generation_ = config.getInt("cluster.generation");
   checkpointBase_ = options.checkpointDir;
   if (!checkpointBase_.empty()) shape_ = jobShapeOf(config);
   checkpointEverySteps_ = std::max<int64_t>(0, config.getInt("checkpoint.every_steps"));
@@ -67,6 +68,9 @@ TrainingJob::TrainingJob(const Config& config, TrainingJobOptions options)
     const auto& steps = options.resumedFrom->workerSteps;
     lastCheckpointStep_ = steps.empty() ? 0 : *std::min_element(steps.begin(), steps.end());
     outcome_.resumedFromStep = lastCheckpointStep_;
+    latestCheckpoint_ = config.getString("checkpoint.resume");
+    latestCheckpointId_ = options.resumedFrom->id;
+    latestCut_ = steps;
   }
   workers_ = config.getInt("cluster.workers");
   servers_ = serverCount(config);
@@ -151,7 +155,22 @@ void TrainingJob::finalize(actors::JobContext& job) {
 
 actors::LossDecision TrainingJob::onLoss(actors::JobContext& job, const actors::Member& m, const actors::Loss& loss) {
   const std::string what = fmt::format("{} {}", m.describe(), loss.describe());
-  if (m.role == "ps") return actors::LossDecision::fail(what + "; its shard of the model is gone");
+  if (m.role == "ps") {
+    if (latestCheckpoint_.empty()) {
+      return actors::LossDecision::fail(what + "; its shard of the model is gone, and the job has no checkpoint to "
+                                               "roll back to (checkpoint.every_steps, checkpoint.every_seconds)");
+    }
+    for (int64_t w = 0; w < workers_; ++w) {
+      if (reported_[size_t(w)]) {
+        return actors::LossDecision::fail(
+            fmt::format("{}; worker {} had finished already, so the job cannot roll back to checkpoint {}", what, w,
+                        latestCheckpointId_));
+      }
+    }
+    rollBack(job, m.rank);
+    return actors::LossDecision::replace();
+  }
+  if (loss.reason == actors::Errc::kRolledBack) return actors::LossDecision::replace();
   if (loss.reason == actors::Errc::kSetupFailed) return actors::LossDecision::fail(what);  // a new one fails alike
   if (onWorkerLoss_ == WorkerLoss::kFail) {
     return actors::LossDecision::fail(what + " (supervision.on_worker_loss = fail)");
@@ -325,6 +344,9 @@ void TrainingJob::checkpointWritten(actors::JobContext& job) {
   m.created = stamp;
   Status s = writeManifest(ckpt_.dir, m);
   if (!s.isOk()) return abandonCheckpoint(job, s.message());
+  latestCheckpoint_ = ckpt_.dir;
+  latestCheckpointId_ = ckpt_.id;
+  latestCut_ = m.workerSteps;
   CheckpointRecord r;
   r.id = ckpt_.id;
   r.dir = ckpt_.dir;
@@ -353,6 +375,69 @@ void TrainingJob::abandonCheckpoint(actors::JobContext& job, const std::string& 
   std::filesystem::remove_all(ckpt_.dir, ec);
   ckpt_.active = false;
   lastCheckpoint_ = Clock::now();  // not again at once
+}
+
+void TrainingJob::rollBack(actors::JobContext& job, int64_t lostShard) {
+  if (ckpt_.active) abandonCheckpoint(job, fmt::format("ps {} was lost", lostShard));
+  generation_ += 1;
+  JobOutcome::Rollback r;
+  r.checkpoint = latestCheckpointId_;
+  r.dir = latestCheckpoint_;
+  r.atSeconds = job.elapsed();
+  outcome_.rollbacks.push_back(r);
+  log()->warn("ps {} was lost: the job rolls back to checkpoint {} ({}; generation {}), its workers to steps {}", lostShard,
+              r.checkpoint, r.dir, generation_, fmt::join(latestCut_, "/"));
+  auto manifest = readManifest(latestCheckpoint_);
+  if (!manifest.hasValue()) {
+    return job.fail(fmt::format("ps {} was lost and its checkpoint cannot be read: {}", lostShard,
+                                manifest.status().message()));
+  }
+  // The other shards go back to the cut; what waits on their old state is
+  // told. First they say how far each worker had got: the steps done again.
+  const std::vector<actors::Member> shardsNow = job.members("ps");
+  const size_t index = outcome_.rollbacks.size() - 1;
+  for (const auto& s : shardsNow) {
+    if (!s.live() || s.rank == lostShard) continue;
+    for (int64_t w = 0; w < workers_ && size_t(w) < latestCut_.size(); ++w) {
+      const int64_t cut = latestCut_[size_t(w)];
+      job.self()
+          ->request(job.actorOf(s, kShardName), 30s, ps::clock_atom::value, w)
+          .then(
+              [this, index, w, cut](int64_t reached) {
+                auto& seen = rolledBackTo_[{index, w}];
+                const int64_t before = std::max<int64_t>(0, seen - cut);
+                seen = std::max(seen, reached);
+                outcome_.rollbacks[index].stepsRedone += std::max<int64_t>(0, seen - cut) - before;
+              },
+              [](caf::error&) {});
+    }
+    const std::string path = latestCheckpoint_ + "/" + manifest->shards[size_t(s.rank)].file;
+    const int64_t rank = s.rank;
+    job.self()
+        ->request(job.actorOf(s, kShardName), 120s, ps::restore_atom::value, path, generation_)
+        .then([](int64_t) {},
+              [&job, rank](caf::error& err) {
+                job.fail(fmt::format("ps {} could not roll back: {}", rank, actors::describe(err)));
+              });
+  }
+  // Every worker starts again from its cut, as a new process.
+  gateWaiters_.clear();
+  const std::vector<actors::Member> workersNow = job.members("worker");  // a copy: the losses below change them
+  for (const auto& w : workersNow) {
+    if (!w.live()) continue;
+    job.declareLost("worker", w.rank,
+                    caf::make_error(actors::Errc::kRolledBack,
+                                    fmt::format("ps {} was lost; back to checkpoint {}", lostShard, r.checkpoint)));
+  }
+}
+
+std::string TrainingJob::configFor(actors::JobContext&, const actors::Member& m, const std::string& base) {
+  if (generation_ == config_.getInt("cluster.generation")) return base;
+  // After a rollback: the new generation, and a new shard goes on from the checkpoint.
+  Config c = config_;
+  c.setValue("cluster.generation", generation_);
+  if (m.role == "ps") c.setValue("checkpoint.resume", latestCheckpoint_);
+  return c.toToml();
 }
 
 void TrainingJob::onOver(actors::JobContext&) {

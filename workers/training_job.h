@@ -100,6 +100,15 @@ struct JobOutcome {
   std::string collectivesBackend;             // sync modes: the one the workers use ("ring", "nccl")
   std::vector<CheckpointRecord> checkpoints;  // written, in order
   int64_t resumedFromStep = -1;               // a resumed job: the cut it went on from
+  // Rollbacks after a lost shard: to which checkpoint, and the steps the
+  // workers had taken beyond its cut (done again).
+  struct Rollback {
+    int64_t checkpoint = 0;
+    std::string dir;
+    int64_t stepsRedone = 0;
+    double atSeconds = 0;
+  };
+  std::vector<Rollback> rollbacks;
 };
 
 // The published names of a ps process's shard actor and of a worker
@@ -125,6 +134,7 @@ class TrainingJob final : public actors::JobPolicy {
   actors::LossDecision onLoss(actors::JobContext& job, const actors::Member& m, const actors::Loss& loss) override;
   void onReplaced(actors::JobContext& job, const actors::Member& m) override;
   void onOver(actors::JobContext& job) override;
+  std::string configFor(actors::JobContext& job, const actors::Member& m, const std::string& base) override;
 
   // Whether every process was ready once (any thread).
   bool started() const { return started_.load(); }
@@ -143,6 +153,11 @@ class TrainingJob final : public actors::JobPolicy {
   void snapshotShards(actors::JobContext& job);
   void checkpointWritten(actors::JobContext& job);
   void abandonCheckpoint(actors::JobContext& job, const std::string& why);
+  // A shard is lost: every other shard goes back to the latest checkpoint,
+  // every worker is restarted from its cut, and the lost shard's
+  // replacement starts from it (a new generation: what the old workers
+  // still send is refused).
+  void rollBack(actors::JobContext& job, int64_t lostShard);
 
   int64_t workers_ = 0, servers_ = 0;
   ps::Consistency consistency_ = ps::Consistency::kBsp;
@@ -170,6 +185,12 @@ class TrainingJob final : public actors::JobPolicy {
     int64_t snapshotsLeft = 0, writesLeft = 0;
     CheckpointManifest manifest;
   } ckpt_;
+  std::string latestCheckpoint_;  // the newest complete checkpoint's directory
+  int64_t latestCheckpointId_ = 0;
+  std::vector<int64_t> latestCut_;
+  int64_t generation_ = 0;        // rollbacks so far
+  std::map<std::pair<size_t, int64_t>, int64_t> rolledBackTo_;  // (rollback, worker) -> furthest step a shard had
+  Config config_;
   std::atomic<bool> started_{false};
   std::vector<double> rate_;  // per worker: samples/s it reported last
   // Per worker: when it last reported a step, and which.

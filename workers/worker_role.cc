@@ -267,6 +267,7 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
     for (const auto& t : tableOptions(config, model)) co.dims.push_back(t.dim);
     co.denseSize = mode == TrainMode::kPs ? (*core)->denseParameters() : 0;
     co.requestTimeout = pullWaitBound(config) + std::chrono::seconds(20);
+    co.generation = config.getInt("cluster.generation");
     client = spawnPsClient(ctx.system, co);
   } else if ((*core)->hasTables()) {
     ps::TableHolderOptions ho;

@@ -468,6 +468,44 @@ TEST_F(ClusterTest, AResumedJobEqualsTheUninterruptedOneAndBrokenCheckpointsAreR
   refused(dir.file("nothing-here"), {}, "no such directory");
 }
 
+// A parameter server killed while a BSP job with checkpoints trains: the
+// other shard goes back to the latest checkpoint, both workers are
+// restarted from its cut, a new ps process starts from it, and the job
+// finishes with the very predictions of a run without the loss, every
+// sample applied once; the summary says which checkpoint and how many steps
+// were done again.
+TEST_F(ClusterTest, AKilledShardRollsTheJobBackToItsLatestCheckpoint) {
+  TempDir dir;
+  const auto job = plus(slowJob(dir, "x", "bsp"),
+                        {"--set", "cluster.workers=2", "--set", "cluster.servers=2", "--set", "checkpoint.every_steps=40"});
+  auto free = troupe(plus({"train"}, plus(job, {"--set", "run.name=free", "--predictions", dir.file("free.tsv")})));
+  ASSERT_EQ(free.exitCode, 0) << free.err;
+  Child train(plus({TROUPE_BINARY, "train"}, plus(job, {"--set", "run.name=kps", "--predictions", dir.file("kps.tsv"),
+                                                        "--summary-json", dir.file("kps.json")})),
+              dir.file("kps.log"));
+  ASSERT_TRUE(waitForText(dir.file("kps.log"), "checkpoint 1 written", 120s)) << readFile(dir.file("kps.log"));
+  std::this_thread::sleep_for(300ms);  // some steps past the cut
+  const int pid = pidIn(readFile(dir.file("runs/kps/ps-1.log")), "ps 1");
+  ASSERT_GT(pid, 0);
+  ::kill(pid, SIGKILL);
+  auto r = train.wait(180s);
+  const std::string log = readFile(dir.file("kps.log"));
+  ASSERT_EQ(r.exitCode, 0) << log;
+  EXPECT_NE(log.find("ps 1 was lost: the job rolls back to checkpoint 1"), std::string::npos) << log;
+  EXPECT_EQ(readFile(dir.file("kps.tsv")), readFile(dir.file("free.tsv")))
+      << "after the rollback the BSP job predicts exactly what the one without the loss does";
+  const std::string json = readFile(dir.file("kps.json"));
+  EXPECT_NE(json.find("\"samples_applied_per_shard\": [40000, 40000]"), std::string::npos) << json;
+  const std::string rollbacks = textOf(json, "rollbacks");
+  EXPECT_NE(rollbacks.find("\"checkpoint\": 1"), std::string::npos) << rollbacks;
+  const auto redone = fields(rollbacks, "steps_redone");
+  ASSERT_EQ(redone.size(), 1u) << rollbacks;
+  EXPECT_GT(redone[0], 0) << rollbacks;
+  const std::string recovery = textOf(json, "recovery");
+  EXPECT_NE(recovery.find("\"what\": \"ps 1 (127.0.0.1:"), std::string::npos) << recovery;
+  EXPECT_EQ(fields(recovery, "recovered_at_s").size(), 3u) << "the shard and both workers: " << recovery;
+}
+
 // The restart budget: with supervision.max_restarts = 0 a lost worker is
 // not replaced, and the job ends saying why.
 TEST_F(ClusterTest, ASpentRestartBudgetEndsTheJobSayingSo) {
@@ -539,6 +577,7 @@ TEST_F(ClusterTest, AKilledShardEndsTheJobWithAClearError) {
   const std::string log = readFile(dir.file("coordinator.log"));
   EXPECT_NE(log.find("ps 1 (127.0.0.1:"), std::string::npos) << log;
   EXPECT_NE(log.find("is down"), std::string::npos) << log;
+  EXPECT_NE(log.find("and the job has no checkpoint to roll back to"), std::string::npos) << log;
   // The heartbeat timeout is 3 s; allow for start-up and shutdown.
   EXPECT_LT(seconds, 3.0 + 5.0) << log;
   // Every other process ends too (no hang).
