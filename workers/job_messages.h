@@ -66,11 +66,16 @@ struct WorkerReport {
 
 struct CheckpointPause {
   int64_t id = 0;
+  // Stop at the boundary before this step (BSP: every worker at the same
+  // one, since a step's pushes are acknowledged only once every worker's
+  // is in); -1: at the next boundary.
+  int64_t atStep = -1;
 };
 
 struct CheckpointPaused {
   int64_t rank = 0, id = 0;
-  int64_t step = 0;  // steps taken; every push acknowledged
+  int64_t step = 0;   // steps taken; every push acknowledged
+  bool late = false;  // it was past atStep already: not paused
 };
 
 struct CheckpointResume {
@@ -111,11 +116,11 @@ typename Inspector::result_type inspect(Inspector& f, WorkerReport& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, CheckpointPause& x) {
-  return f(caf::meta::type_name("CheckpointPause"), x.id);
+  return f(caf::meta::type_name("CheckpointPause"), x.id, x.atStep);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, CheckpointPaused& x) {
-  return f(caf::meta::type_name("CheckpointPaused"), x.rank, x.id, x.step);
+  return f(caf::meta::type_name("CheckpointPaused"), x.rank, x.id, x.step, x.late);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, CheckpointResume& x) {

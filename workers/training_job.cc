@@ -284,13 +284,44 @@ void TrainingJob::maybeCheckpoint(actors::JobContext& job) {
     if (!out) return abandonCheckpoint(job, "cannot write " + path);
     ckpt_.manifest.config = CheckpointFile{"config.toml", configText_.size(), xxh3(configText_.data(), configText_.size())};
   }
-  // Every worker stops at its next step boundary with its pushes acknowledged.
   for (const auto& w : members) {
-    if (!w.live()) continue;
-    ckpt_.waiting.insert(w.rank);
-    job.self()->send(job.actorOf(w, kTrainerName), CheckpointPause{ckpt_.id});
+    if (w.live()) ckpt_.waiting.insert(w.rank);
   }
-  log()->info("checkpoint {}: pausing the workers at their next step boundary", ckpt_.id);
+  if (consistency_ != ps::Consistency::kBsp) return pauseWorkers(job, -1);
+  // BSP: a step's pushes are acknowledged only once every worker's is in, so
+  // every worker stops at the same boundary: a few steps past the furthest
+  // any shard has seen (a worker already past it says so; then the
+  // checkpoint is tried again).
+  const auto& shards = job.members("ps");
+  auto furthest = std::make_shared<int64_t>(0);
+  auto left = std::make_shared<size_t>(shards.size() * size_t(workers_));
+  const int64_t id = ckpt_.id;
+  for (const auto& s : shards) {
+    for (int64_t w = 0; w < workers_; ++w) {
+      job.self()
+          ->request(job.actorOf(s, kShardName), 30s, ps::clock_atom::value, w)
+          .then(
+              [this, &job, id, furthest, left](int64_t next) {
+                *furthest = std::max(*furthest, next);
+                if (--*left == 0 && ckpt_.active && ckpt_.id == id) pauseWorkers(job, *furthest + 3);
+              },
+              [this, &job, id](caf::error& err) {
+                if (ckpt_.active && ckpt_.id == id) {
+                  abandonCheckpoint(job, "a shard did not say how far the workers are: " + actors::describe(err));
+                }
+              });
+    }
+  }
+}
+
+// Every worker stops at a step boundary (atStep, or its next: -1) with its
+// pushes acknowledged.
+void TrainingJob::pauseWorkers(actors::JobContext& job, int64_t atStep) {
+  for (const auto& w : job.members("worker")) {
+    if (ckpt_.waiting.count(w.rank)) job.self()->send(job.actorOf(w, kTrainerName), CheckpointPause{ckpt_.id, atStep});
+  }
+  log()->info("checkpoint {}: pausing the workers at {}", ckpt_.id,
+              atStep < 0 ? std::string("their next step boundary") : fmt::format("step {}", atStep));
   job.self()->delayed_send(job.self(), stallTimeout_, pause_timeout_atom::value, ckpt_.id);
 }
 
@@ -453,8 +484,12 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
         const auto pauser = caf::actor_cast<caf::actor>(job.self()->current_sender());
         if (!ckpt_.active || p.id != ckpt_.id) {
           // Late, for a checkpoint given up: it must not stay paused.
-          job.self()->send(pauser, CheckpointResume{p.id});
+          if (!p.late) job.self()->send(pauser, CheckpointResume{p.id});
           return;
+        }
+        if (p.late) {
+          return abandonCheckpoint(job, fmt::format("worker {} was past the step to stop at already (at {})", p.rank,
+                                                    p.step));
         }
         if (!ckpt_.waiting.erase(p.rank)) return;
         ckpt_.paused.insert(p.rank);

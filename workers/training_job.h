@@ -150,6 +150,7 @@ class TrainingJob final : public actors::JobPolicy {
   // Checkpoints (workers/checkpoint.h): starts one when one is due; the
   // steps of one; gives one up (the workers train on).
   void maybeCheckpoint(actors::JobContext& job);
+  void pauseWorkers(actors::JobContext& job, int64_t atStep);
   void snapshotShards(actors::JobContext& job);
   void checkpointWritten(actors::JobContext& job);
   void abandonCheckpoint(actors::JobContext& job, const std::string& why);

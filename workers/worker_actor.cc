@@ -40,6 +40,7 @@ struct WorkerState {
   int64_t toSkip = 0;  // batches still to pass over (a replacement)
   // A checkpoint: paused at a step boundary (or on the way there).
   int64_t pauseId = -1;
+  int64_t pauseAt = -1;  // the boundary to stop at (-1: the next)
   caf::actor pauser;
   bool paused = false;
   bool trainingOver = false;  // past the last training step
@@ -133,14 +134,14 @@ void trainOn(Self* self, BatchPtr batch, ps::PullReplyPtr rows) {
 // once every push is acknowledged (the shards then hold every step taken).
 bool pauseHere(Self* self) {
   auto& st = self->state;
-  if (st.pauseId < 0) return false;
+  if (st.pauseId < 0 || (st.pauseAt >= 0 && st.core->steps() < st.pauseAt)) return false;
   if (st.pushesInFlight > 0) {
     st.whenDrained = [=] { nextTrainBatch(self); };
     return true;
   }
   if (!st.paused) {
     st.paused = true;
-    self->send(st.pauser, CheckpointPaused{st.core->options().worker, st.pauseId, st.core->steps()});
+    self->send(st.pauser, CheckpointPaused{st.core->options().worker, st.pauseId, st.core->steps(), false});
   }
   return true;
 }
@@ -304,16 +305,22 @@ caf::behavior worker(Self* self, WorkerOptions options, std::shared_ptr<WorkerCo
         auto& st = self->state;
         const auto pauser = caf::actor_cast<caf::actor>(self->current_sender());
         if (st.trainingOver || st.finished) {
-          self->send(pauser, CheckpointPaused{st.core->options().worker, p.id, st.core->steps()});
+          self->send(pauser, CheckpointPaused{st.core->options().worker, p.id, st.core->steps(), false});
+          return;
+        }
+        if (p.atStep >= 0 && st.core->steps() > p.atStep) {
+          self->send(pauser, CheckpointPaused{st.core->options().worker, p.id, st.core->steps(), true});
           return;
         }
         st.pauseId = p.id;
+        st.pauseAt = p.atStep;
         st.pauser = pauser;
       },
       [=](const CheckpointResume& r) {
         auto& st = self->state;
         if (r.id != st.pauseId) return;
         st.pauseId = -1;
+        st.pauseAt = -1;
         st.pauser = caf::actor();
         if (st.paused) {
           st.paused = false;
