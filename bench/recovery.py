@@ -13,11 +13,13 @@ Each job's test AUC is set beside a fault-free run of the same config, and
 its ledger (every sample applied once per shard) is checked.
 
 Usage (from the repository root, after a build):
-  bench/recovery.py [--kills 20] [--stops 10] [--rows 600000] [--interval 1.5] [--json out.json]
+  bench/recovery.py [--kills 20] [--stops 10] [--shard-losses 5] [--ckpt-steps 150] [--rows 600000]
+                    [--interval 1.5] [--json out.json]
 """
 import argparse
 import json
 import os
+import random
 import re
 import signal
 import statistics
@@ -124,21 +126,99 @@ def measure(out, rows, mode, sig, count, interval, free_auc):
             "auc_change": {"min": min(aucs), "max": max(aucs)}, "ledger_exact": all(ledgers)}
 
 
+def ps_pid(out, name, rank):
+    pids = re.findall(rf"ps {rank} \(pid (\d+)\)", read(f"{out}/runs/{name}/ps-{rank}.log"))
+    return int(pids[-1]) if pids else None
+
+
+def shard_losses(out, rows, count, ckpt_steps, free_auc):
+    """Kills parameter servers of BSP jobs with checkpoints; each loss rolls the job back."""
+    detect, recover, redone, aucs, ledgers = [], [], [], [], []
+    rng = random.Random(7)
+    n = 0
+    while len(detect) < count:
+        name = f"bsp-shard-{n}"
+        n += 1
+        args = job_args(out, rows, "bsp", name) + ["--set", f"checkpoint.every_steps={ckpt_steps}"]
+        log_path = f"{out}/{name}.log"
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        sent, rank, seen_ckpts = [], 0, 0
+        deadline = time.time() + 900
+        while proc.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+            text = read(log_path)
+            written = text.count("written: ")
+            rolled = text.count("rolls back to checkpoint")
+            if len(sent) >= count - len(detect) or progress(text) >= 85:
+                continue
+            # Once the last rollback is over and a newer checkpoint exists.
+            if rolled < len(sent) or written <= seen_ckpts or text.count("it replaces the lost process") < 3 * len(sent):
+                continue
+            pid = ps_pid(out, name, rank)
+            if pid is None:
+                continue
+            time.sleep(rng.uniform(0.0, 1.5))  # somewhere between two checkpoints
+            t = time.time()
+            os.kill(pid, signal.SIGKILL)
+            sent.append(t)
+            seen_ckpts = written
+            rank = 1 - rank
+        rc = proc.wait(timeout=max(1, deadline - time.time()))
+        if rc != 0:
+            sys.exit(f"{name}: the job failed (exit {rc}); see {log_path}")
+        s = json.load(open(f"{out}/{name}.json"))
+        losses = [e for e in s["recovery"] if e["what"].startswith("ps ")]
+        if len(losses) != len(sent) or len(s["rollbacks"]) != len(sent):
+            sys.exit(f"{name}: {len(sent)} kills but {len(losses)} shard losses, {len(s['rollbacks'])} rollbacks")
+        for t, e, r in zip(sent, losses, s["rollbacks"]):
+            # Recovered once the shard and every restarted worker are back.
+            back = [x["recovered_at_s"] for x in s["recovery"]
+                    if x["lost_at_s"] >= e["lost_at_s"] - 0.5 and x["lost_at_s"] <= e["lost_at_s"] + 0.5]
+            if None in back:
+                sys.exit(f"{name}: a rollback did not recover: {e}")
+            detect.append(e["lost_at_unix"] - t)
+            recover.append(max(back) - e["lost_at_s"])
+            redone.append(r["steps_redone"])
+        aucs.append(s["test_auc"] - free_auc)
+        ledgers.append(s["ledger"]["exact"])
+    return {"losses": len(detect), "jobs": n, "checkpoint_every_steps": ckpt_steps,
+            "detect_s": {"p50": percentile(detect, 50), "p99": percentile(detect, 99), "max": max(detect)},
+            "recover_s": {"p50": percentile(recover, 50), "p99": percentile(recover, 99), "max": max(recover)},
+            "steps_redone": {"p50": percentile(redone, 50), "max": max(redone)},
+            "auc_change": {"min": min(aucs), "max": max(aucs)}, "ledger_exact": all(ledgers)}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kills", type=int, default=20)
     ap.add_argument("--stops", type=int, default=10)
     ap.add_argument("--rows", type=int, default=600000)
     ap.add_argument("--interval", type=float, default=1.5)
+    ap.add_argument("--shard-losses", type=int, default=5)
+    ap.add_argument("--ckpt-steps", type=int, default=150)
+    ap.add_argument("--only-shards", action="store_true", help="skip the worker kills")
     ap.add_argument("--json")
     a = ap.parse_args()
     out = tempfile.mkdtemp(prefix="troupe-recovery-")
     results = {"rows": a.rows, "workers": 2, "servers": 2, "interval_s": a.interval}
     for mode in ("bsp", "ssp", "asp"):
+        if a.only_shards and mode != "bsp":
+            continue
         free = f"{mode}-free"
         subprocess.run(job_args(out, a.rows, mode, free), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        check=True)
         free_auc = json.load(open(f"{out}/{free}.json"))["test_auc"]
+        if mode == "bsp" and a.shard_losses > 0:
+            r = shard_losses(out, a.rows, a.shard_losses, a.ckpt_steps, free_auc)
+            results["bsp ps SIGKILL"] = r
+            print(f"bsp ps SIGKILL x{r['losses']}: detect p50 {r['detect_s']['p50']:.3f} s  p99 {r['detect_s']['p99']:.3f} s"
+                  f"  | recover p50 {r['recover_s']['p50']:.3f} s  p99 {r['recover_s']['p99']:.3f} s"
+                  f"  | steps redone p50 {r['steps_redone']['p50']:.0f}  max {r['steps_redone']['max']}"
+                  f"  | AUC change {r['auc_change']['min']:+.5f} .. {r['auc_change']['max']:+.5f}"
+                  f"  | ledger exact: {r['ledger_exact']}", flush=True)
+        if a.only_shards:
+            continue
         r = measure(out, a.rows, mode, signal.SIGKILL, a.kills, a.interval, free_auc)
         r["free_auc"] = free_auc
         results[f"{mode} SIGKILL"] = r

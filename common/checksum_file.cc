@@ -105,6 +105,10 @@ Status ChecksumWriter::finish(uint64_t* checksum, uint64_t* bytes) {
 Expected<ChecksumReader> ChecksumReader::open(const std::string& path, std::string_view magic) {
   ChecksumReader r;
   r.path_ = path;
+  std::error_code ec;
+  if (fs::exists(path, ec) && !fs::is_regular_file(path, ec)) {
+    return Status::invalidArgument(fmt::format("{}: not a regular file", path));
+  }
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) return Status::notFound(fmt::format("{}: cannot open: {}", path, errnoText()));
   std::fseek(f, 0, SEEK_END);

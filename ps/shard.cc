@@ -452,8 +452,9 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
         serveParked(self);
         return promise;
       },
-      [=](leave_atom, int64_t worker) -> int64_t {
+      [=](leave_atom, int64_t worker, int64_t generation) -> caf::result<int64_t> {
         auto& st = self->state;
+        if (generation != st.generation) return staleGeneration(st, worker, generation);
         if (st.live.erase(worker) == 0) return worker;
         st.log->debug("shard {}: worker {} left", st.options.shard, worker);
         if (st.options.consistency == Consistency::kBsp) applyReadySteps(self);

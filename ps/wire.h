@@ -13,7 +13,8 @@
 //            Tensor grads f32[sum_t n_t x dim_t], Tensor dense grads f32[slice or 0],
 //            i64 generation)
 //           -> i64 sequence, once applied
-//   leave:  (leave_atom, i64 worker) -> i64 worker   the worker trains no more
+//   leave:  (leave_atom, i64 worker, i64 generation) -> i64 worker   the worker
+//           trains no more (refused from an older generation, like pulls and pushes)
 //   clock:  (clock_atom, i64 worker) -> i64 the first step of the worker this
 //           shard has not received (every push below it applied or held for
 //           its BSP step): where a replacement of the worker resumes

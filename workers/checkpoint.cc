@@ -147,7 +147,9 @@ Expected<CheckpointManifest> readManifest(const std::string& dir) {
     return Status::notFound(fmt::format("{}: no manifest: the checkpoint is incomplete or this is not one", path));
   }
   const size_t at = text->rfind(kChecksumKey);
-  if (at == std::string::npos) return Status::corruption(fmt::format("{}: truncated (no manifest_checksum)", path));
+  if (at == std::string::npos || at == 0 || text->size() < at + std::strlen(kChecksumKey) + 16) {
+    return Status::corruption(fmt::format("{}: truncated (no manifest_checksum)", path));
+  }
   const std::string stored = text->substr(at + std::strlen(kChecksumKey), 16);
   const std::string computed = hex(xxh3(text->data(), at - 1));
   if (stored != computed) {
@@ -183,7 +185,9 @@ Expected<CheckpointManifest> readManifest(const std::string& dir) {
       auto file = f["file"].value<std::string>();
       auto bytes = f["bytes"].value<int64_t>();
       auto sum = f["checksum"].value<std::string>();
-      if (!file || !bytes || !sum || file->find('/') != std::string::npos || *bytes < 0 || sum->size() != 16) {
+      if (!file || !bytes || !sum || file->empty() || *file == "." || *file == ".." ||
+          file->find('/') != std::string::npos || *bytes < 0 || sum->size() != 16 ||
+          sum->find_first_not_of("0123456789abcdef") != std::string::npos) {
         TROUPE_SETUP_ERROR("{}: a file entry is incomplete or malformed", path);
       }
       out.file = *file;
@@ -228,6 +232,8 @@ Expected<CheckpointManifest> readManifest(const std::string& dir) {
     return Status::corruption(fmt::format("{}: {}", path, e.description()));
   } catch (const SetupError& e) {
     return Status::corruption(e.what());
+  } catch (const std::exception& e) {
+    return Status::corruption(fmt::format("{}: {}", path, e.what()));
   }
   return m;
 }
@@ -288,22 +294,42 @@ Expected<std::string> findCheckpoint(const std::string& path) {
       fmt::format("{}: holds no checkpoint (no {} here or in checkpoints/, no {})", path, kLatestFile, kManifestFile));
 }
 
+namespace {
+
+// The checkpoint directories under `base`, by id.
+std::vector<std::pair<int64_t, fs::path>> checkpointsUnder(const std::string& base) {
+  std::vector<std::pair<int64_t, fs::path>> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(base, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_directory() || name.rfind("ckpt-", 0) != 0 || name.size() <= 5) continue;
+    if (name.find_first_not_of("0123456789", 5) != std::string::npos || name.size() > 5 + 18) continue;
+    out.emplace_back(std::stoll(name.substr(5)), e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+int64_t highestCheckpointId(const std::string& base) {
+  const auto all = checkpointsUnder(base);
+  return all.empty() ? 0 : all.back().first;
+}
+
 void pruneCheckpoints(const std::string& base, int64_t keep) {
   std::error_code ec;
-  std::vector<fs::path> complete, all;
-  for (const auto& e : fs::directory_iterator(base, ec)) {
-    if (!e.is_directory() || e.path().filename().string().rfind("ckpt-", 0) != 0) continue;
-    all.push_back(e.path());
-    if (fs::exists(e.path() / kManifestFile)) complete.push_back(e.path());
+  const auto all = checkpointsUnder(base);
+  std::vector<std::pair<int64_t, fs::path>> complete;
+  for (const auto& c : all) {
+    if (fs::exists(c.second / kManifestFile)) complete.push_back(c);
   }
-  std::sort(complete.begin(), complete.end());
-  std::sort(all.begin(), all.end());
   if (complete.empty()) return;
-  const fs::path newest = complete.back();
-  const size_t drop = complete.size() > size_t(std::max<int64_t>(keep, 1)) ? complete.size() - size_t(keep) : 0;
-  for (size_t i = 0; i < drop; ++i) fs::remove_all(complete[i], ec);
-  for (const auto& p : all) {
-    if (p < newest && !fs::exists(p / kManifestFile)) fs::remove_all(p, ec);  // an abandoned one
+  const int64_t newest = complete.back().first;
+  const size_t kept = size_t(std::max<int64_t>(keep, 1));
+  for (size_t i = 0; i + kept < complete.size(); ++i) fs::remove_all(complete[i].second, ec);
+  for (const auto& c : all) {
+    if (c.first < newest && !fs::exists(c.second / kManifestFile)) fs::remove_all(c.second, ec);  // an abandoned one
   }
 }
 

@@ -71,6 +71,8 @@ Status verifyCheckpoint(const std::string& dir, const CheckpointManifest& manife
 // The checkpoint to resume from `path`: a checkpoint directory (it holds a
 // manifest), or a run directory or checkpoint.dir (its `latest`).
 Expected<std::string> findCheckpoint(const std::string& path);
+// The highest checkpoint id under `base`, complete or not (0: none).
+int64_t highestCheckpointId(const std::string& base);
 // Removes all but the newest `keep` complete checkpoints under `base` (and
 // any incomplete one older than the newest complete one).
 void pruneCheckpoints(const std::string& base, int64_t keep);

@@ -161,7 +161,7 @@ caf::behavior psClient(Self* self, PsClientOptions options) {
         }
         auto gather = gatherOf(promise, o.shards.size());
         for (const auto& shard : o.shards) {
-          self->request(shard, o.requestTimeout, ps::leave_atom::value, o.worker)
+          self->request(shard, o.requestTimeout, ps::leave_atom::value, o.worker, o.generation)
               .then(
                   [=](int64_t worker) {
                     if (gather->arrived()) gather->promise.deliver(worker);

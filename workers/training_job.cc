@@ -25,6 +25,7 @@ using transport::Tensor;
 using recheck_atom = caf::atom_constant<caf::atom("recheck")>;
 using stall_atom = caf::atom_constant<caf::atom("stall")>;
 using pause_timeout_atom = caf::atom_constant<caf::atom("pausetime")>;
+using write_timeout_atom = caf::atom_constant<caf::atom("writetime")>;
 using Clock = std::chrono::steady_clock;
 
 std::shared_ptr<spdlog::logger> log() { return logger("job"); }
@@ -63,8 +64,9 @@ TrainingJob::TrainingJob(const Config& config, TrainingJobOptions options)
   checkpointEverySeconds_ = std::chrono::seconds(std::max<int64_t>(0, config.getInt("checkpoint.every_seconds")));
   checkpointKeep_ = positive(config, "checkpoint.keep");
   if (checkpointBase_.empty()) checkpointEverySteps_ = 0, checkpointEverySeconds_ = std::chrono::seconds(0);
+  if (!checkpointBase_.empty()) nextCheckpointId_ = highestCheckpointId(checkpointBase_) + 1;
   if (options.resumedFrom) {
-    nextCheckpointId_ = options.resumedFrom->id + 1;
+    nextCheckpointId_ = std::max(nextCheckpointId_, options.resumedFrom->id + 1);
     const auto& steps = options.resumedFrom->workerSteps;
     lastCheckpointStep_ = steps.empty() ? 0 : *std::min_element(steps.begin(), steps.end());
     outcome_.resumedFromStep = lastCheckpointStep_;
@@ -184,7 +186,10 @@ actors::LossDecision TrainingJob::onLoss(actors::JobContext& job, const actors::
   // A new process takes the rank and resumes from the last step the shards
   // have; whatever it had asked the gate for, it asks again.
   gateWaiters_.erase(m.rank);
-  if (ckpt_.active) abandonCheckpoint(job, fmt::format("worker {} was lost", m.rank));
+  // A checkpoint whose cut is taken (every shard has its copy) stands.
+  if (ckpt_.active && (!ckpt_.snapshotting || ckpt_.snapshotsLeft > 0)) {
+    abandonCheckpoint(job, fmt::format("worker {} was lost", m.rank));
+  }
   outcome_.workers[size_t(m.rank)].restarts += 1;
   return actors::LossDecision::replace();
 }
@@ -204,13 +209,24 @@ void TrainingJob::checkStalls(actors::JobContext& job) {
   if (checkingStalls_ || gateOpen_ || finishing_) return;
   const auto now = Clock::now();
   std::vector<int64_t> silent, training;
+  std::map<int64_t, int64_t> incarnation;
   for (const auto& w : job.members("worker")) {
     if (!w.live() || reported_[size_t(w.rank)] || gateWaiters_.count(w.rank)) continue;
+    // Paused for a checkpoint is not hung (the checkpoint has a timeout of its own).
+    if (ckpt_.active && (ckpt_.waiting.count(w.rank) || ckpt_.paused.count(w.rank))) continue;
     training.push_back(w.rank);
+    incarnation[w.rank] = w.incarnation;
     if (now - lastProgress_[size_t(w.rank)] > stallTimeout_) silent.push_back(w.rank);
   }
   if (silent.empty()) return;
-  auto declare = [this, &job](int64_t w, int64_t at) {
+  auto declare = [this, &job, incarnation](int64_t w, int64_t at) {
+    // Still the same process, still silent, and not paused since the question was asked.
+    bool same = false;
+    for (const auto& m : job.members("worker")) {
+      same = same || (m.rank == w && m.live() && m.incarnation == incarnation.at(w));
+    }
+    if (!same || Clock::now() - lastProgress_[size_t(w)] <= stallTimeout_) return;
+    if (ckpt_.active && (ckpt_.waiting.count(w) || ckpt_.paused.count(w))) return;
     const double quiet = std::chrono::duration<double>(Clock::now() - lastProgress_[size_t(w)]).count();
     const std::string why = fmt::format("no step for {:.0f} s (supervision.stall_timeout_s = {}), at step {}", quiet,
                                         stallTimeout_.count(), at);
@@ -255,10 +271,15 @@ void TrainingJob::checkStalls(actors::JobContext& job) {
 
 void TrainingJob::maybeCheckpoint(actors::JobContext& job) {
   if (ckpt_.active || checkpointBase_.empty() || !started_ || gateOpen_ || finishing_ || job.over()) return;
+  if (Clock::now() < notBefore_) return;  // backing off after a checkpoint given up
+  for (const auto& s : job.members("ps")) {
+    if (s.state != actors::MemberState::kReady) return;  // not while a shard is being replaced
+  }
   const auto& members = job.members("worker");
   int64_t slowest = std::numeric_limits<int64_t>::max();
   for (const auto& w : members) {
-    if (w.state == actors::MemberState::kLost) return;  // not while a rank is being replaced
+    // Not while a rank is lost or its new process is not running yet.
+    if (w.state != actors::MemberState::kReady && w.state != actors::MemberState::kFinished) return;
     if (w.live() && !reported_[size_t(w.rank)] && !gateWaiters_.count(w.rank)) {
       slowest = std::min(slowest, lastStep_[size_t(w.rank)]);
     }
@@ -287,11 +308,12 @@ void TrainingJob::maybeCheckpoint(actors::JobContext& job) {
   for (const auto& w : members) {
     if (w.live()) ckpt_.waiting.insert(w.rank);
   }
-  if (consistency_ != ps::Consistency::kBsp) return pauseWorkers(job, -1);
-  // BSP: a step's pushes are acknowledged only once every worker's is in, so
-  // every worker stops at the same boundary: a few steps past the furthest
-  // any shard has seen (a worker already past it says so; then the
-  // checkpoint is tried again).
+  if (consistency_ == ps::Consistency::kAsp) return pauseWorkers(job, -1);
+  // BSP and SSP: workers wait for each other (a BSP step's pushes are
+  // acknowledged only once every worker's is in; an SSP pull waits for the
+  // slowest), so every worker stops at the same boundary: some steps past
+  // the furthest any shard has seen (a worker already past it says so; then
+  // the checkpoint is tried again a little later, with more room).
   const auto& shards = job.members("ps");
   auto furthest = std::make_shared<int64_t>(0);
   auto left = std::make_shared<size_t>(shards.size() * size_t(workers_));
@@ -303,7 +325,9 @@ void TrainingJob::maybeCheckpoint(actors::JobContext& job) {
           .then(
               [this, &job, id, furthest, left](int64_t next) {
                 *furthest = std::max(*furthest, next);
-                if (--*left == 0 && ckpt_.active && ckpt_.id == id) pauseWorkers(job, *furthest + 3);
+                if (--*left == 0 && ckpt_.active && ckpt_.id == id) {
+                  pauseWorkers(job, *furthest + 3 + 8 * std::min<int64_t>(lateTries_, 16));
+                }
               },
               [this, &job, id](caf::error& err) {
                 if (ckpt_.active && ckpt_.id == id) {
@@ -322,10 +346,15 @@ void TrainingJob::pauseWorkers(actors::JobContext& job, int64_t atStep) {
   }
   log()->info("checkpoint {}: pausing the workers at {}", ckpt_.id,
               atStep < 0 ? std::string("their next step boundary") : fmt::format("step {}", atStep));
-  job.self()->delayed_send(job.self(), stallTimeout_, pause_timeout_atom::value, ckpt_.id);
+  job.self()->delayed_send(job.self(), pauseTimeout(), pause_timeout_atom::value, ckpt_.id);
+}
+
+std::chrono::seconds TrainingJob::pauseTimeout() const {
+  return std::max<std::chrono::seconds>(std::chrono::seconds(5), std::min<std::chrono::seconds>(stallTimeout_ / 2, 60s));
 }
 
 void TrainingJob::snapshotShards(actors::JobContext& job) {
+  ckpt_.snapshotting = true;
   const auto& shards = job.members("ps");
   ckpt_.snapshotsLeft = int64_t(shards.size());
   ckpt_.writesLeft = int64_t(shards.size());
@@ -355,6 +384,11 @@ void TrainingJob::snapshotShards(actors::JobContext& job) {
               }
               ckpt_.paused.clear();
               ckpt_.resumed = Clock::now();
+              lastProgress_.assign(size_t(workers_), ckpt_.resumed);  // a pause is no stall
+              lateTries_ = 0;
+              // The files are written beside training, within a bound.
+              job.self()->delayed_send(job.self(), std::max<std::chrono::seconds>(stallTimeout_, 60s),
+                                       write_timeout_atom::value, id);
               if (ckpt_.writesLeft == 0) checkpointWritten(job);  // the files were quicker
             },
             [this, &job, id, rank](caf::error& err) {
@@ -397,11 +431,15 @@ void TrainingJob::checkpointWritten(actors::JobContext& job) {
 void TrainingJob::abandonCheckpoint(actors::JobContext& job, const std::string& why) {
   if (!ckpt_.active) return;
   log()->warn("checkpoint {} abandoned: {}; training goes on", ckpt_.id, why);
-  for (int64_t w : ckpt_.paused) {
-    for (const auto& m : job.members("worker")) {
-      if (m.rank == w && m.live()) job.self()->send(job.actorOf(m, kTrainerName), CheckpointResume{ckpt_.id});
+  // Paused ones train on; those asked but not yet paused are let off (a
+  // resume cancels a pause still to come).
+  for (const auto& m : job.members("worker")) {
+    if (m.live() && (ckpt_.paused.count(m.rank) || ckpt_.waiting.count(m.rank))) {
+      job.self()->send(job.actorOf(m, kTrainerName), CheckpointResume{ckpt_.id});
     }
   }
+  lastProgress_.assign(size_t(workers_), Clock::now());
+  notBefore_ = Clock::now() + std::chrono::seconds(1);
   std::error_code ec;
   std::filesystem::remove_all(ckpt_.dir, ec);
   ckpt_.active = false;
@@ -410,6 +448,7 @@ void TrainingJob::abandonCheckpoint(actors::JobContext& job, const std::string& 
 
 void TrainingJob::rollBack(actors::JobContext& job, int64_t lostShard) {
   if (ckpt_.active) abandonCheckpoint(job, fmt::format("ps {} was lost", lostShard));
+  gateOpen_ = false;  // the workers train again from the cut
   generation_ += 1;
   JobOutcome::Rollback r;
   r.checkpoint = latestCheckpointId_;
@@ -447,7 +486,11 @@ void TrainingJob::rollBack(actors::JobContext& job, int64_t lostShard) {
     job.self()
         ->request(job.actorOf(s, kShardName), 120s, ps::restore_atom::value, path, generation_)
         .then([](int64_t) {},
-              [&job, rank](caf::error& err) {
+              [&job, rank, node = s.node](caf::error& err) {
+                // A shard lost meanwhile is a loss of its own (another rollback).
+                for (const auto& now : job.members("ps")) {
+                  if (now.rank == rank && (!now.live() || now.node != node)) return;
+                }
                 job.fail(fmt::format("ps {} could not roll back: {}", rank, actors::describe(err)));
               });
   }
@@ -471,6 +514,13 @@ std::string TrainingJob::configFor(actors::JobContext&, const actors::Member& m,
   return c.toToml();
 }
 
+// A worker asked to pause that trains no more (at the gate, or done) is as
+// good as paused: its pushes are all acknowledged.
+void TrainingJob::trainsNoMore(actors::JobContext& job, int64_t rank) {
+  if (!ckpt_.active || !ckpt_.waiting.erase(rank)) return;
+  if (ckpt_.waiting.empty() && !ckpt_.snapshotting) snapshotShards(job);
+}
+
 void TrainingJob::onOver(actors::JobContext&) {
   for (auto& [rank, w] : gateWaiters_) w.deliver(GateDecision{false});
   gateWaiters_.clear();
@@ -488,17 +538,23 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
           return;
         }
         if (p.late) {
+          ++lateTries_;
           return abandonCheckpoint(job, fmt::format("worker {} was past the step to stop at already (at {})", p.rank,
                                                     p.step));
         }
         if (!ckpt_.waiting.erase(p.rank)) return;
         ckpt_.paused.insert(p.rank);
-        if (ckpt_.waiting.empty()) snapshotShards(job);
+        if (ckpt_.waiting.empty() && !ckpt_.snapshotting) snapshotShards(job);
+      },
+      [this, &job](write_timeout_atom, int64_t id) {
+        if (ckpt_.active && ckpt_.id == id && ckpt_.writesLeft > 0) {
+          abandonCheckpoint(job, fmt::format("{} shard files were not written in time", ckpt_.writesLeft));
+        }
       },
       [this, &job](pause_timeout_atom, int64_t id) {
         if (ckpt_.active && ckpt_.id == id && !ckpt_.waiting.empty()) {
           abandonCheckpoint(job, fmt::format("workers {} did not pause within {} s", fmt::join(ckpt_.waiting, ", "),
-                                             stallTimeout_.count()));
+                                             pauseTimeout().count()));
         }
       },
       [this, &job](ps::written_atom, int64_t id, int64_t shard, const std::string& path, uint64_t bytes,
@@ -541,6 +597,7 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
         }
         log()->info("worker {} finished training: {} steps, {} samples in {:.1f} s", g.rank, g.steps, g.samples,
                     g.trainSeconds);
+        trainsNoMore(job, g.rank);
         gateWaiters_.insert_or_assign(g.rank, promise);
         checkGate(job);
         return promise;
@@ -549,6 +606,7 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
         if (r.rank < 0 || r.rank >= workers_ || reported_[size_t(r.rank)]) return r.rank;  // a repeat changes nothing
         reported_[size_t(r.rank)] = true;
         job.finished("worker", r.rank);
+        trainsNoMore(job, r.rank);
         auto& o = outcome_;
         const int64_t restarts = o.workers[size_t(r.rank)].restarts;
         o.workers[size_t(r.rank)] = WorkerSummary{r.rank,         false,          r.steps,     r.samples, r.pushesAcked,

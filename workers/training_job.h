@@ -151,6 +151,8 @@ class TrainingJob final : public actors::JobPolicy {
   // steps of one; gives one up (the workers train on).
   void maybeCheckpoint(actors::JobContext& job);
   void pauseWorkers(actors::JobContext& job, int64_t atStep);
+  std::chrono::seconds pauseTimeout() const;
+  void trainsNoMore(actors::JobContext& job, int64_t rank);
   void snapshotShards(actors::JobContext& job);
   void checkpointWritten(actors::JobContext& job);
   void abandonCheckpoint(actors::JobContext& job, const std::string& why);
@@ -176,6 +178,8 @@ class TrainingJob final : public actors::JobPolicy {
   int64_t nextCheckpointId_ = 1;
   int64_t lastCheckpointStep_ = 0;
   std::chrono::steady_clock::time_point lastCheckpoint_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point notBefore_{};  // no new checkpoint before (backing off)
+  int64_t lateTries_ = 0;  // checkpoints given up in a row because a worker was past the step
   struct Checkpointing {
     bool active = false;
     int64_t id = 0;
@@ -184,6 +188,7 @@ class TrainingJob final : public actors::JobPolicy {
     std::set<int64_t> waiting;          // workers asked to pause, not yet paused
     std::set<int64_t> paused;           // workers paused (to resume)
     int64_t snapshotsLeft = 0, writesLeft = 0;
+    bool snapshotting = false;  // the shards were asked for their copies
     CheckpointManifest manifest;
   } ckpt_;
   std::string latestCheckpoint_;  // the newest complete checkpoint's directory

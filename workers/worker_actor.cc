@@ -41,6 +41,7 @@ struct WorkerState {
   // A checkpoint: paused at a step boundary (or on the way there).
   int64_t pauseId = -1;
   int64_t pauseAt = -1;  // the boundary to stop at (-1: the next)
+  int64_t passed = -1;   // the last step boundary it went past (steps() there)
   caf::actor pauser;
   bool paused = false;
   bool trainingOver = false;  // past the last training step
@@ -149,6 +150,7 @@ bool pauseHere(Self* self) {
 void nextTrainBatch(Self* self) {
   auto& st = self->state;
   if (pauseHere(self)) return;
+  st.passed = st.core->steps();
   self->request(st.trainLoader, st.options.requestTimeout, next_atom::value)
       .then(
           [=](BatchPtr batch) {
@@ -158,6 +160,18 @@ void nextTrainBatch(Self* self) {
               if (batch) {
                 --st.toSkip;
                 st.epochRows += batch->rows;
+                // Still alive to the coordinator while it passes over a long share.
+                if (st.options.onEvent && st.options.progressInterval.count() > 0 &&
+                    Clock::now() - st.lastEvent >= st.options.progressInterval) {
+                  st.lastEvent = Clock::now();
+                  WorkerEvent e;
+                  e.epoch = st.epoch;
+                  e.step = st.core->steps();
+                  e.epochRows = st.epochRows;
+                  e.rowsPerEpoch = st.rowsPerEpoch;
+                  e.meanLoss = std::nan("");
+                  st.options.onEvent(e);
+                }
                 return nextTrainBatch(self);
               }
               if (st.epoch + 1 < st.options.epochs) {
@@ -242,6 +256,12 @@ void askGate(Self* self) {
 // the tables told this worker trains no more, then the gate decides.
 void passGate(Self* self) {
   auto& st = self->state;
+  if (st.pauseId >= 0 && st.pushesInFlight == 0) {
+    // A checkpoint waits for this worker, which trains no more: it answers.
+    self->send(st.pauser, CheckpointPaused{st.core->options().worker, st.pauseId, st.core->steps(), false});
+    st.pauseId = -1;
+    st.pauseAt = -1;
+  }
   st.trainingOver = true;
   if (st.pushesInFlight > 0) {
     st.whenDrained = [=] { passGate(self); };
@@ -304,11 +324,25 @@ caf::behavior worker(Self* self, WorkerOptions options, std::shared_ptr<WorkerCo
       [=](const CheckpointPause& p) {
         auto& st = self->state;
         const auto pauser = caf::actor_cast<caf::actor>(self->current_sender());
-        if (st.trainingOver || st.finished) {
+        if (st.finished || (st.trainingOver && st.pushesInFlight == 0)) {
           self->send(pauser, CheckpointPaused{st.core->options().worker, p.id, st.core->steps(), false});
           return;
         }
-        if (p.atStep >= 0 && st.core->steps() > p.atStep) {
+        if (st.trainingOver) {  // its last pushes are on their way: it answers once they are acknowledged
+          st.pauseId = p.id;
+          st.pauser = pauser;
+          return;
+        }
+        if (st.paused) {
+          // Paused already (for a checkpoint given up since): paused for this one too.
+          st.pauseId = p.id;
+          st.pauser = pauser;
+          self->send(pauser, CheckpointPaused{st.core->options().worker, p.id, st.core->steps(), false});
+          return;
+        }
+        // Past the boundary asked for (or at it, with that step under way):
+        // it cannot stop there.
+        if (p.atStep >= 0 && (st.core->steps() > p.atStep || st.passed >= p.atStep)) {
           self->send(pauser, CheckpointPaused{st.core->options().worker, p.id, st.core->steps(), true});
           return;
         }

@@ -451,6 +451,12 @@ TEST_F(ClusterTest, AResumedJobEqualsTheUninterruptedOneAndBrokenCheckpointsAreR
   const std::string json = readFile(dir.file("resumed.json"));
   EXPECT_NE(json.find("\"samples_applied_per_shard\": [40000, 40000]"), std::string::npos) << json;
   EXPECT_GE(field(json, "resumed_from_step"), 40) << json;
+  // The workers went on from the cut, not from the start (a replay from 0
+  // would be deduplicated by the shards and still end exact).
+  const auto resumedAt = fields(json, "resumed_at");
+  ASSERT_EQ(resumedAt.size(), 2u) << json;
+  for (double r : resumedAt) EXPECT_EQ(r, field(json, "resumed_from_step")) << json;
+  EXPECT_NE(json.find("\"duplicates_suppressed\": 0"), std::string::npos) << json;
 
   // Broken checkpoints.
   auto refused = [&](const std::string& path, std::vector<std::string> extra, const std::string& needle) {
@@ -492,6 +498,8 @@ TEST_F(ClusterTest, CheckpointsAreWrittenAndResumedInSspAndAsp) {
     const std::string json = readFile(dir.file("r.json"));
     EXPECT_NE(json.find("\"samples_applied_per_shard\": [40000, 40000]"), std::string::npos) << json;
     EXPECT_GT(field(json, "test_auc"), 0.70) << json;
+    for (double r : fields(json, "resumed_at")) EXPECT_GE(r, 30) << "not from the start: " << json;
+    EXPECT_NE(json.find("\"duplicates_suppressed\": 0"), std::string::npos) << json;
   }
 }
 
@@ -518,13 +526,14 @@ TEST_F(ClusterTest, AKilledShardRollsTheJobBackToItsLatestCheckpoint) {
   auto r = train.wait(180s);
   const std::string log = readFile(dir.file("kps.log"));
   ASSERT_EQ(r.exitCode, 0) << log;
-  EXPECT_NE(log.find("ps 1 was lost: the job rolls back to checkpoint 1"), std::string::npos) << log;
+  EXPECT_NE(log.find("ps 1 was lost: the job rolls back to checkpoint "), std::string::npos) << log;
   EXPECT_EQ(readFile(dir.file("kps.tsv")), readFile(dir.file("free.tsv")))
       << "after the rollback the BSP job predicts exactly what the one without the loss does";
   const std::string json = readFile(dir.file("kps.json"));
   EXPECT_NE(json.find("\"samples_applied_per_shard\": [40000, 40000]"), std::string::npos) << json;
   const std::string rollbacks = textOf(json, "rollbacks");
-  EXPECT_NE(rollbacks.find("\"checkpoint\": 1"), std::string::npos) << rollbacks;
+  EXPECT_GE(fields(rollbacks, "checkpoint").size(), 1u) << rollbacks;
+  EXPECT_GE(fields(rollbacks, "checkpoint")[0], 1) << rollbacks;
   const auto redone = fields(rollbacks, "steps_redone");
   ASSERT_EQ(redone.size(), 1u) << rollbacks;
   EXPECT_GT(redone[0], 0) << rollbacks;
