@@ -79,26 +79,32 @@ void finish(Self* self) {
   self->quit();
 }
 
+// A progress event when one is due: every progressEverySteps steps
+// (`stepDue`), or progressInterval after the last.
+void reportProgress(Self* self, bool stepDue) {
+  auto& st = self->state;
+  const auto now = Clock::now();
+  const bool timeDue = st.options.progressInterval.count() > 0 && now - st.lastEvent >= st.options.progressInterval;
+  if (!st.options.onEvent || !(stepDue || timeDue)) return;
+  st.lastEvent = now;
+  WorkerEvent e;
+  e.epoch = st.epoch;
+  e.step = st.core->steps();
+  e.epochRows = st.epochRows;
+  e.rowsPerEpoch = st.rowsPerEpoch;
+  e.meanLoss = st.core->takeMeanLoss();  // NaN while a replacement passes over batches
+  e.elapsedSec = st.trainSeconds;
+  e.samplesPerSec = st.trainSeconds > 0 ? double(st.report->samples) / st.trainSeconds : 0;
+  st.options.onEvent(e);
+}
+
 void afterStep(Self* self, const Batch& batch) {
   auto& st = self->state;
   st.trainSeconds += secondsSince(st.stepStart);
   st.report->samples += batch.rows;
   st.epochRows += batch.rows;
   const int64_t step = st.core->steps();
-  const auto now = Clock::now();
-  const bool due = st.options.progressInterval.count() > 0 && now - st.lastEvent >= st.options.progressInterval;
-  if (st.options.onEvent && (step % st.options.progressEverySteps == 0 || due)) {
-    st.lastEvent = now;
-    WorkerEvent e;
-    e.epoch = st.epoch;
-    e.step = step;
-    e.epochRows = st.epochRows;
-    e.rowsPerEpoch = st.rowsPerEpoch;
-    e.meanLoss = st.core->takeMeanLoss();
-    e.elapsedSec = st.trainSeconds;
-    e.samplesPerSec = st.trainSeconds > 0 ? double(st.report->samples) / st.trainSeconds : 0;
-    st.options.onEvent(e);
-  }
+  reportProgress(self, step % st.options.progressEverySteps == 0);
   if (st.options.maxSteps > 0 && step >= st.options.maxSteps) {
     evaluate(self);
   } else {
@@ -160,18 +166,7 @@ void nextTrainBatch(Self* self) {
               if (batch) {
                 --st.toSkip;
                 st.epochRows += batch->rows;
-                // Still alive to the coordinator while it passes over a long share.
-                if (st.options.onEvent && st.options.progressInterval.count() > 0 &&
-                    Clock::now() - st.lastEvent >= st.options.progressInterval) {
-                  st.lastEvent = Clock::now();
-                  WorkerEvent e;
-                  e.epoch = st.epoch;
-                  e.step = st.core->steps();
-                  e.epochRows = st.epochRows;
-                  e.rowsPerEpoch = st.rowsPerEpoch;
-                  e.meanLoss = std::nan("");
-                  st.options.onEvent(e);
-                }
+                reportProgress(self, false);  // still alive to the coordinator over a long share
                 return nextTrainBatch(self);
               }
               if (st.epoch + 1 < st.options.epochs) {
