@@ -421,6 +421,17 @@ int runTrain(const TrainFlags& flags) {
     }
     field("rollbacks", "[" + rollbacks + "]");
     if (outcome.resumedFromStep >= 0) field("resumed_from_step", std::to_string(outcome.resumedFromStep));
+    if (trainMode(config) != TrainMode::kPs) field("regroups", std::to_string(outcome.regroups));
+    if (outcome.shards.empty()) {
+      // allreduce mode: every step applied every rank's batch; each worker
+      // counted the samples of the steps taken, and they must agree.
+      const bool exact = outcome.expectedSamples > 0 && !outcome.samplesDiffer &&
+                         outcome.samplesApplied == outcome.expectedSamples;
+      field("ledger", fmt::format("{{\"expected_samples\": {}, \"samples_applied\": {}, \"workers_agree\": {}, "
+                                  "\"exact\": {}}}",
+                                  outcome.expectedSamples, outcome.samplesApplied,
+                                  outcome.samplesDiffer ? "false" : "true", exact ? "true" : "false"));
+    }
     if (!outcome.shards.empty()) {
       // The ledger: each shard applied every sample of every epoch once.
       bool exact = outcome.expectedSamples > 0;

@@ -57,8 +57,8 @@ struct RingCommunicator::Inbox final : public transport::FrameSink {
     std::shared_ptr<const void> owner;
   };
 
-  Inbox(transport::RemoteActors& remote, int self, std::vector<uint64_t> nodes)
-      : remote(remote), self(self), nodes(std::move(nodes)), acked(this->nodes.size(), false) {
+  Inbox(transport::RemoteActors& remote, int self, std::vector<uint64_t> nodes, uint64_t epoch)
+      : remote(remote), self(self), nodes(std::move(nodes)), epoch(epoch), acked(this->nodes.size(), false) {
     for (size_t r = 0; r < this->nodes.size(); ++r) rankOf[this->nodes[r]] = int(r);
   }
 
@@ -67,10 +67,12 @@ struct RingCommunicator::Inbox final : public transport::FrameSink {
     if (it == rankOf.end()) return;  // not of this group
     const int src = it->second;
     const Envelope& e = frame.envelope;
+    if (e.sourceActor != epoch) return;  // of an earlier group of these nodes (before a regroup)
     if (e.requestId == kControlOp) {
       if (e.destActor == kHelloTag) {
         Envelope ack;
         ack.kind = transport::kCollectiveKind;
+        ack.sourceActor = epoch;
         ack.requestId = kControlOp;
         ack.destActor = kAckTag;
         remote.sendFrame(peer, std::move(ack), {});
@@ -199,6 +201,7 @@ struct RingCommunicator::Inbox final : public transport::FrameSink {
   transport::RemoteActors& remote;
   const int self;
   const std::vector<uint64_t> nodes;
+  const uint64_t epoch;
   std::unordered_map<uint64_t, int> rankOf;
   std::mutex mutex;
   std::condition_variable cv;
@@ -225,6 +228,7 @@ void sendChunk(transport::RemoteActors& remote, const std::shared_ptr<RingCommun
   tensor.bytes = bytes;
   Envelope e;
   e.kind = transport::kCollectiveKind;
+  e.sourceActor = inbox->epoch;
   e.requestId = op;
   e.destActor = t;
   std::vector<Tensor> tensors;
@@ -264,7 +268,7 @@ Expected<std::unique_ptr<RingCommunicator>> RingCommunicator::create(transport::
     }
   }
   if (options.chunkBytes < 64) return Status::invalidArgument("chunkBytes must be at least 64");
-  auto inbox = std::make_shared<Inbox>(remote, options.rank, options.nodes);
+  auto inbox = std::make_shared<Inbox>(remote, options.rank, options.nodes, options.epoch);
   remote.attachSink(transport::kCollectiveKind, inbox);
   std::unique_ptr<RingCommunicator> comm(new RingCommunicator(remote, std::move(options), std::move(inbox)));
   Status s = comm->connect();
@@ -295,6 +299,7 @@ Status RingCommunicator::connect() {
     for (int r : missing) {
       Envelope e;
       e.kind = transport::kCollectiveKind;
+      e.sourceActor = options_.epoch;
       e.requestId = kControlOp;
       e.destActor = kHelloTag;
       remote_.sendFrame(options_.nodes[size_t(r)], std::move(e), {});
@@ -332,6 +337,7 @@ Status RingCommunicator::finish(Status s) {
       if (r == rank()) continue;
       Envelope e;
       e.kind = transport::kCollectiveKind;
+      e.sourceActor = options_.epoch;
       e.requestId = kControlOp;
       e.destActor = kAbortTag;
       e.body = failed.message();
@@ -369,6 +375,7 @@ Status RingCommunicator::doublingAllReduce(std::byte* data, size_t count, DType 
     Tensor t = Tensor::copyOf(data, bytes, dtype);
     Envelope e;
     e.kind = transport::kCollectiveKind;
+    e.sourceActor = options_.epoch;
     e.requestId = op_;
     e.destActor = tag(step, 0);
     std::vector<Tensor> ts;

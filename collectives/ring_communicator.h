@@ -42,6 +42,10 @@ namespace troupe::collectives {
 struct RingOptions {
   int rank = 0;
   std::vector<uint64_t> nodes;  // node id of each rank (this one included)
+  // Which group of these nodes this is: a group formed again after a rank
+  // was replaced takes a new epoch, and frames of another epoch (an old
+  // group's chunks or abort still on their way) are dropped.
+  uint64_t epoch = 0;
   size_t chunkBytes = size_t{512} << 10;
   size_t smallBytes = size_t{32} << 10;
   std::chrono::milliseconds timeout{600000};  // one collective, as a last resort

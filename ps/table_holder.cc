@@ -16,6 +16,7 @@ namespace troupe::ps {
 namespace {
 
 struct TableHolderState {
+  TableHolderOptions options;
   std::unique_ptr<TableSet> tables;
   std::vector<uint64_t> counts, keys;  // scratch: a request flattened
   std::vector<float> grads;
@@ -29,6 +30,7 @@ caf::error invalid(std::string what) {
 }
 
 caf::behavior tableHolder(caf::stateful_actor<TableHolderState>* self, TableHolderOptions options) {
+  self->state.options = options;
   self->state.tables = std::make_unique<TableSet>(options.tables);
   self->state.kernels = options.kernels ? options.kernels
                                         : std::shared_ptr<kernels::Kernels>(
@@ -84,6 +86,19 @@ caf::behavior tableHolder(caf::stateful_actor<TableHolderState>* self, TableHold
       },
       // A worker that trains no more: nothing waits on workers here.
       [=](leave_atom) -> int64_t { return 0; },
+      [=](image_atom) -> TableImagesPtr {
+        return std::make_shared<const std::vector<TableImage>>(self->state.tables->image());
+      },
+      [=](load_atom, const TableImagesPtr& images, int64_t worker, int64_t floor) -> caf::result<int64_t> {
+        auto& st = self->state;
+        if (!images || floor < 0) return invalid("load: no images, or a negative push floor");
+        auto fresh = std::make_unique<TableSet>(st.options.tables);
+        Status s = fresh->load(*images);
+        if (!s.isOk()) return invalid("load: " + s.message());
+        st.tables = std::move(fresh);
+        st.applied[worker] = AppliedWindow(floor, {});
+        return st.tables->rows();
+      },
   };
 }
 

@@ -7,6 +7,14 @@
 //   (push_atom, PushRequestPtr)  -> int64_t sequence   (after the update is applied)
 //   (stats_atom)                 -> int64_t rows held over all tables
 //   (leave_atom)                 -> int64_t 0 (a worker is done; nothing to release)
+//   (image_atom)                 -> TableImagesPtr: a copy of every table
+//   (load_atom, TableImagesPtr, int64_t worker, int64_t floor)
+//                                -> int64_t rows: the tables become the
+//                                   images (all of them or, on an error
+//                                   naming what differs, none), and the
+//                                   worker's pushes below `floor` count as
+//                                   applied (a rank of an all-reduce group
+//                                   that copied another's replica)
 //
 // A push whose (worker, sequence) was already applied is acknowledged again
 // without being applied twice. A malformed request (wrong table count, sizes
@@ -18,6 +26,8 @@
 #include <memory>
 #include <vector>
 
+#include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/atom.hpp>
 #include <caf/fwd.hpp>
 
 #include "ps/embedding_table.h"
@@ -33,6 +43,12 @@ struct TableHolderOptions {
   std::shared_ptr<kernels::Kernels> kernels;
 };
 
+using TableImagesPtr = std::shared_ptr<const std::vector<TableImage>>;
+using image_atom = caf::atom_constant<caf::atom("image")>;
+using load_atom = caf::atom_constant<caf::atom("load")>;
+
 caf::actor spawnTableHolder(caf::actor_system& system, const TableHolderOptions& options);
 
 }  // namespace troupe::ps
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::ps::TableImagesPtr)

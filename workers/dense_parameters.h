@@ -31,6 +31,10 @@ class DenseParameters final {
   const float* weights() const { return block_.data(); }
   float* grads() { return grads_.data(); }
   const float* grads() const { return grads_.data(); }
+  // [weights | optimizer state]: the whole state a step changes.
+  float* block() { return block_.data(); }
+  const float* block() const { return block_.data(); }
+  int64_t blockFloats() const { return int64_t(block_.size()); }
   const kernels::OptimizerConfig& optimizer() const { return optimizer_; }
   // Learning rate of later updates (a schedule sets it, e.g. per epoch).
   void setLearningRate(float lr) { optimizer_.learningRate = lr; }

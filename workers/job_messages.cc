@@ -14,7 +14,9 @@ transport::WireTypes trainingWireTypes() {
       .add<CommChoice>("troupe.CommChoice")
       .add<CheckpointPause>("troupe.CheckpointPause")
       .add<CheckpointPaused>("troupe.CheckpointPaused")
-      .add<CheckpointResume>("troupe.CheckpointResume");
+      .add<CheckpointResume>("troupe.CheckpointResume")
+      .add<RegroupReady>("troupe.RegroupReady")
+      .add<Regroup>("troupe.Regroup");
   return t;
 }
 

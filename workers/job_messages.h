@@ -21,10 +21,19 @@
 //                  NCCL (and worker 0's NCCL id) -> CommChoice once every
 //                  worker offered: the backend for all, rank 0's id, this
 //                  worker's device
+//   RegroupReady / Regroup
+//                  sync modes, after a worker was lost: every live worker
+//                  (the survivors once their collective failed and their
+//                  old group is gone, the replacement once it runs) says it
+//                  is ready; once all are, the coordinator sends each the
+//                  new group (an epoch and the node of every rank), and the
+//                  workers agree among themselves on the step to go on from
+//                  and copy the model from a survivor (workers/worker_actor.h)
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <caf/fwd.hpp>
 #include <caf/meta/type_name.hpp>
@@ -62,6 +71,7 @@ struct WorkerReport {
   int64_t datasetRows = 0;                // training rows per epoch, the whole data set
   int64_t resumedAt = 0;                  // a replacement: the step it resumed at
   int64_t stepsRedone = 0;                // and the steps it redid (some shard had them; applied there once)
+  int64_t samplesApplied = 0;             // sync modes: every rank's samples in the steps taken (the ledger)
 };
 
 struct CheckpointPause {
@@ -95,6 +105,24 @@ struct CommChoice {
   int64_t device = -1;
 };
 
+struct RegroupReady {
+  int64_t rank = 0;
+  int64_t steps = 0;  // steps taken (-1: a replacement, which has no model yet)
+};
+
+struct Regroup {
+  int64_t epoch = 0;
+  std::vector<uint64_t> nodes;  // node id of each rank
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RegroupReady& x) {
+  return f(caf::meta::type_name("RegroupReady"), x.rank, x.steps);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Regroup& x) {
+  return f(caf::meta::type_name("Regroup"), x.epoch, x.nodes);
+}
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Progress& x) {
   return f(caf::meta::type_name("Progress"), x.rank, x.epoch, x.step, x.epochRows, x.rowsPerEpoch, x.loss,
@@ -112,7 +140,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, WorkerReport& x) {
   return f(caf::meta::type_name("WorkerReport"), x.rank, x.steps, x.samples, x.pushesAcked, x.pulledRows,
            x.trainSeconds, x.evalSeconds, x.evaluated, x.auc, x.loss, x.accuracy, x.rows, x.labels, x.predictions,
-           x.denseHash, x.datasetRows, x.resumedAt, x.stepsRedone);
+           x.denseHash, x.datasetRows, x.resumedAt, x.stepsRedone, x.samplesApplied);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, CheckpointPause& x) {
@@ -152,4 +180,6 @@ CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::CommChoice))
 CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::CheckpointPause))
 CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::CheckpointPaused))
 CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::CheckpointResume))
+CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::RegroupReady))
+CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::Regroup))
 CAF_END_TYPE_ID_BLOCK(troupe_workers)

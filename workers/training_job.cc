@@ -95,6 +95,18 @@ TrainingJob::TrainingJob(const Config& config, TrainingJobOptions options)
   if (mode_ != TrainMode::kPs) outcome_.collectivesBackend = "ring";
 }
 
+// Samples every epoch applies once: all of them in ps mode; in a sync mode
+// a step takes a batch of every rank, so an epoch takes whole rounds of W
+// batches (rank r holds batches r, r + W, ...), and what is left over after
+// the last whole round is not trained.
+int64_t TrainingJob::expectedSamples(int64_t rowsPerEpoch) const {
+  if (mode_ == TrainMode::kPs) return rowsPerEpoch * epochs_;
+  const int64_t batch = std::max<int64_t>(1, config_.getInt("train.batch_size"));
+  const int64_t batches = (rowsPerEpoch + batch - 1) / batch;
+  const int64_t used = batches / workers_ * workers_;
+  return (used == batches ? rowsPerEpoch : used * batch) * epochs_;
+}
+
 void TrainingJob::onStart(actors::JobContext& job) {
   started_ = true;
   lastProgress_.assign(size_t(workers_), Clock::now());
@@ -178,10 +190,26 @@ actors::LossDecision TrainingJob::onLoss(actors::JobContext& job, const actors::
     return actors::LossDecision::fail(what + " (supervision.on_worker_loss = fail)");
   }
   if (mode_ != TrainMode::kPs) {
-    return actors::LossDecision::fail(
-        fmt::format("{}; {} training cannot take a step without every worker, and restarting one there is not "
-                    "built yet (supervision.on_worker_loss = restart works in train.mode = ps)",
-                    what, trainModeName(mode_)));
+    if (outcome_.collectivesBackend != "ring") {
+      return actors::LossDecision::fail(fmt::format(
+          "{}; the workers use {} for their collectives, and forming that group again is not built (with "
+          "collectives.backend = ring a lost worker is replaced)",
+          what, outcome_.collectivesBackend));
+    }
+    regroupReady_.erase(m.rank);
+    // In a sync mode every worker ends training at the same step: one at the
+    // gate means all are done, and the rest go on without the lost one.
+    for (const auto& w : job.members("worker")) {
+      if (w.rank != m.rank && (gateWaiters_.count(w.rank) || reported_[size_t(w.rank)])) {
+        log()->warn("{}: training was over; the others finish without it", what);
+        gateWaiters_.erase(m.rank);
+        job.self()->send(job.self(), recheck_atom::value);
+        return actors::LossDecision::goOn();
+      }
+    }
+    outcome_.workers[size_t(m.rank)].restarts += 1;
+    log()->warn("{}: a new process takes its rank, and the group forms again", what);
+    return actors::LossDecision::replace();
   }
   // A new process takes the rank and resumes from the last step the shards
   // have; whatever it had asked the gate for, it asks again.
@@ -192,6 +220,22 @@ actors::LossDecision TrainingJob::onLoss(actors::JobContext& job, const actors::
   }
   outcome_.workers[size_t(m.rank)].restarts += 1;
   return actors::LossDecision::replace();
+}
+
+// Sync modes: once every live worker is ready (none is being replaced), the
+// new group: its epoch and the node of each rank, to every worker.
+void TrainingJob::tryRegroup(actors::JobContext& job) {
+  if (regroupReady_.empty() || job.over()) return;
+  std::vector<uint64_t> nodes;
+  for (const auto& w : job.members("worker")) {
+    if (w.state != actors::MemberState::kReady || !regroupReady_.count(w.rank)) return;
+    nodes.push_back(w.node);
+  }
+  ++regroupEpoch_;
+  log()->info("every worker is ready: the group forms again (epoch {})", regroupEpoch_);
+  for (auto& [rank, who] : regroupReady_) job.self()->send(who, Regroup{regroupEpoch_, nodes});
+  regroupReady_.clear();
+  ++outcome_.regroups;
 }
 
 void TrainingJob::onReplaced(actors::JobContext&, const actors::Member& m) {
@@ -211,7 +255,7 @@ void TrainingJob::checkStalls(actors::JobContext& job) {
   std::vector<int64_t> silent, training;
   std::map<int64_t, int64_t> incarnation;
   for (const auto& w : job.members("worker")) {
-    if (!w.live() || reported_[size_t(w.rank)] || gateWaiters_.count(w.rank)) continue;
+    if (!w.live() || reported_[size_t(w.rank)] || gateWaiters_.count(w.rank) || regroupReady_.count(w.rank)) continue;
     // Paused for a checkpoint is not hung (the checkpoint has a timeout of its own).
     if (ckpt_.active && (ckpt_.waiting.count(w.rank) || ckpt_.paused.count(w.rank))) continue;
     training.push_back(w.rank);
@@ -234,7 +278,9 @@ void TrainingJob::checkStalls(actors::JobContext& job) {
     job.declareLost("worker", w, caf::make_error(actors::Errc::kStalled, why));
   };
   const auto& shards = job.members("ps");
-  if (consistency_ == ps::Consistency::kAsp || shards.empty() || mode_ != TrainMode::kPs) {
+  // allreduce mode: the others wait in a collective for the hung one, give
+  // up within half the stall timeout and are ready to regroup (not silent).
+  if (consistency_ == ps::Consistency::kAsp || shards.empty()) {
     for (int64_t w : silent) declare(w, lastStep_[size_t(w)]);
     return;
   }
@@ -565,6 +611,17 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
             CheckpointFile{std::filesystem::path(path).filename().string(), bytes, checksum};
         if (--ckpt_.writesLeft == 0 && ckpt_.snapshotsLeft == 0) checkpointWritten(job);
       },
+      [this, &job](const RegroupReady& r) {
+        if (r.rank < 0 || r.rank >= workers_ || mode_ == TrainMode::kPs) return;
+        bool current = false;
+        for (const auto& w : job.members("worker")) current = current || (w.rank == r.rank && w.live());
+        if (!current) return;
+        log()->info("worker {} is ready for the group to form again ({})", r.rank,
+                    r.steps < 0 ? std::string("a replacement") : fmt::format("{} steps taken", r.steps));
+        regroupReady_[r.rank] = caf::actor_cast<caf::actor>(job.self()->current_sender());
+        lastProgress_[size_t(r.rank)] = Clock::now();
+        tryRegroup(job);
+      },
       [this, &job](recheck_atom) {
         checkGate(job);
         checkDone(job);
@@ -614,10 +671,15 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
                                                   r.stepsRedone};
         o.steps += r.steps;
         o.samples += r.samples;
+        o.samplesApplied = std::max(o.samplesApplied, r.samplesApplied);
+        if (mode_ == TrainMode::kAllReduce && o.samplesApplied != r.samplesApplied && !o.samplesDiffer) {
+          o.samplesDiffer = true;
+          log()->error("worker {} counts {} samples applied, another {}", r.rank, r.samplesApplied, o.samplesApplied);
+        }
         o.pulledRows += r.pulledRows;
         o.trainSeconds = std::max(o.trainSeconds, r.trainSeconds);
         o.datasetRows = std::max(o.datasetRows, r.datasetRows);
-        if (maxSteps_ == 0) o.expectedSamples = o.datasetRows * epochs_;
+        if (maxSteps_ == 0) o.expectedSamples = expectedSamples(o.datasetRows);
         if (r.evaluated) {
           o.evaluated = true;
           o.auc = r.auc;

@@ -109,6 +109,11 @@ struct JobOutcome {
     double atSeconds = 0;
   };
   std::vector<Rollback> rollbacks;
+  // Sync modes: times the workers' group formed again, and the samples the
+  // steps applied (every rank's; each worker counts them, and all agree).
+  int64_t regroups = 0;
+  int64_t samplesApplied = 0;
+  bool samplesDiffer = false;
 };
 
 // The published names of a ps process's shard actor and of a worker
@@ -142,7 +147,9 @@ class TrainingJob final : public actors::JobPolicy {
   JobOutcome takeOutcome(const actors::JobResult& result);
 
  private:
+  int64_t expectedSamples(int64_t rowsPerEpoch) const;
   void checkGate(actors::JobContext& job);
+  void tryRegroup(actors::JobContext& job);
   void checkDone(actors::JobContext& job);
   void finalize(actors::JobContext& job);
   // Finds workers alive but making no step (supervision.stall_timeout_s).
@@ -211,6 +218,10 @@ class TrainingJob final : public actors::JobPolicy {
   // The collectives backend of a sync mode (CommOffer).
   std::vector<std::optional<CommOffer>> offers_;
   std::vector<std::pair<int64_t, caf::typed_response_promise<CommChoice>>> commWaiters_;
+  // Sync modes: the workers ready for the group to form again (each one's
+  // worker actor), and the groups formed so far.
+  std::map<int64_t, caf::actor> regroupReady_;
+  int64_t regroupEpoch_ = 0;
   JobOutcome outcome_;
 };
 

@@ -6,8 +6,10 @@
 
 #include <caf/all.hpp>
 
+#include "collectives/communicator.h"
 #include "common/logging.h"
 #include "ps/messages.h"
+#include "ps/table_holder.h"
 #include "ps/wire.h"
 #include "workers/job_messages.h"
 #include "workers/messages.h"
@@ -16,6 +18,7 @@ namespace troupe::workers {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using regroup_timeout_atom = caf::atom_constant<caf::atom("regrouptim")>;
 
 double secondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -46,6 +49,10 @@ struct WorkerState {
   bool paused = false;
   bool trainingOver = false;  // past the last training step
   std::function<void()> whenDrained;  // runs once every push is acknowledged
+  int64_t epochSteps = 0;  // steps taken (or passed over) in this epoch
+  // Sync modes: waiting for the group to form again (see the header).
+  bool regrouping = false;
+  int64_t regroupToken = 0;
   static inline const char* name = "worker";
 };
 
@@ -65,6 +72,10 @@ void fail(Self* self, const Status& s) { fail(self, caf::make_error(caf::sec::ru
 void startEpoch(Self* self);
 void nextTrainBatch(Self* self);
 void evaluate(Self* self);
+void enterRegroup(Self* self, const Status& why);
+bool canRegroup(Self* self) {
+  return self->state.options.regroup.join && self->state.core->collectiveFailed();
+}
 
 void finish(Self* self) {
   auto& st = self->state;
@@ -72,6 +83,7 @@ void finish(Self* self) {
   st.report->steps = st.core->steps();
   st.report->trainSeconds = st.trainSeconds;
   st.report->pulledRows = st.core->pulledRows();
+  st.report->samplesApplied = st.core->samplesApplied();
   st.report->macsPerSample = st.core->macsPerSample();
   const float* w = st.core->denseWeights();
   st.report->denseWeights.assign(w, w + st.core->denseParameters());
@@ -103,6 +115,7 @@ void afterStep(Self* self, const Batch& batch) {
   st.trainSeconds += secondsSince(st.stepStart);
   st.report->samples += batch.rows;
   st.epochRows += batch.rows;
+  ++st.epochSteps;
   const int64_t step = st.core->steps();
   reportProgress(self, step % st.options.progressEverySteps == 0);
   if (st.options.maxSteps > 0 && step >= st.options.maxSteps) {
@@ -116,7 +129,7 @@ void trainOn(Self* self, BatchPtr batch, ps::PullReplyPtr rows) {
   auto& st = self->state;
   if (st.options.stepDelay.count() > 0) std::this_thread::sleep_for(st.options.stepDelay);
   auto push = st.core->trainStep(*batch, rows);
-  if (!push.hasValue()) return fail(self, push.status());
+  if (!push.hasValue()) return canRegroup(self) ? enterRegroup(self, push.status()) : fail(self, push.status());
   if (*push) {
     // The holder applies pushes and pulls in arrival order, so the next pull
     // sees this update; the acknowledgement is only counted.
@@ -165,6 +178,7 @@ void nextTrainBatch(Self* self) {
               // A replacement passes over what its rank trained before.
               if (batch) {
                 --st.toSkip;
+                ++st.epochSteps;
                 st.epochRows += batch->rows;
                 reportProgress(self, false);  // still alive to the coordinator over a long share
                 return nextTrainBatch(self);
@@ -179,8 +193,8 @@ void nextTrainBatch(Self* self) {
             if (st.core->options().comm) {
               // Synchronous modes: a step only when every rank has a batch
               // (ranks may hold one batch more or less of an epoch).
-              auto go = st.core->agreeToStep(batch != nullptr);
-              if (!go.hasValue()) return fail(self, go.status());
+              auto go = st.core->agreeToStep(batch ? batch->rows : 0);
+              if (!go.hasValue()) return canRegroup(self) ? enterRegroup(self, go.status()) : fail(self, go.status());
               if (!*go) return evaluate(self);
             }
             if (!batch) return evaluate(self);
@@ -289,6 +303,7 @@ void startEvaluation(Self* self) {
 void startEpoch(Self* self) {
   auto& st = self->state;
   st.epochRows = 0;
+  st.epochSteps = 0;
   st.core->setDenseLearningRateScale(std::pow(st.options.lrDecayPerEpoch, double(st.epoch)));
   self->request(st.trainLoader, st.options.requestTimeout, epoch_atom::value, st.epoch)
       .then(
@@ -297,6 +312,169 @@ void startEpoch(Self* self) {
             nextTrainBatch(self);
           },
           [=](caf::error& err) { fail(self, err); });
+}
+
+// ---------------------------------------------------------------- regrouping
+
+// Sync modes: the group failed (a rank went down); this worker leaves it and
+// waits for the coordinator to name the new one.
+void enterRegroup(Self* self, const Status& why) {
+  auto& st = self->state;
+  const int64_t rank = st.core->options().worker;
+  const bool replacement = st.options.regroup.rejoin;
+  if (replacement) {
+    logger("worker")->info("worker {} replaces a lost one: it waits for the group to form again", rank);
+  } else {
+    logger("worker")->warn("worker {}: its group failed at step {} ({}); the step is undone, and it waits for the "
+                           "group to form again",
+                           rank, st.core->steps() + 1, why.message());
+  }
+  st.regrouping = true;
+  st.core->setCommunicator(nullptr);
+  if (st.options.regroup.leave) st.options.regroup.leave();
+  self->send(st.options.regroup.coordinator, RegroupReady{rank, replacement ? -1 : st.core->steps()});
+  self->delayed_send(self, st.options.regroup.timeout, regroup_timeout_atom::value, ++st.regroupToken);
+}
+
+// What each rank says of itself when the group forms again.
+struct Standing {
+  int64_t steps = -1;  // -1: a replacement
+  int64_t epoch = 0, epochSteps = 0, samples = 0;
+  int64_t canRevert = 0, previousSamples = 0;
+  int64_t shardClock = -1;
+};
+static_assert(sizeof(Standing) == 7 * sizeof(int64_t));
+
+// The tables of the lowest survivor, to every rank (the replica of an
+// allreduce-mode DLRM); ranks with `load` put them in their holder.
+Status copyTables(Self* self, collectives::Communicator& comm, int source, bool load, int64_t floor) {
+  auto& st = self->state;
+  const int64_t rank = st.core->options().worker;
+  caf::scoped_actor ask{self->system()};
+  auto images = std::make_shared<std::vector<ps::TableImage>>();
+  std::string error;
+  if (comm.rank() == source) {
+    ask->request(st.tables, st.options.requestTimeout, ps::image_atom::value)
+        .receive([&](const ps::TableImagesPtr& p) { *images = *p; },
+                 [&](caf::error& e) { error = caf::to_string(e); });
+    if (!error.empty()) {
+      // The others wait in the broadcast: they fail by the abort this sends.
+      return Status::internal(fmt::format("worker {} could not copy its tables: {}", rank, error));
+    }
+  }
+  const int64_t tables = st.core->options().dlrm.numTables;
+  if (comm.rank() == source && int64_t(images->size()) != tables) {
+    return Status::internal(fmt::format("worker {} holds {} tables, the model {}", rank, images->size(), tables));
+  }
+  images->resize(size_t(tables));
+  for (auto& t : *images) {
+    int64_t head[5] = {t.tableId, t.dim, t.rowFloats, t.optimizerKind, int64_t(t.keys.size())};
+    Status s = comm.broadcast(head, sizeof head, source);
+    if (!s.isOk()) return s;
+    if (head[1] < 1 || head[2] < head[1] || head[2] > (int64_t{1} << 20) || head[4] < 0 ||
+        head[4] > (int64_t{1} << 40) / head[2]) {
+      return Status::corruption(fmt::format("rank {} sent a table of {} rows of {} floats (dim {})", source, head[4],
+                                            head[2], head[1]));
+    }
+    t.tableId = head[0], t.dim = head[1], t.rowFloats = head[2], t.optimizerKind = head[3];
+    t.keys.resize(size_t(head[4]));
+    t.rows.resize(size_t(head[4] * head[2]));
+    if (head[4] == 0) continue;
+    s = comm.broadcast(t.keys.data(), t.keys.size() * 8, source);
+    if (s.isOk()) s = comm.broadcast(t.rows.data(), t.rows.size() * 4, source);
+    if (!s.isOk()) return s;
+  }
+  if (!load) return Status::ok();
+  ask->request(st.tables, st.options.requestTimeout, ps::load_atom::value, ps::TableImagesPtr(images), rank, floor)
+      .receive([](int64_t) {}, [&](caf::error& e) { error = caf::to_string(e); });
+  if (!error.empty()) return Status::internal(fmt::format("worker {} could not load the tables: {}", rank, error));
+  return Status::ok();
+}
+
+// The new group is named: join it, agree where to go on from, copy the
+// model, and go back to that place in the data (see the header).
+Status formGroup(Self* self, const Regroup& r) {
+  auto& st = self->state;
+  WorkerCore& core = *st.core;
+  const int64_t rank = core.options().worker;
+  auto comm = st.options.regroup.join(uint64_t(r.epoch), r.nodes);
+  if (!comm.hasValue()) return comm.status();
+  core.setCommunicator(*comm);
+  collectives::Communicator& c = **comm;
+  const bool replacement = st.options.regroup.rejoin;
+  Standing mine;
+  if (!replacement) {
+    mine = Standing{core.steps(), st.epoch, st.epochSteps, core.samplesApplied(), core.canRevert() ? 1 : 0,
+                    core.previousSamplesApplied(), -1};
+  } else {
+    mine.shardClock = st.options.regroup.shardClock;
+  }
+  std::vector<Standing> all(size_t(c.size()));
+  Status s = c.allGather(&mine, all.data(), sizeof(Standing));
+  if (!s.isOk()) return s;
+  // Where the group goes on from (every rank decides alike from the same facts).
+  const bool back = core.options().keepPrevious;  // hybrid: to the least
+  int64_t at = -1;
+  int source = -1;
+  for (int q = 0; q < c.size(); ++q) {
+    const Standing& x = all[size_t(q)];
+    if (x.steps < 0) continue;
+    if (source < 0) source = q;  // the lowest survivor (in hybrid mode, all end at `at`)
+    at = at < 0 ? x.steps : (back ? std::min(at, x.steps) : std::max(at, x.steps));
+  }
+  if (source < 0) return Status::internal("no rank of the group holds the model (every worker was lost)");
+  if (back) {
+    for (const auto& x : all) {
+      if (x.steps < 0 && x.shardClock >= 0) at = std::min(at, x.shardClock);
+    }
+    for (int q = 0; q < c.size(); ++q) {
+      const Standing& x = all[size_t(q)];
+      if (x.steps < 0 || x.steps == at) continue;
+      if (x.steps > at + 1 || !x.canRevert || x.epochSteps == 0) {
+        return Status::internal(fmt::format(
+            "the group cannot go on: rank {} took {} steps, but every rank's pushes are at the shards only up to "
+            "step {} (going back is possible by one step within an epoch)",
+            q, x.steps, at));
+      }
+    }
+  } else {
+    for (int q = 0; q < c.size(); ++q) {
+      if (all[size_t(q)].steps == at) {
+        source = q;
+        break;
+      }
+    }
+  }
+  const Standing& from = all[size_t(source)];
+  const bool sourceBack = from.steps > at;
+  const int64_t epoch = from.epoch, epochSteps = from.epochSteps - (sourceBack ? 1 : 0);
+  const int64_t samples = sourceBack ? from.previousSamples : from.samples;
+  if (!replacement && core.steps() > at) {
+    s = core.revertLastStep();
+    if (!s.isOk()) return s;
+  }
+  // The dense state: everyone receives it into a buffer first (a broadcast
+  // that fails half-way leaves the weights as they were).
+  std::vector<float> state(size_t(core.denseStateFloats()));
+  if (c.rank() == source) std::copy_n(core.denseState(), state.size(), state.begin());
+  s = c.broadcast(state.data(), state.size() * 4, source);
+  if (!s.isOk()) return s;
+  const bool needsModel = replacement || core.steps() != at;
+  if (core.options().replicatedTables) {
+    s = copyTables(self, c, source, needsModel, at);
+    if (!s.isOk()) return s;
+  }
+  if (needsModel) std::copy(state.begin(), state.end(), core.denseState());
+  core.setPosition(at, samples);
+  logger("worker")->info("worker {}: the group formed again (epoch {}): it goes on from step {} (epoch {}, {} steps "
+                         "into it), the model {}",
+                         rank, r.epoch, at, epoch, epochSteps,
+                         needsModel ? fmt::format("copied from worker {}", source) : std::string("its own"));
+  st.options.regroup.rejoin = false;
+  st.regrouping = false;
+  st.epoch = epoch;
+  st.toSkip = epochSteps;
+  return Status::ok();
 }
 
 caf::behavior worker(Self* self, WorkerOptions options, std::shared_ptr<WorkerCore> core, caf::actor trainLoader,
@@ -313,8 +491,29 @@ caf::behavior worker(Self* self, WorkerOptions options, std::shared_ptr<WorkerCo
       [=](run_atom) -> caf::typed_response_promise<TrainReportPtr> {
         auto& st = self->state;
         st.done = self->make_response_promise<TrainReportPtr>();
-        startEpoch(self);
+        if (st.options.regroup.rejoin) {
+          enterRegroup(self, Status::ok());  // a replacement: the model comes from the group
+        } else {
+          startEpoch(self);
+        }
         return st.done;
+      },
+      [=](const Regroup& r) {
+        auto& st = self->state;
+        if (!st.regrouping || st.finished) return;  // not waiting for a group: changes nothing
+        Status s = formGroup(self, r);
+        if (s.isOk()) return startEpoch(self);  // back to the place in the data, then the step again
+        if (s.code() != Status::Code::kUnavailable && s.code() != Status::Code::kTimeout) return fail(self, s);
+        // The new group failed too (another rank went down): wait for the next.
+        st.core->setCommunicator(nullptr);
+        st.regrouping = false;
+        enterRegroup(self, s);
+      },
+      [=](regroup_timeout_atom, int64_t token) {
+        auto& st = self->state;
+        if (!st.regrouping || token != st.regroupToken) return;
+        fail(self, Status::timeout(fmt::format("worker {}: the group did not form again within {} s",
+                                               st.core->options().worker, st.options.regroup.timeout.count())));
       },
       [=](const CheckpointPause& p) {
         auto& st = self->state;

@@ -10,6 +10,26 @@
 // Progress and evaluations are reported through WorkerOptions::onEvent, called
 // on the worker's thread. Runs detached: compute blocks only its own thread.
 // Every request it makes carries requestTimeout; a timeout fails the run.
+//
+// Synchronous modes (WorkerOptions::regroup): a collective that fails
+// because a rank of the group went down undoes the step (no weight changed)
+// and the worker, instead of failing, leaves its group, tells the
+// coordinator it is ready (RegroupReady, workers/job_messages.h) and waits
+// for the new group (Regroup). Every rank of the new group, the replacement
+// of the lost one included, then:
+//   1. says how far it got (steps, epoch, steps in the epoch, samples);
+//   2. all agree on the step R to go on from: in allreduce mode the
+//      furthest a survivor got (a step some survivor finished had every
+//      rank's gradient in it); in hybrid mode the least, and no more than
+//      the first step of the lost rank the shards lack (every push of the
+//      steps before R is at the shards; a survivor one step past R goes
+//      back, from the copy it kept; what it pushed again is applied once);
+//   3. the lowest survivor at R sends its dense state (and, in allreduce
+//      mode, its replica of the tables) to every rank that needs it;
+//   4. every rank goes back to R's place in its share of the data (the
+//      epoch, and that many batches into it) and takes step R again.
+// The same batches, weights and order of reduction make the redone steps
+// the same bits as a run without the failure.
 #pragma once
 
 #include <chrono>
@@ -20,6 +40,7 @@
 #include <caf/actor.hpp>
 #include <caf/fwd.hpp>
 
+#include "common/status.h"
 #include "workers/worker_core.h"
 
 namespace troupe::workers {
@@ -41,6 +62,7 @@ struct TrainReport {
   int64_t samples = 0;
   int64_t pushesAcked = 0;
   int64_t pulledRows = 0;  // unique embedding rows pulled for training
+  int64_t samplesApplied = 0;  // WorkerCore::samplesApplied at the end
   int64_t macsPerSample = 0;
   double trainSeconds = 0;  // training only
   double evalSeconds = 0;
@@ -77,6 +99,20 @@ struct WorkerOptions {
   // CheckpointPaused{rank, id, steps} to the sender, and trains on at
   // CheckpointResume. A worker that trains no more answers at once.
   std::function<void(const WorkerEvent&)> onEvent;
+  // Synchronous modes: forming the group again after a rank was lost (see
+  // above). Without `join`, a failed collective ends the worker.
+  struct Regroup {
+    // Ends this process's part in the current group (its communicator goes).
+    std::function<void()> leave;
+    // Joins the group of `nodes` (the node of each rank) at `epoch`.
+    std::function<Expected<std::shared_ptr<collectives::Communicator>>(uint64_t epoch,
+                                                                        const std::vector<uint64_t>& nodes)>
+        join;
+    caf::actor coordinator;  // takes RegroupReady, sends Regroup
+    std::chrono::seconds timeout{600};  // waiting for the new group
+    bool rejoin = false;       // a replacement: it joins the group before its first step
+    int64_t shardClock = -1;   // hybrid replacement: its rank's first step the shards lack
+  } regroup;
 };
 
 // The core is built by the caller (so set-up errors, thrown as SetupError,

@@ -27,36 +27,85 @@ WorkerCore::WorkerCore(const WorkerCoreOptions& options)
     mlp_ = std::make_unique<Mlp>(options_.mlpWidths, false, mlpParams_.get(), 0);
     mlp_->initialize(options_.seed);
   }
-  if (options_.comm) {
-    std::vector<std::pair<int64_t, int64_t>> order = dlrm_ ? dlrm_->gradientOrder() : mlp_->gradientOrder();
-    std::vector<collectives::GradRange> ranges;
-    for (const auto& [offset, count] : order) ranges.push_back({offset, count});
-    buckets_ = std::make_unique<collectives::GradientBuckets>(options_.comm, dense().grads(), dense().size(), ranges,
-                                                              options_.bucketBytes);
-    auto hook = [b = buckets_.get()](int64_t offset, int64_t count) { b->ready(offset, count); };
-    if (dlrm_) {
-      dlrm_->setGradReady(hook);
-    } else {
-      mlp_->setGradReady(hook);
-    }
-  }
-  if (options_.replicatedTables && !options_.comm) TROUPE_SETUP_ERROR("replicated tables need a communicator");
+  if (options_.comm) setCommunicator(options_.comm);
   if (options_.comm && options_.denseOnServers) TROUPE_SETUP_ERROR("dense parameters are either all-reduced or on the servers, not both");
 }
 
 WorkerCore::~WorkerCore() = default;
 
-Expected<bool> WorkerCore::agreeToStep(bool haveBatch) {
-  if (!options_.comm) return haveBatch;
-  float have = haveBatch ? 1.0f : 0.0f;
-  Status s = options_.comm->allReduce(&have, 1, transport::DType::kFloat32, collectives::ReduceOp::kSum);
-  if (!s.isOk()) return s;
-  return have == float(options_.comm->size());
+void WorkerCore::setCommunicator(std::shared_ptr<collectives::Communicator> comm) {
+  auto none = [](int64_t, int64_t) {};
+  if (dlrm_) {
+    dlrm_->setGradReady(none);
+  } else {
+    mlp_->setGradReady(none);
+  }
+  buckets_.reset();  // its thread ends, and its reference to the old communicator goes
+  options_.comm = std::move(comm);
+  collectiveFailed_ = false;
+  if (!options_.comm) return;
+  std::vector<std::pair<int64_t, int64_t>> order = dlrm_ ? dlrm_->gradientOrder() : mlp_->gradientOrder();
+  std::vector<collectives::GradRange> ranges;
+  for (const auto& [offset, count] : order) ranges.push_back({offset, count});
+  buckets_ = std::make_unique<collectives::GradientBuckets>(options_.comm, dense().grads(), dense().size(), ranges,
+                                                            options_.bucketBytes);
+  auto hook = [b = buckets_.get()](int64_t offset, int64_t count) { b->ready(offset, count); };
+  if (dlrm_) {
+    dlrm_->setGradReady(hook);
+  } else {
+    mlp_->setGradReady(hook);
+  }
+}
+
+Expected<bool> WorkerCore::agreeToStep(int64_t rows) {
+  if (!options_.comm) {
+    if (collectiveFailed_) return Status::unavailable("the worker's group is gone; it has no communicator");
+    agreedRows_ = rows;
+    return rows > 0;
+  }
+  // [ranks with a batch, rows of all]: exact in float32 up to 2^24 rows a step.
+  float agree[2] = {rows > 0 ? 1.0f : 0.0f, float(rows)};
+  Status s = options_.comm->allReduce(agree, 2, transport::DType::kFloat32, collectives::ReduceOp::kSum);
+  if (!s.isOk()) {
+    collectiveFailed_ = true;
+    return s;
+  }
+  agreedRows_ = int64_t(agree[1]);
+  return agree[0] == float(options_.comm->size());
+}
+
+int64_t WorkerCore::denseStateFloats() const {
+  return dlrm_ ? dlrm_->parameters().blockFloats() : mlpParams_->blockFloats();
+}
+
+float* WorkerCore::denseState() { return dense().block(); }
+
+Status WorkerCore::revertLastStep() {
+  if (!hasPrevious_) return Status::internal("there is no step to go back from");
+  std::copy(previous_.begin(), previous_.end(), dense().block());
+  steps_ -= 1;
+  sequence_ -= 1;
+  samplesApplied_ = prevSamples_;
+  hasPrevious_ = false;
+  return Status::ok();
+}
+
+void WorkerCore::setPosition(int64_t steps, int64_t samplesApplied) {
+  steps_ = steps;
+  sequence_ = steps;
+  samplesApplied_ = samplesApplied;
+  hasPrevious_ = false;
 }
 
 Status WorkerCore::finishDenseSync() {
+  if (!options_.comm) {
+    if (collectiveFailed_) return Status::unavailable("the worker's group is gone; it has no communicator");
+    return Status::ok();
+  }
   if (!buckets_) return Status::ok();
-  return buckets_->finish();
+  Status s = buckets_->finish();
+  if (!s.isOk()) collectiveFailed_ = true;
+  return s;
 }
 
 Status WorkerCore::mergePushes(ps::PushRequest* push) {
@@ -72,8 +121,15 @@ Status WorkerCore::mergePushes(ps::PushRequest* push) {
     std::memcpy(mine.data() + at + 8, push->keys[size_t(t)].data(), n * 8);
     std::memcpy(mine.data() + at + 8 + n * 8, push->grads[size_t(t)].data(), n * size_t(dim) * 4);
   }
+  if (!options_.comm) {
+    collectiveFailed_ = true;
+    return Status::unavailable("replicated tables: the worker's group is gone; it has no communicator");
+  }
   auto all = options_.comm->allGatherV(mine.data(), mine.size());
-  if (!all.hasValue()) return all.status();
+  if (!all.hasValue()) {
+    collectiveFailed_ = true;
+    return all.status();
+  }
   const int ranks = int(all->size());
   std::vector<size_t> at(size_t(ranks), 0);
   const float scale = 1.0f / float(ranks);
@@ -257,6 +313,37 @@ std::shared_ptr<ps::PushRequest> WorkerCore::newPush(int64_t samples) {
 }
 
 Expected<ps::PushRequestPtr> WorkerCore::trainStep(const Batch& batch, const ps::PullReplyPtr& rows) {
+  // A collective that fails undoes the step: nothing was applied yet, and
+  // the counters go back (see collectiveFailed()).
+  struct Undo {
+    WorkerCore& core;
+    const int64_t steps, sequence, lossCount;
+    const double lossSum;
+    bool armed = true;
+    ~Undo() {
+      if (!armed) return;
+      core.steps_ = steps;
+      core.sequence_ = sequence;
+      core.lossSum_ = lossSum;
+      core.lossCount_ = lossCount;
+    }
+  } undo{*this, steps_, sequence_, lossCount_, lossSum_};
+  auto out = trainStepOnce(batch, rows);
+  if (out.hasValue() || !collectiveFailed_) undo.armed = false;
+  if (out.hasValue()) samplesApplied_ += options_.comm ? agreedRows_ : batch.rows;
+  return out;
+}
+
+Status WorkerCore::keepPreviousState() {
+  if (!options_.keepPrevious) return Status::ok();
+  const DenseParameters& p = dense();
+  previous_.assign(p.block(), p.block() + p.blockFloats());
+  prevSamples_ = samplesApplied_;
+  hasPrevious_ = true;
+  return Status::ok();
+}
+
+Expected<ps::PushRequestPtr> WorkerCore::trainStepOnce(const Batch& batch, const ps::PullReplyPtr& rows) {
   Status s = forward(batch, rows);
   if (!s.isOk()) return s;
   ++steps_;
@@ -296,6 +383,7 @@ Expected<ps::PushRequestPtr> WorkerCore::trainStep(const Batch& batch, const ps:
       const DenseParameters& p = dlrm_->parameters();
       push->denseGrads.assign(p.grads(), p.grads() + p.size());
     } else {
+      keepPreviousState();
       s = dlrm_->parameters().apply(*kernels_, steps_);
       if (!s.isOk()) return s;
     }
@@ -315,6 +403,7 @@ Expected<ps::PushRequestPtr> WorkerCore::trainStep(const Batch& batch, const ps:
     push->denseGrads.assign(mlpParams_->grads(), mlpParams_->grads() + mlpParams_->size());
     return ps::PushRequestPtr(std::move(push));
   }
+  keepPreviousState();
   s = mlpParams_->apply(*kernels_, steps_);
   if (!s.isOk()) return s;
   return ps::PushRequestPtr();

@@ -65,6 +65,11 @@ struct WorkerCoreOptions {
   // step's embedding gradients are all-gathered and merged (per key, the
   // mean over ranks, as BSP does) into the push this rank applies locally.
   bool replicatedTables = false;
+  // Synchronous modes whose tables are on the shards (hybrid): keep the
+  // dense state from before the last step, so that a group formed again
+  // after a lost rank can go back one step to where every rank's pushes
+  // are (revertLastStep).
+  bool keepPrevious = false;
 };
 
 // Metrics of one pass over an evaluation set.
@@ -93,8 +98,10 @@ class WorkerCore final {
   Expected<ps::PullRequestPtr> prepare(const Batch& batch, bool create);
 
   // Synchronous modes: whether every rank has a batch for the next step (a
-  // collective: each rank calls it once per step, with or without a batch).
-  Expected<bool> agreeToStep(bool haveBatch);
+  // collective: each rank calls it once per step, with its batch's rows or
+  // 0 without one). The rows of every rank are what the step, once taken,
+  // adds to samplesApplied().
+  Expected<bool> agreeToStep(int64_t rows);
 
   // One training step on the batch prepared last (rows: the pull's reply, or
   // nullptr without tables). Returns the push (nullptr without tables).
@@ -106,6 +113,29 @@ class WorkerCore final {
   void finishEval(EvalResult* eval) const;
 
   int64_t steps() const { return steps_; }
+  // Samples whose gradients the steps taken so far applied: of every rank in
+  // a synchronous mode (the ledger of an all-reduce job), else this worker's.
+  int64_t samplesApplied() const { return samplesApplied_; }
+
+  // Synchronous modes, after a rank of the group was lost.
+  // Whether the last error was a collective's: the step under way was
+  // undone (no weight changed, the counters are back), so the worker can
+  // take it again in a group formed anew.
+  bool collectiveFailed() const { return collectiveFailed_; }
+  // The communicator of later steps (nullptr: none until the next; the
+  // core holds no other reference to the old one).
+  void setCommunicator(std::shared_ptr<collectives::Communicator> comm);
+  // [dense weights | optimizer state]: what a rank joining the group copies.
+  int64_t denseStateFloats() const;
+  float* denseState();
+  // keepPrevious: back to before the last step (dense state, step and push
+  // counters, samples); false when there is nothing to go back to.
+  bool canRevert() const { return hasPrevious_; }
+  Status revertLastStep();
+  // Sets the step (and push sequence) count and the samples applied: a rank
+  // that copied the model of another goes on from there.
+  void setPosition(int64_t steps, int64_t samplesApplied);
+  int64_t previousSamplesApplied() const { return prevSamples_; }
   // A replacement of a lost worker: its steps (and push sequence numbers,
   // one per step) go on from `steps`, the first the shards have not had.
   void resumeAt(int64_t steps);
@@ -130,6 +160,8 @@ class WorkerCore final {
   // The push of the step just taken on `samples` rows: this worker, the
   // next sequence number.
   std::shared_ptr<ps::PushRequest> newPush(int64_t samples);
+  Expected<ps::PushRequestPtr> trainStepOnce(const Batch& batch, const ps::PullReplyPtr& rows);
+  Status keepPreviousState();
   // Dense gradients of the step averaged over the ranks (sync modes).
   Status finishDenseSync();
   // replicatedTables: every rank's embedding gradients merged into *push.
@@ -142,6 +174,13 @@ class WorkerCore final {
   std::unique_ptr<Mlp> mlp_;
   std::unique_ptr<collectives::GradientBuckets> buckets_;
   int64_t steps_ = 0;
+  int64_t samplesApplied_ = 0;
+  int64_t agreedRows_ = 0;  // every rank's rows of the step agreed on
+  bool collectiveFailed_ = false;
+  // keepPrevious: the dense state before the last step.
+  std::vector<float> previous_;
+  bool hasPrevious_ = false;
+  int64_t prevSamples_ = 0;
   int64_t pulledRows_ = 0;
   int64_t sequence_ = 0;
   double lossSum_ = 0;

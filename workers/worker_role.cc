@@ -115,6 +115,7 @@ caf::behavior driver(caf::stateful_actor<DriverState>* self, std::function<caf::
         r.datasetRows = st.facts.datasetRows;
         r.resumedAt = st.facts.resumedAt;
         r.stepsRedone = st.facts.redone;
+        r.samplesApplied = report->samplesApplied;
         r.denseHash = hashBytes(std::string_view(reinterpret_cast<const char*>(report->denseWeights.data()),
                                                  report->denseWeights.size() * 4),
                                 0);
@@ -161,9 +162,24 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   model.kernels = kernels;
   model.worker = rank;
   model.denseOnServers = mode == TrainMode::kPs;
-  if (mode != TrainMode::kPs) {
+  // A process that replaces a lost worker of a sync mode joins the group
+  // the others form again (workers/worker_actor.h); its model comes from them.
+  const bool rejoin = mode != TrainMode::kPs && ctx.welcome.incarnation > 0;
+  collectives::RingOptions ro;
+  ro.rank = int(rank);
+  ro.nodes = workerNodes;
+  ro.chunkBytes = size_t(positive(config, "collectives.chunk_kb")) << 10;
+  ro.smallBytes = size_t(std::max<int64_t>(0, config.getInt("collectives.small_kb"))) << 10;
+  // A rank waiting in a collective for a peer that is alive but stuck gives
+  // up (and waits for the group to form again) before the coordinator
+  // declares that peer hung: within half of supervision.stall_timeout_s.
+  ro.timeout = std::chrono::seconds(std::min(positive(config, "collectives.timeout_s"),
+                                             std::max<int64_t>(1, positive(config, "supervision.stall_timeout_s") / 2)));
+  ro.connectTimeout = std::chrono::seconds(config.getInt("cluster.start_timeout_s"));
+  ro.spin = std::chrono::microseconds(std::max<int64_t>(0, config.getInt("collectives.spin_us")));
+  std::string backend = "ring";
+  if (mode != TrainMode::kPs && !rejoin) {
     const std::string requested = collectivesBackend(config);
-    std::string backend = "ring";
     Tensor ncclId;
     int device = -1;
     if (requested != "ring") {
@@ -211,28 +227,23 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
       if (!nccl.hasValue()) TROUPE_SETUP_ERROR("worker {}: the workers' communicator: {}", rank, nccl.status().message());
       comm_ = std::move(*nccl);
     } else {
-      collectives::RingOptions ro;
-      ro.rank = int(rank);
-      ro.nodes = workerNodes;
-      ro.chunkBytes = size_t(positive(config, "collectives.chunk_kb")) << 10;
-      ro.smallBytes = size_t(std::max<int64_t>(0, config.getInt("collectives.small_kb"))) << 10;
-      ro.timeout = timeout;
-      ro.connectTimeout = connectTimeout;
-      ro.spin = std::chrono::microseconds(std::max<int64_t>(0, config.getInt("collectives.spin_us")));
       auto ring = collectives::RingCommunicator::create(ctx.remote, ro);
       if (!ring.hasValue()) TROUPE_SETUP_ERROR("worker {}: the workers' communicator: {}", rank, ring.status().message());
       comm_ = std::move(*ring);
     }
+  }
+  if (mode != TrainMode::kPs) {
     model.comm = comm_;
     model.bucketBytes = positive(config, "train.bucket_kb") << 10;
     model.replicatedTables = mode == TrainMode::kAllReduce && model.kind == ModelKind::kDlrm;
+    model.keepPrevious = mode == TrainMode::kHybrid;
   }
   // A worker resumes at the first step of its rank that not every shard
   // has: 0 in a new job; where a lost one left off (a step some shard has is
   // re-sent and applied there once); the cut of a checkpoint the job goes on
   // from.
   int64_t resumeAt = 0, redo = 0;
-  if (mode == TrainMode::kPs) {
+  if (mode == TrainMode::kPs || (mode == TrainMode::kHybrid && rejoin)) {
     caf::scoped_actor self{ctx.system};
     resumeAt = std::numeric_limits<int64_t>::max();
     int64_t furthest = 0;
@@ -250,7 +261,7 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
       if (!answered) TROUPE_SETUP_ERROR("worker {}: shard {} did not say where to resume: {}", rank, s, error);
     }
     redo = furthest - resumeAt;  // steps some shard has already: redone, applied there once
-    if (resumeAt > 0 || redo > 0) {
+    if (mode == TrainMode::kPs && (resumeAt > 0 || redo > 0)) {
       logger("job")->info("worker {} (process {} of its rank) resumes at step {} ({} steps redone)", rank,
                           ctx.welcome.incarnation + 1, resumeAt, redo);
     }
@@ -258,7 +269,7 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   DataSources data = openData(config, threads);
   const int64_t datasetRows = data.train->rowsPerEpoch();
   auto core = std::make_shared<std::unique_ptr<WorkerCore>>(std::make_unique<WorkerCore>(model));
-  (*core)->resumeAt(resumeAt);
+  if (mode == TrainMode::kPs) (*core)->resumeAt(resumeAt);
   caf::actor client;
   if (mode != TrainMode::kAllReduce) {
     PsClientOptions co;
@@ -285,7 +296,7 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   wo.progressEverySteps = positive(config, "train.progress_every");
   wo.evaluateEachEpoch = false;
   wo.evalGate = ctx.coordinator;
-  wo.skipBatches = resumeAt;
+  wo.skipBatches = mode == TrainMode::kPs ? resumeAt : 0;
   // A pull waits at a shard at most pullWaitBound (the shard then fails it,
   // naming whom it waited for); the requests allow for that.
   wo.requestTimeout = pullWaitBound(config) + std::chrono::seconds(30);
@@ -295,6 +306,23 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
     wo.stepDelay = std::chrono::milliseconds(config.getInt("cluster.slow_ms"));
   }
   wo.progressInterval = std::chrono::seconds(1);
+  if (mode != TrainMode::kPs && backend == "ring") {
+    wo.regroup.leave = [this] { comm_.reset(); };
+    wo.regroup.join = [this, &remote = ctx.remote, ro](uint64_t epoch, const std::vector<uint64_t>& nodes)
+        -> Expected<std::shared_ptr<collectives::Communicator>> {
+      collectives::RingOptions o = ro;
+      o.epoch = epoch;
+      o.nodes = nodes;
+      auto ring = collectives::RingCommunicator::create(remote, o);
+      if (!ring.hasValue()) return ring.status();
+      comm_ = std::shared_ptr<collectives::Communicator>(std::move(*ring));
+      return comm_;
+    };
+    wo.regroup.coordinator = ctx.coordinator;
+    wo.regroup.timeout = std::chrono::duration_cast<std::chrono::seconds>(wo.requestTimeout);
+    wo.regroup.rejoin = rejoin;
+    wo.regroup.shardClock = mode == TrainMode::kHybrid && rejoin ? resumeAt : -1;
+  }
   wo.onEvent = [coord = ctx.coordinator, rank](const WorkerEvent& e) {
     if (e.kind != WorkerEvent::Kind::kProgress) return;
     caf::anon_send(coord, Progress{rank, e.epoch, e.step, e.epochRows, e.rowsPerEpoch, e.meanLoss, e.samplesPerSec});

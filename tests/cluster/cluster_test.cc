@@ -282,6 +282,16 @@ TEST_F(ClusterTest, WithOnWorkerLossFailALostWorkerEndsTheJobNamingIt) {
 
 // ---------------------------------------------------------------- recovery
 
+// The dense weights' hash every worker reported, in rank order.
+std::vector<std::string> denseHashes(const std::string& json) {
+  std::vector<std::string> out;
+  const std::string key = "\"dense_hash\": \"";
+  for (size_t pos = json.find(key); pos != std::string::npos; pos = json.find(key, pos + 1)) {
+    out.push_back(json.substr(pos + key.size(), 16));
+  }
+  return out;
+}
+
 // The pid a member process logged ("worker 0 (pid 1234) on ...").
 int pidIn(const std::string& log, const std::string& who) {
   const std::string key = who + " (pid ";
@@ -371,6 +381,83 @@ TEST_F(ClusterTest, AWorkerKilledOrStoppedMidTrainingIsReplacedAndEverySampleIsA
     EXPECT_NE(log.find("worker 0 (127.0.0.1:"), std::string::npos) << log;
     EXPECT_NE(log.find("replacing it (1 of 3 restarts in 300 s)"), std::string::npos) << log;
     // The stopped process was killed by PID, not left behind.
+    EXPECT_NE(::kill(pid, 0), 0) << "the lost process " << pid << " still exists";
+  }
+}
+
+// Sync modes: a worker killed (SIGKILL) or stopped past the heartbeat
+// timeout (SIGSTOP) at step 40 of 156 is replaced. The survivor's collective
+// fails within the heartbeat timeout, it undoes the step and waits; the
+// group forms again with the replacement, which copies the model from the
+// survivor; both go back to the step and redo it. Every step then reduces
+// the same gradients in the same order as the fault-free run, so the final
+// weights and predictions are the same bits, and the ledger counts each
+// sample once: 40000 rows in batches of 128 are 313 batches (the last of
+// 64 rows), each worker holds every other one, and a step takes one batch
+// of each, so 156 steps train 312 x 128 = 39936 samples.
+TEST_F(ClusterTest, InSyncModesAWorkerKilledOrStoppedIsReplacedAndTheGroupRedoesTheStepToTheSameBits) {
+  struct Case {
+    std::string mode;
+    int signal;
+  };
+  TempDir dir;
+  std::map<std::string, std::string> freeJson;
+  for (const Case& c : {Case{"allreduce", SIGKILL}, Case{"hybrid", SIGKILL}, Case{"allreduce", SIGSTOP},
+                        Case{"hybrid", SIGSTOP}}) {
+    const std::string tag = c.mode + (c.signal == SIGKILL ? "-kill" : "-stop");
+    SCOPED_TRACE(tag);
+    const auto job = plus(slowJob(dir, tag, "bsp"), {"--set", "cluster.workers=2", "--set",
+                                                     std::string("cluster.servers=") + (c.mode == "hybrid" ? "2" : "0"),
+                                                     "--set", "train.mode=" + c.mode});
+    if (!freeJson.count(c.mode)) {
+      auto r = troupe(plus({"train"}, plus(job, {"--set", "run.name=free-" + c.mode, "--predictions",
+                                                 dir.file("free-" + c.mode + ".tsv"), "--summary-json",
+                                                 dir.file("free-" + c.mode + ".json")})));
+      ASSERT_EQ(r.exitCode, 0) << r.err;
+      freeJson[c.mode] = readFile(dir.file("free-" + c.mode + ".json"));
+    }
+    Child train(plus({TROUPE_BINARY, "train"},
+                     plus(job, {"--predictions", dir.file(tag + ".tsv"), "--summary-json", dir.file(tag + ".json")})),
+                dir.file(tag + ".log"));
+    ASSERT_TRUE(waitForText(dir.file(tag + ".log"), "step 40 ", 120s)) << readFile(dir.file(tag + ".log"));
+    const int pid = pidIn(readFile(dir.file("runs/" + tag + "/worker-1.log")), "worker 1");
+    ASSERT_GT(pid, 0);
+    ::kill(pid, c.signal);
+    auto r = train.wait(180s);
+    const std::string log = readFile(dir.file(tag + ".log"));
+    ASSERT_EQ(r.exitCode, 0) << log;
+    const std::string json = readFile(dir.file(tag + ".json"));
+    if (c.mode == "allreduce") {
+      EXPECT_NE(json.find("\"expected_samples\": 39936, \"samples_applied\": 39936, \"workers_agree\": true, "
+                          "\"exact\": true"),
+                std::string::npos)
+          << json;
+    } else {
+      EXPECT_NE(json.find("\"samples_applied_per_shard\": [39936, 39936]"), std::string::npos) << json;
+      EXPECT_NE(json.find("\"exact\": true"), std::string::npos) << json;
+    }
+    const std::string recovery = textOf(json, "recovery");
+    EXPECT_EQ(fields(recovery, "lost_at_s").size(), 1u) << recovery;
+    EXPECT_NE(recovery.find("\"what\": \"worker 1 (127.0.0.1:"), std::string::npos) << recovery;
+    EXPECT_NE(recovery.find("\"action\": \"replaced\""), std::string::npos) << recovery;
+    if (c.signal == SIGSTOP) {
+      EXPECT_NE(recovery.find("\"detected_by\": \"timed out\""), std::string::npos) << recovery;
+    }
+    EXPECT_EQ(field(json, "regroups"), 1) << json;
+    const auto restarts = fields(json, "restarts");
+    ASSERT_EQ(restarts.size(), 2u) << json;
+    EXPECT_EQ(restarts[0], 0) << json;
+    EXPECT_EQ(restarts[1], 1) << json;
+    const auto hashes = denseHashes(json);
+    ASSERT_EQ(hashes.size(), 2u) << json;
+    EXPECT_EQ(hashes[0], hashes[1]) << json;
+    EXPECT_EQ(hashes[0], denseHashes(freeJson[c.mode])[0]) << "the weights differ from the fault-free run's";
+    EXPECT_EQ(readFile(dir.file(tag + ".tsv")), readFile(dir.file("free-" + c.mode + ".tsv")))
+        << "after the group formed again the job predicts exactly what the fault-free run does";
+    EXPECT_NE(log.find("every worker is ready: the group forms again (epoch 1)"), std::string::npos) << log;
+    const std::string survivor = readFile(dir.file("runs/" + tag + "/worker-0.log"));
+    EXPECT_NE(survivor.find("its group failed at step"), std::string::npos) << survivor;
+    EXPECT_NE(survivor.find("rank 1 (node"), std::string::npos) << "the survivor names the lost rank:\n" << survivor;
     EXPECT_NE(::kill(pid, 0), 0) << "the lost process " << pid << " still exists";
   }
 }
@@ -813,14 +900,6 @@ int countWorker(const std::string& coordinator, const std::string& mode, int wor
   return evaluate && exact != 1 ? 1 : 0;
 }
 
-std::vector<std::string> denseHashes(const std::string& json) {
-  std::vector<std::string> out;
-  const std::string key = "\"dense_hash\": \"";
-  for (size_t pos = json.find(key); pos != std::string::npos; pos = json.find(key, pos + 1)) {
-    out.push_back(json.substr(pos + key.size(), 16));
-  }
-  return out;
-}
 
 // Sync modes: every rank ends with the same dense weights, bit for bit, and
 // so does a second run with the same seed; a third seed changes them.
@@ -900,10 +979,14 @@ TEST_F(ClusterTest, TheCollectivesBackendIsChosenForEveryWorkerAndNcclIsNeverFak
       << r.out << r.err;
 }
 
-TEST_F(ClusterTest, AKilledWorkerInAllReduceModeFailsTheJobOnEveryRank) {
+// With supervision.on_worker_loss = fail, a lost worker of an all-reduce
+// job ends it on every rank, each naming the lost one, well within a
+// collective's timeout.
+TEST_F(ClusterTest, WithOnWorkerLossFailAKilledWorkerInAllReduceModeFailsTheJobOnEveryRank) {
   TempDir dir;
   LaunchedJob job(dir, plus(slowJob(dir, "sync", "bsp"), {"--set", "train.mode=allreduce", "--set",
-                                                          "transport.heartbeat_timeout_ms=1000"}),
+                                                          "transport.heartbeat_timeout_ms=1000", "--set",
+                                                          "supervision.on_worker_loss=fail"}),
                   3, 0, dir.file("sync.json"));
   ASSERT_TRUE(job.startTraining(3)) << readFile(dir.file("coordinator.log"));
   const auto killed = std::chrono::steady_clock::now();
