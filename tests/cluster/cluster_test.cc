@@ -494,6 +494,50 @@ TEST_F(ClusterTest, AWorkerAliveButStuckIsDeclaredHungKilledAndReplaced) {
 
 // ---------------------------------------------------------------- checkpoints
 
+// Alive but stuck in a sync mode: the first process of worker 1 sleeps a
+// minute in its first step. Worker 0 waits for it in a collective, gives up
+// within half the stall timeout and is ready for the group to form again;
+// worker 1, silent past supervision.stall_timeout_s, is declared hung,
+// killed by PID and replaced; the group redoes step 0 and trains to the
+// fault-free run's weights, bit for bit.
+TEST_F(ClusterTest, InSyncModesAWorkerAliveButStuckIsDeclaredHungAndTheOthersWaitForTheGroup) {
+  TempDir dir;
+  for (const std::string mode : {"allreduce", "hybrid"}) {
+    SCOPED_TRACE(mode);
+    const auto job = plus(smallJob(dir, "hung-" + mode), {"--set", "cluster.workers=2", "--set",
+                                                          std::string("cluster.servers=") + (mode == "hybrid" ? "2" : "0"),
+                                                          "--set", "train.mode=" + mode});
+    auto r = troupe(plus({"train"}, plus(job, {"--set", "run.name=free-" + mode, "--summary-json",
+                                               dir.file("free-" + mode + ".json")})));
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    const auto start = std::chrono::steady_clock::now();
+    r = troupe(plus({"train"}, plus(job, {"--set", "cluster.slow_worker=1", "--set", "cluster.slow_ms=60000", "--set",
+                                          "supervision.stall_timeout_s=3", "--summary-json",
+                                          dir.file("hung-" + mode + ".json")})),
+               120s);
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    EXPECT_LT(took, 50) << "the stuck process was waited out rather than replaced";
+    const std::string json = readFile(dir.file("hung-" + mode + ".json"));
+    const std::string recovery = textOf(json, "recovery");
+    EXPECT_EQ(fields(recovery, "lost_at_s").size(), 1u) << recovery;
+    EXPECT_NE(recovery.find("\"what\": \"worker 1 (127.0.0.1:"), std::string::npos) << recovery;
+    EXPECT_NE(recovery.find("hung: no step for"), std::string::npos) << recovery;
+    EXPECT_NE(recovery.find("\"action\": \"replaced\""), std::string::npos) << recovery;
+    EXPECT_EQ(field(json, "regroups"), 1) << json;
+    const auto hashes = denseHashes(json);
+    ASSERT_EQ(hashes.size(), 2u) << json;
+    EXPECT_EQ(hashes[0], denseHashes(readFile(dir.file("free-" + mode + ".json")))[0]) << json;
+    EXPECT_NE(json.find(mode == "hybrid" ? "\"samples_applied_per_shard\": [39936, 39936]"
+                                         : "\"expected_samples\": 39936, \"samples_applied\": 39936"),
+              std::string::npos)
+        << json;
+    const int pid = pidIn(readFile(dir.file("runs/hung-" + mode + "/worker-1.log")), "worker 1");
+    EXPECT_GT(pid, 0);
+    EXPECT_NE(::kill(pid, 0), 0) << "the replacement is gone too at the end";
+  }
+}
+
 // A BSP job writing a checkpoint every 40 steps loses its coordinator (and so
 // every process) after the first; `troupe train --resume` goes on from it
 // and ends with the very predictions of the uninterrupted run, every sample
