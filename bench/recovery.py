@@ -1,20 +1,24 @@
 #!/usr/bin/env python3
-"""Seconds to detect and to recover a lost worker, per consistency model.
+"""Seconds to detect and to recover a lost worker, per mode.
 
-Runs the DLRM of configs/dlrm-synthetic.toml as local jobs of 2 workers and
-2 shards (ps mode) and, while they train, kills a worker (SIGKILL) every
+Runs the DLRM of configs/dlrm-synthetic.toml as local jobs of 2 workers (and
+2 shards in ps and hybrid mode: ps mode in each consistency model BSP, SSP,
+ASP; allreduce; hybrid) and, while they train, kills a worker (SIGKILL) every
 --interval seconds, alternating ranks, until --kills kills per model are done
 (jobs are started again as needed); then stops one (SIGSTOP: found by the
 heartbeat timeout) --stops times in BSP. For each loss:
   detect  = the coordinator's lost_at_unix - the moment this script sent the
             signal (both wall clocks of this machine)
-  recover = seconds_to_recover from summary.json (loss -> replacement ready)
-Each job's test AUC is set beside a fault-free run of the same config, and
-its ledger (every sample applied once per shard) is checked.
+  recover = seconds_to_recover from summary.json (loss -> replacement ready;
+            in allreduce and hybrid mode -> the group formed again trains)
+Each job's test AUC and final dense weights are set beside a fault-free run
+of the same config (same bits expected in BSP, allreduce and hybrid), and
+its ledger (every sample applied once, per shard or over the workers) is
+checked.
 
 Usage (from the repository root, after a build):
   bench/recovery.py [--kills 20] [--stops 10] [--shard-losses 5] [--ckpt-steps 150] [--rows 600000]
-                    [--interval 1.5] [--json out.json]
+                    [--interval 1.5] [--modes bsp,ssp,asp,allreduce,hybrid] [--json out.json]
 """
 import argparse
 import json
@@ -42,11 +46,19 @@ def percentile(xs, p):
 
 
 def job_args(out, rows, mode, name):
+    train_mode = mode if mode in ("allreduce", "hybrid") else "ps"
+    consistency = "bsp" if train_mode != "ps" else mode
+    servers = 0 if train_mode == "allreduce" else 2
     return [BIN, "train", "--config", "configs/dlrm-synthetic.toml",
             "--set", f"data.synthetic.rows={rows}", "--set", f"run.dir={out}/runs", "--set", f"run.name={name}",
-            "--set", "cluster.workers=2", "--set", "cluster.servers=2", "--set", f"ps.consistency={mode}",
+            "--set", "cluster.workers=2", "--set", f"cluster.servers={servers}", "--set", f"train.mode={train_mode}",
+            "--set", f"ps.consistency={consistency}",
             "--set", "supervision.max_restarts=1000", "--set", "supervision.restart_window_s=1",
             "--summary-json", f"{out}/{name}.json"]
+
+
+def dense_hash(s):
+    return s["worker_reports"][0]["dense_hash"]
 
 
 def read(path):
@@ -80,7 +92,8 @@ def faulty_run(out, rows, mode, name, sig, wanted, interval):
         text = read(log_path)
         if "training starts" not in text:
             continue
-        ready = text.count("it replaces the lost process")
+        # Recovered: the replacement is ready (ps mode), the group trains again (sync modes).
+        ready = text.count("trains again from step" if mode in ("allreduce", "hybrid") else "it replaces the lost process")
         if len(sent) > ready or len(sent) >= wanted:
             continue  # a replacement is still coming, or enough were sent
         if progress(text) >= 85:
@@ -103,8 +116,8 @@ def faulty_run(out, rows, mode, name, sig, wanted, interval):
     return sent, json.load(open(f"{out}/{name}.json"))
 
 
-def measure(out, rows, mode, sig, count, interval, free_auc):
-    detect, recover, aucs, ledgers = [], [], [], []
+def measure(out, rows, mode, sig, count, interval, free_auc, free_hash):
+    detect, recover, aucs, ledgers, same = [], [], [], [], []
     n = 0
     while len(detect) < count:
         name = f"{mode}-{'kill' if sig == signal.SIGKILL else 'stop'}-{n}"
@@ -120,10 +133,12 @@ def measure(out, rows, mode, sig, count, interval, free_auc):
             recover.append(e["seconds_to_recover"])
         aucs.append(s["test_auc"] - free_auc)
         ledgers.append(s["ledger"]["exact"])
+        same.append(dense_hash(s) == free_hash)
     return {"losses": len(detect), "jobs": n,
             "detect_s": {"p50": percentile(detect, 50), "p99": percentile(detect, 99), "max": max(detect)},
             "recover_s": {"p50": percentile(recover, 50), "p99": percentile(recover, 99), "max": max(recover)},
-            "auc_change": {"min": min(aucs), "max": max(aucs)}, "ledger_exact": all(ledgers)}
+            "auc_change": {"min": min(aucs), "max": max(aucs)}, "ledger_exact": all(ledgers),
+            "same_bits": f"{sum(same)}/{len(same)}"}
 
 
 def ps_pid(out, name, rank):
@@ -198,17 +213,19 @@ def main():
     ap.add_argument("--shard-losses", type=int, default=5)
     ap.add_argument("--ckpt-steps", type=int, default=150)
     ap.add_argument("--only-shards", action="store_true", help="skip the worker kills")
+    ap.add_argument("--modes", default="bsp,ssp,asp,allreduce,hybrid")
     ap.add_argument("--json")
     a = ap.parse_args()
     out = tempfile.mkdtemp(prefix="troupe-recovery-")
     results = {"rows": a.rows, "workers": 2, "servers": 2, "interval_s": a.interval}
-    for mode in ("bsp", "ssp", "asp"):
+    for mode in a.modes.split(","):
         if a.only_shards and mode != "bsp":
             continue
         free = f"{mode}-free"
         subprocess.run(job_args(out, a.rows, mode, free), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        check=True)
-        free_auc = json.load(open(f"{out}/{free}.json"))["test_auc"]
+        free_summary = json.load(open(f"{out}/{free}.json"))
+        free_auc, free_hash = free_summary["test_auc"], dense_hash(free_summary)
         if mode == "bsp" and a.shard_losses > 0:
             r = shard_losses(out, a.rows, a.shard_losses, a.ckpt_steps, free_auc)
             results["bsp ps SIGKILL"] = r
@@ -219,20 +236,20 @@ def main():
                   f"  | ledger exact: {r['ledger_exact']}", flush=True)
         if a.only_shards:
             continue
-        r = measure(out, a.rows, mode, signal.SIGKILL, a.kills, a.interval, free_auc)
+        r = measure(out, a.rows, mode, signal.SIGKILL, a.kills, a.interval, free_auc, free_hash)
         r["free_auc"] = free_auc
         results[f"{mode} SIGKILL"] = r
         print(f"{mode} SIGKILL x{r['losses']}: detect p50 {r['detect_s']['p50']:.3f} s  p99 {r['detect_s']['p99']:.3f} s"
               f"  | recover p50 {r['recover_s']['p50']:.3f} s  p99 {r['recover_s']['p99']:.3f} s"
               f"  | AUC change {r['auc_change']['min']:+.5f} .. {r['auc_change']['max']:+.5f}"
-              f"  | ledger exact: {r['ledger_exact']}", flush=True)
-        if mode == "bsp" and a.stops > 0:
-            r = measure(out, a.rows, mode, signal.SIGSTOP, a.stops, max(a.interval, 4.0), free_auc)
-            results["bsp SIGSTOP"] = r
-            print(f"bsp SIGSTOP x{r['losses']}: detect p50 {r['detect_s']['p50']:.3f} s  p99 {r['detect_s']['p99']:.3f} s"
+              f"  | ledger exact: {r['ledger_exact']}  | same bits as fault-free: {r['same_bits']}", flush=True)
+        if mode in ("bsp", "allreduce") and a.stops > 0:
+            r = measure(out, a.rows, mode, signal.SIGSTOP, a.stops, max(a.interval, 4.0), free_auc, free_hash)
+            results[f"{mode} SIGSTOP"] = r
+            print(f"{mode} SIGSTOP x{r['losses']}: detect p50 {r['detect_s']['p50']:.3f} s  p99 {r['detect_s']['p99']:.3f} s"
                   f"  | recover p50 {r['recover_s']['p50']:.3f} s  p99 {r['recover_s']['p99']:.3f} s"
                   f"  | AUC change {r['auc_change']['min']:+.5f} .. {r['auc_change']['max']:+.5f}"
-                  f"  | ledger exact: {r['ledger_exact']}", flush=True)
+                  f"  | ledger exact: {r['ledger_exact']}  | same bits as fault-free: {r['same_bits']}", flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -16,7 +16,8 @@ transport::WireTypes trainingWireTypes() {
       .add<CheckpointPaused>("troupe.CheckpointPaused")
       .add<CheckpointResume>("troupe.CheckpointResume")
       .add<RegroupReady>("troupe.RegroupReady")
-      .add<Regroup>("troupe.Regroup");
+      .add<Regroup>("troupe.Regroup")
+      .add<RegroupDone>("troupe.RegroupDone");
   return t;
 }
 

@@ -28,7 +28,8 @@
 //                  is ready; once all are, the coordinator sends each the
 //                  new group (an epoch and the node of every rank), and the
 //                  workers agree among themselves on the step to go on from
-//                  and copy the model from a survivor (workers/worker_actor.h)
+//                  and copy the model from a survivor (workers/worker_actor.h);
+//                  each then says RegroupDone (the step it goes on from)
 #pragma once
 
 #include <cstdint>
@@ -115,6 +116,16 @@ struct Regroup {
   std::vector<uint64_t> nodes;  // node id of each rank
 };
 
+struct RegroupDone {
+  int64_t rank = 0, epoch = 0;
+  int64_t step = 0;  // the step the group goes on from
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RegroupDone& x) {
+  return f(caf::meta::type_name("RegroupDone"), x.rank, x.epoch, x.step);
+}
+
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RegroupReady& x) {
   return f(caf::meta::type_name("RegroupReady"), x.rank, x.steps);
@@ -182,4 +193,5 @@ CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::CheckpointPaused))
 CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::CheckpointResume))
 CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::RegroupReady))
 CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::Regroup))
+CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::RegroupDone))
 CAF_END_TYPE_ID_BLOCK(troupe_workers)

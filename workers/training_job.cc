@@ -87,6 +87,7 @@ TrainingJob::TrainingJob(const Config& config, TrainingJobOptions options)
   stallTimeout_ = std::chrono::seconds(positive(config, "supervision.stall_timeout_s"));
   lastProgress_.assign(size_t(workers_), Clock::now());
   lastStep_.assign(size_t(workers_), 0);
+  for (int64_t w = 0; w < workers_; ++w) holdsModel_.insert(w);
   rate_.assign(size_t(workers_), 0.0);
   reported_.assign(size_t(workers_), false);
   offers_.resize(size_t(workers_));
@@ -207,6 +208,15 @@ actors::LossDecision TrainingJob::onLoss(actors::JobContext& job, const actors::
         return actors::LossDecision::goOn();
       }
     }
+    // Without a checkpoint in sync modes the model lives in the workers: a
+    // replacement copies it from a survivor, so losing every process that
+    // holds it (a replacement gets it once its group formed) ends the job.
+    holdsModel_.erase(m.rank);
+    if (holdsModel_.empty()) {
+      return actors::LossDecision::fail(
+          what + "; no live worker holds the model any more (the others are replacements still waiting for it), "
+                 "so the group cannot form again");
+    }
     outcome_.workers[size_t(m.rank)].restarts += 1;
     log()->warn("{}: a new process takes its rank, and the group forms again", what);
     return actors::LossDecision::replace();
@@ -235,6 +245,7 @@ void TrainingJob::tryRegroup(actors::JobContext& job) {
   log()->info("every worker is ready: the group forms again (epoch {})", regroupEpoch_);
   for (auto& [rank, who] : regroupReady_) job.self()->send(who, Regroup{regroupEpoch_, nodes});
   regroupReady_.clear();
+  regroupDone_.clear();
   ++outcome_.regroups;
 }
 
@@ -622,6 +633,14 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
         lastProgress_[size_t(r.rank)] = Clock::now();
         tryRegroup(job);
       },
+      [this, &job](const RegroupDone& d) {
+        if (d.epoch != regroupEpoch_ || d.rank < 0 || d.rank >= workers_ || !regroupDone_.insert(d.rank).second) return;
+        holdsModel_.insert(d.rank);
+        lastProgress_[size_t(d.rank)] = Clock::now();
+        if (int64_t(regroupDone_.size()) < workers_) return;
+        regroupedAt_.push_back(job.elapsed());
+        log()->info("the group of epoch {} trains again from step {}", d.epoch, d.step);
+      },
       [this, &job](recheck_atom) {
         checkGate(job);
         checkDone(job);
@@ -761,6 +780,14 @@ JobOutcome TrainingJob::takeOutcome(const actors::JobResult& result) {
   o.ok = result.ok;
   o.error = result.error;
   o.events = result.events;
+  if (mode_ != TrainMode::kPs) {
+    // Recovered once the group that took the replacement in trains again.
+    for (auto& e : o.events) {
+      if (e.recoveredAtSeconds < 0) continue;
+      auto at = std::lower_bound(regroupedAt_.begin(), regroupedAt_.end(), e.lostAtSeconds);
+      if (at != regroupedAt_.end()) e.recoveredAtSeconds = std::max(e.recoveredAtSeconds, *at);
+    }
+  }
   return o;
 }
 

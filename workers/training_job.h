@@ -109,7 +109,9 @@ struct JobOutcome {
     double atSeconds = 0;
   };
   std::vector<Rollback> rollbacks;
-  // Sync modes: times the workers' group formed again, and the samples the
+  // Sync modes: a loss counts as recovered (RecoveryEvent::recoveredAtSeconds)
+  // once the group formed again trains, not when the replacement is ready.
+  // Times the workers' group formed again, and the samples the
   // steps applied (every rank's; each worker counts them, and all agree).
   int64_t regroups = 0;
   int64_t samplesApplied = 0;
@@ -222,6 +224,9 @@ class TrainingJob final : public actors::JobPolicy {
   // worker actor), and the groups formed so far.
   std::map<int64_t, caf::actor> regroupReady_;
   int64_t regroupEpoch_ = 0;
+  std::set<int64_t> regroupDone_;     // ranks in the group of regroupEpoch_ that copied the model
+  std::set<int64_t> holdsModel_;      // ranks whose live process holds the model (not a replacement still waiting)
+  std::vector<double> regroupedAt_;   // when each group trained again (seconds since the start)
   JobOutcome outcome_;
 };
 

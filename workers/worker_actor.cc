@@ -491,8 +491,10 @@ caf::behavior worker(Self* self, WorkerOptions options, std::shared_ptr<WorkerCo
       [=](run_atom) -> caf::typed_response_promise<TrainReportPtr> {
         auto& st = self->state;
         st.done = self->make_response_promise<TrainReportPtr>();
-        if (st.options.regroup.rejoin) {
-          enterRegroup(self, Status::ok());  // a replacement: the model comes from the group
+        if (st.options.regroup.rejoin || st.options.regroup.first) {
+          // A replacement (the model comes from the group), or the first
+          // group failed as it formed.
+          enterRegroup(self, Status::unavailable("the group failed as it formed"));
         } else {
           startEpoch(self);
         }
@@ -502,7 +504,10 @@ caf::behavior worker(Self* self, WorkerOptions options, std::shared_ptr<WorkerCo
         auto& st = self->state;
         if (!st.regrouping || st.finished) return;  // not waiting for a group: changes nothing
         Status s = formGroup(self, r);
-        if (s.isOk()) return startEpoch(self);  // back to the place in the data, then the step again
+        if (s.isOk()) {
+          self->send(st.options.regroup.coordinator, RegroupDone{st.core->options().worker, r.epoch, st.core->steps()});
+          return startEpoch(self);  // back to the place in the data, then the step again
+        }
         if (s.code() != Status::Code::kUnavailable && s.code() != Status::Code::kTimeout) return fail(self, s);
         // The new group failed too (another rank went down): wait for the next.
         st.core->setCommunicator(nullptr);

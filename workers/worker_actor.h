@@ -111,6 +111,7 @@ struct WorkerOptions {
     caf::actor coordinator;  // takes RegroupReady, sends Regroup
     std::chrono::seconds timeout{600};  // waiting for the new group
     bool rejoin = false;       // a replacement: it joins the group before its first step
+    bool first = false;        // the first group failed as it formed: it waits for the next at step 0
     int64_t shardClock = -1;   // hybrid replacement: its rank's first step the shards lack
   } regroup;
 };

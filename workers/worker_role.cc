@@ -165,6 +165,7 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   // A process that replaces a lost worker of a sync mode joins the group
   // the others form again (workers/worker_actor.h); its model comes from them.
   const bool rejoin = mode != TrainMode::kPs && ctx.welcome.incarnation > 0;
+  bool regroupFirst = false;  // the first group failed as it formed
   collectives::RingOptions ro;
   ro.rank = int(rank);
   ro.nodes = workerNodes;
@@ -228,8 +229,19 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
       comm_ = std::move(*nccl);
     } else {
       auto ring = collectives::RingCommunicator::create(ctx.remote, ro);
-      if (!ring.hasValue()) TROUPE_SETUP_ERROR("worker {}: the workers' communicator: {}", rank, ring.status().message());
-      comm_ = std::move(*ring);
+      const bool peerDown = !ring.hasValue() && ring.status().code() == Status::Code::kUnavailable;
+      if (peerDown && workerLossPolicy(config) == WorkerLoss::kRestart) {
+        // A rank went down while the group formed: this worker waits, with
+        // its model at step 0, for the group to form again with the
+        // lost rank's replacement.
+        logger("job")->warn("worker {}: the workers' communicator: {}; it waits for the group to form again", rank,
+                            ring.status().message());
+        regroupFirst = true;
+      } else if (!ring.hasValue()) {
+        TROUPE_SETUP_ERROR("worker {}: the workers' communicator: {}", rank, ring.status().message());
+      } else {
+        comm_ = std::move(*ring);
+      }
     }
   }
   if (mode != TrainMode::kPs) {
@@ -321,6 +333,7 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
     wo.regroup.coordinator = ctx.coordinator;
     wo.regroup.timeout = std::chrono::duration_cast<std::chrono::seconds>(wo.requestTimeout);
     wo.regroup.rejoin = rejoin;
+    wo.regroup.first = regroupFirst;
     wo.regroup.shardClock = mode == TrainMode::kHybrid && rejoin ? resumeAt : -1;
   }
   wo.onEvent = [coord = ctx.coordinator, rank](const WorkerEvent& e) {
