@@ -98,8 +98,10 @@ std::vector<Config::Key> troupeConfigSchema() {
        "set by troupe train --resume: the checkpoint directory the job goes on from"},
       // ---- supervision: what a multi-process job does when a process fails ----
       {"supervision.on_worker_loss", T::kString, std::string("restart"),
-       "restart (a new process takes the lost worker's rank and resumes its share of the data from its last step "
-       "the shards applied; train.mode = ps) or fail (the job ends, naming the worker)"},
+       "restart (a new process takes the lost worker's rank: in ps mode it resumes its share of the data from its "
+       "last step the shards applied; in allreduce / hybrid mode with the ring the group forms again with it, it "
+       "copies the model from a survivor, and the step under way is redone) or fail (the job ends, naming the "
+       "worker)"},
       {"supervision.max_restarts", T::kInt, int64_t{3},
        "restarts of one rank allowed within supervision.restart_window_s; one more fails the job"},
       {"supervision.restart_window_s", T::kInt, int64_t{300}, "see supervision.max_restarts"},
@@ -125,7 +127,9 @@ std::vector<Config::Key> troupeConfigSchema() {
       {"collectives.small_kb", T::kInt, int64_t{32},
        "all-reduces up to this size use recursive doubling (latency) on power-of-two groups"},
       {"collectives.timeout_s", T::kInt, int64_t{600},
-       "a collective that waits this long fails (a dead peer is found sooner, by the transport's heartbeats)"},
+       "a collective that waits this long fails (a dead peer is found sooner, by the transport's heartbeats); in a "
+       "job of processes at most half of supervision.stall_timeout_s, so that a rank waiting for a stuck peer gives up "
+       "before that peer is found hung"},
       {"collectives.spin_us", T::kInt, int64_t{50}, "a waiting collective polls this long before it sleeps"},
       // ---- transport (between processes; the job token comes from TROUPE_JOB_TOKEN, never a file) ----
       {"transport.listen_host", T::kString, std::string("127.0.0.1"),

@@ -17,7 +17,8 @@ transport::WireTypes trainingWireTypes() {
       .add<CheckpointResume>("troupe.CheckpointResume")
       .add<RegroupReady>("troupe.RegroupReady")
       .add<Regroup>("troupe.Regroup")
-      .add<RegroupDone>("troupe.RegroupDone");
+      .add<RegroupDone>("troupe.RegroupDone")
+      .add<RegroupNow>("troupe.RegroupNow");
   return t;
 }
 

@@ -29,7 +29,10 @@
 //                  new group (an epoch and the node of every rank), and the
 //                  workers agree among themselves on the step to go on from
 //                  and copy the model from a survivor (workers/worker_actor.h);
-//                  each then says RegroupDone (the step it goes on from)
+//                  each then says RegroupDone (the step it goes on from).
+//                  RegroupNow (coordinator -> workers, at the loss) makes a
+//                  survivor that waits on something else than a collective
+//                  (a pull held for the lost rank) leave its step
 #pragma once
 
 #include <cstdint>
@@ -116,6 +119,16 @@ struct Regroup {
   std::vector<uint64_t> nodes;  // node id of each rank
 };
 
+// coordinator -> every live worker (its "trainer") when a rank is lost.
+struct RegroupNow {
+  int64_t lost = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RegroupNow& x) {
+  return f(caf::meta::type_name("RegroupNow"), x.lost);
+}
+
 struct RegroupDone {
   int64_t rank = 0, epoch = 0;
   int64_t step = 0;  // the step the group goes on from
@@ -194,4 +207,5 @@ CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::CheckpointResume))
 CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::RegroupReady))
 CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::Regroup))
 CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::RegroupDone))
+CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::RegroupNow))
 CAF_END_TYPE_ID_BLOCK(troupe_workers)

@@ -219,6 +219,9 @@ actors::LossDecision TrainingJob::onLoss(actors::JobContext& job, const actors::
     }
     outcome_.workers[size_t(m.rank)].restarts += 1;
     log()->warn("{}: a new process takes its rank, and the group forms again", what);
+    for (const auto& w : job.members("worker")) {
+      if (w.rank != m.rank && w.live()) job.self()->send(job.actorOf(w, kTrainerName), RegroupNow{m.rank});
+    }
     return actors::LossDecision::replace();
   }
   // A new process takes the rank and resumes from the last step the shards

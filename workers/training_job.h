@@ -14,13 +14,18 @@
 // shards for their counters and ends the job. The roles of the other
 // processes are in workers/ps_role.h and workers/worker_role.h.
 //
-// A loss (TrainingJob::onLoss): a lost shard ends the job with an error
-// naming it. A lost or failed worker is replaced in ps mode
-// (supervision.on_worker_loss = restart, within supervision.max_restarts):
-// its new process asks the shards where its rank left off and resumes its
-// share of the data there, while the shards wait for it (BSP) or the others
-// go on (SSP within the staleness, ASP); a re-sent push is applied once. In
-// a sync mode, or with on_worker_loss = fail, the job ends naming it.
+// A loss (TrainingJob::onLoss): a lost shard rolls the job back to its
+// latest checkpoint (rollBack), or without one ends the job naming it. A
+// lost or failed worker is replaced (supervision.on_worker_loss = restart,
+// within supervision.max_restarts). In ps mode its new process asks the
+// shards where its rank left off and resumes its share of the data there,
+// while the shards wait for it (BSP) or the others go on (SSP within the
+// staleness, ASP); a re-sent push is applied once. In a sync mode (ring
+// backend) the survivors wait, ready (RegroupReady), and once the
+// replacement is too, the coordinator names the new group (Regroup); the
+// workers agree on the step and copy the model among themselves
+// (workers/worker_actor.h). With on_worker_loss = fail, with NCCL, or once
+// no live worker holds the model, the job ends naming the loss.
 #pragma once
 
 #include <atomic>

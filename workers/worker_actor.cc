@@ -13,6 +13,7 @@
 #include "ps/wire.h"
 #include "workers/job_messages.h"
 #include "workers/messages.h"
+#include "workers/regroup.h"
 
 namespace troupe::workers {
 namespace {
@@ -53,6 +54,9 @@ struct WorkerState {
   // Sync modes: waiting for the group to form again (see the header).
   bool regrouping = false;
   int64_t regroupToken = 0;
+  // Bumped when the worker leaves a step it waits on (RegroupNow): what it
+  // asked for before is dropped when the answer comes.
+  int64_t attempt = 0;
   static inline const char* name = "worker";
 };
 
@@ -170,10 +174,12 @@ void nextTrainBatch(Self* self) {
   auto& st = self->state;
   if (pauseHere(self)) return;
   st.passed = st.core->steps();
+  const int64_t attempt = st.attempt;
   self->request(st.trainLoader, st.options.requestTimeout, next_atom::value)
       .then(
           [=](BatchPtr batch) {
             auto& st = self->state;
+            if (st.attempt != attempt) return;  // left for the group to form again
             if (st.toSkip > 0) {
               // A replacement passes over what its rank trained before.
               if (batch) {
@@ -203,10 +209,17 @@ void nextTrainBatch(Self* self) {
             auto pull = st.core->prepare(*batch, true);
             if (!pull.hasValue()) return fail(self, pull.status());
             self->request(st.tables, st.options.requestTimeout, ps::pull_atom::value, *pull)
-                .then([=](ps::PullReplyPtr rows) { trainOn(self, batch, rows); },
-                      [=](caf::error& err) { fail(self, err); });
+                .then(
+                    [=](ps::PullReplyPtr rows) {
+                      if (self->state.attempt == attempt) trainOn(self, batch, rows);
+                    },
+                    [=](caf::error& err) {
+                      if (self->state.attempt == attempt) fail(self, err);
+                    });
           },
-          [=](caf::error& err) { fail(self, err); });
+          [=](caf::error& err) {
+            if (self->state.attempt == attempt) fail(self, err);
+          });
 }
 
 void evalBatch(Self* self, BatchPtr batch, ps::PullReplyPtr rows);
@@ -305,13 +318,17 @@ void startEpoch(Self* self) {
   st.epochRows = 0;
   st.epochSteps = 0;
   st.core->setDenseLearningRateScale(std::pow(st.options.lrDecayPerEpoch, double(st.epoch)));
+  const int64_t attempt = st.attempt;
   self->request(st.trainLoader, st.options.requestTimeout, epoch_atom::value, st.epoch)
       .then(
           [=](int64_t rows) {
+            if (self->state.attempt != attempt) return;
             self->state.rowsPerEpoch = rows;
             nextTrainBatch(self);
           },
-          [=](caf::error& err) { fail(self, err); });
+          [=](caf::error& err) {
+            if (self->state.attempt == attempt) fail(self, err);
+          });
 }
 
 // ---------------------------------------------------------------- regrouping
@@ -336,14 +353,6 @@ void enterRegroup(Self* self, const Status& why) {
   self->delayed_send(self, st.options.regroup.timeout, regroup_timeout_atom::value, ++st.regroupToken);
 }
 
-// What each rank says of itself when the group forms again.
-struct Standing {
-  int64_t steps = -1;  // -1: a replacement
-  int64_t epoch = 0, epochSteps = 0, samples = 0;
-  int64_t canRevert = 0, previousSamples = 0;
-  int64_t shardClock = -1;
-};
-static_assert(sizeof(Standing) == 7 * sizeof(int64_t));
 
 // The tables of the lowest survivor, to every rank (the replica of an
 // allreduce-mode DLRM); ranks with `load` put them in their holder.
@@ -413,42 +422,10 @@ Status formGroup(Self* self, const Regroup& r) {
   Status s = c.allGather(&mine, all.data(), sizeof(Standing));
   if (!s.isOk()) return s;
   // Where the group goes on from (every rank decides alike from the same facts).
-  const bool back = core.options().keepPrevious;  // hybrid: to the least
-  int64_t at = -1;
-  int source = -1;
-  for (int q = 0; q < c.size(); ++q) {
-    const Standing& x = all[size_t(q)];
-    if (x.steps < 0) continue;
-    if (source < 0) source = q;  // the lowest survivor (in hybrid mode, all end at `at`)
-    at = at < 0 ? x.steps : (back ? std::min(at, x.steps) : std::max(at, x.steps));
-  }
-  if (source < 0) return Status::internal("no rank of the group holds the model (every worker was lost)");
-  if (back) {
-    for (const auto& x : all) {
-      if (x.steps < 0 && x.shardClock >= 0) at = std::min(at, x.shardClock);
-    }
-    for (int q = 0; q < c.size(); ++q) {
-      const Standing& x = all[size_t(q)];
-      if (x.steps < 0 || x.steps == at) continue;
-      if (x.steps > at + 1 || !x.canRevert || x.epochSteps == 0) {
-        return Status::internal(fmt::format(
-            "the group cannot go on: rank {} took {} steps, but every rank's pushes are at the shards only up to "
-            "step {} (going back is possible by one step within an epoch)",
-            q, x.steps, at));
-      }
-    }
-  } else {
-    for (int q = 0; q < c.size(); ++q) {
-      if (all[size_t(q)].steps == at) {
-        source = q;
-        break;
-      }
-    }
-  }
-  const Standing& from = all[size_t(source)];
-  const bool sourceBack = from.steps > at;
-  const int64_t epoch = from.epoch, epochSteps = from.epochSteps - (sourceBack ? 1 : 0);
-  const int64_t samples = sourceBack ? from.previousSamples : from.samples;
+  auto plan = planRegroup(all, core.options().keepPrevious);  // hybrid: back to the least
+  if (!plan.hasValue()) return plan.status();
+  const int64_t at = plan->step, epoch = plan->epoch, epochSteps = plan->epochSteps, samples = plan->samples;
+  const int source = plan->source;
   if (!replacement && core.steps() > at) {
     s = core.revertLastStep();
     if (!s.isOk()) return s;
@@ -513,6 +490,15 @@ caf::behavior worker(Self* self, WorkerOptions options, std::shared_ptr<WorkerCo
         st.core->setCommunicator(nullptr);
         st.regrouping = false;
         enterRegroup(self, s);
+      },
+      [=](const RegroupNow& n) {
+        // A rank of the group was lost while this worker waits on something
+        // else than a collective (hybrid: a pull the shards hold for the lost
+        // rank's push): it leaves the step and waits for the group.
+        auto& st = self->state;
+        if (st.regrouping || st.finished || st.trainingOver || !st.options.regroup.join) return;
+        ++st.attempt;
+        enterRegroup(self, Status::unavailable(fmt::format("rank {} was lost", n.lost)));
       },
       [=](regroup_timeout_atom, int64_t token) {
         auto& st = self->state;
