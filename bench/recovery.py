@@ -215,6 +215,7 @@ def main():
     ap.add_argument("--only-shards", action="store_true", help="skip the worker kills")
     ap.add_argument("--modes", default="bsp,ssp,asp,allreduce,hybrid")
     ap.add_argument("--json")
+    ap.add_argument("--keep", action="store_true", help="keep the jobs' run directories")
     a = ap.parse_args()
     out = tempfile.mkdtemp(prefix="troupe-recovery-")
     results = {"rows": a.rows, "workers": 2, "servers": 2, "interval_s": a.interval}
@@ -253,7 +254,10 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=2)
-    subprocess.run(["rm", "-rf", out])
+    if a.keep:
+        print(f"run directories kept in {out}")
+    else:
+        subprocess.run(["rm", "-rf", out])
 
 
 if __name__ == "__main__":

@@ -122,11 +122,12 @@ struct Regroup {
 // coordinator -> every live worker (its "trainer") when a rank is lost.
 struct RegroupNow {
   int64_t lost = 0;
+  int64_t epoch = 0;  // of the group to come (a worker in that group already drops it)
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RegroupNow& x) {
-  return f(caf::meta::type_name("RegroupNow"), x.lost);
+  return f(caf::meta::type_name("RegroupNow"), x.lost, x.epoch);
 }
 
 struct RegroupDone {

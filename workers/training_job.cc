@@ -220,7 +220,7 @@ actors::LossDecision TrainingJob::onLoss(actors::JobContext& job, const actors::
     outcome_.workers[size_t(m.rank)].restarts += 1;
     log()->warn("{}: a new process takes its rank, and the group forms again", what);
     for (const auto& w : job.members("worker")) {
-      if (w.rank != m.rank && w.live()) job.self()->send(job.actorOf(w, kTrainerName), RegroupNow{m.rank});
+      if (w.rank != m.rank && w.live()) job.self()->send(job.actorOf(w, kTrainerName), RegroupNow{m.rank, regroupEpoch_ + 1});
     }
     return actors::LossDecision::replace();
   }

@@ -57,6 +57,7 @@ struct WorkerState {
   // Bumped when the worker leaves a step it waits on (RegroupNow): what it
   // asked for before is dropped when the answer comes.
   int64_t attempt = 0;
+  int64_t groupEpoch = 0;  // of the group this worker formed last
   static inline const char* name = "worker";
 };
 
@@ -413,8 +414,10 @@ Status formGroup(Self* self, const Regroup& r) {
   const bool replacement = st.options.regroup.rejoin;
   Standing mine;
   if (!replacement) {
-    mine = Standing{core.steps(), st.epoch, st.epochSteps, core.samplesApplied(), core.canRevert() ? 1 : 0,
-                    core.previousSamplesApplied(), -1};
+    // Its place in the data: batches still to pass over after a group
+    // formed (it may leave again before it got there) count as passed.
+    mine = Standing{core.steps(), st.epoch, st.epochSteps + st.toSkip, core.samplesApplied(),
+                    core.canRevert() ? 1 : 0, core.previousSamplesApplied(), -1};
   } else {
     mine.shardClock = st.options.regroup.shardClock;
   }
@@ -449,6 +452,7 @@ Status formGroup(Self* self, const Regroup& r) {
                          needsModel ? fmt::format("copied from worker {}", source) : std::string("its own"));
   st.options.regroup.rejoin = false;
   st.regrouping = false;
+  st.groupEpoch = r.epoch;
   st.epoch = epoch;
   st.toSkip = epochSteps;
   return Status::ok();
@@ -497,6 +501,7 @@ caf::behavior worker(Self* self, WorkerOptions options, std::shared_ptr<WorkerCo
         // rank's push): it leaves the step and waits for the group.
         auto& st = self->state;
         if (st.regrouping || st.finished || st.trainingOver || !st.options.regroup.join) return;
+        if (n.epoch <= st.groupEpoch) return;  // late: the group that took the replacement formed already
         ++st.attempt;
         enterRegroup(self, Status::unavailable(fmt::format("rank {} was lost", n.lost)));
       },
