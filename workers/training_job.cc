@@ -198,10 +198,12 @@ actors::LossDecision TrainingJob::onLoss(actors::JobContext& job, const actors::
           what, outcome_.collectivesBackend));
     }
     regroupReady_.erase(m.rank);
+    regroupsSinceLoss_ = 0;
+    forming_ = false;  // that group cannot form now; the next one will
     // In a sync mode every worker ends training at the same step: one at the
     // gate means all are done, and the rest go on without the lost one.
     for (const auto& w : job.members("worker")) {
-      if (w.rank != m.rank && (gateWaiters_.count(w.rank) || reported_[size_t(w.rank)])) {
+      if (gateOpen_ || (w.rank != m.rank && (gateWaiters_.count(w.rank) || reported_[size_t(w.rank)]))) {
         log()->warn("{}: training was over; the others finish without it", what);
         gateWaiters_.erase(m.rank);
         job.self()->send(job.self(), recheck_atom::value);
@@ -244,11 +246,24 @@ void TrainingJob::tryRegroup(actors::JobContext& job) {
     if (w.state != actors::MemberState::kReady || !regroupReady_.count(w.rank)) return;
     nodes.push_back(w.node);
   }
+  // Groups formed again with no loss since the last: a rank slower than
+  // the collectives' timeout makes the others give up again and again.
+  if (++regroupsSinceLoss_ > 3) {
+    return job.fail(fmt::format(
+        "the workers' group formed again {} times without a lost worker: a rank is slower than the collectives' "
+        "timeout (collectives.timeout_s, at most half of supervision.stall_timeout_s)",
+        regroupsSinceLoss_ - 1));
+  }
   ++regroupEpoch_;
   log()->info("every worker is ready: the group forms again (epoch {})", regroupEpoch_);
-  for (auto& [rank, who] : regroupReady_) job.self()->send(who, Regroup{regroupEpoch_, nodes});
+  const auto now = Clock::now();
+  for (auto& [rank, who] : regroupReady_) {
+    job.self()->send(who, Regroup{regroupEpoch_, nodes});
+    lastProgress_[size_t(rank)] = now;  // forming the group is no stall (it has bounds of its own)
+  }
   regroupReady_.clear();
   regroupDone_.clear();
+  forming_ = true;
   ++outcome_.regroups;
 }
 
@@ -270,6 +285,7 @@ void TrainingJob::checkStalls(actors::JobContext& job) {
   std::map<int64_t, int64_t> incarnation;
   for (const auto& w : job.members("worker")) {
     if (!w.live() || reported_[size_t(w.rank)] || gateWaiters_.count(w.rank) || regroupReady_.count(w.rank)) continue;
+    if (forming_ && !regroupDone_.count(w.rank)) continue;  // joining the group, copying the model
     // Paused for a checkpoint is not hung (the checkpoint has a timeout of its own).
     if (ckpt_.active && (ckpt_.waiting.count(w.rank) || ckpt_.paused.count(w.rank))) continue;
     training.push_back(w.rank);
@@ -641,6 +657,7 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
         holdsModel_.insert(d.rank);
         lastProgress_[size_t(d.rank)] = Clock::now();
         if (int64_t(regroupDone_.size()) < workers_) return;
+        forming_ = false;
         regroupedAt_.push_back(job.elapsed());
         log()->info("the group of epoch {} trains again from step {}", d.epoch, d.step);
       },
@@ -693,11 +710,13 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
                                                   r.stepsRedone};
         o.steps += r.steps;
         o.samples += r.samples;
-        o.samplesApplied = std::max(o.samplesApplied, r.samplesApplied);
-        if (mode_ == TrainMode::kAllReduce && o.samplesApplied != r.samplesApplied && !o.samplesDiffer) {
+        if (mode_ == TrainMode::kAllReduce && o.reportsCounted > 0 && o.samplesApplied != r.samplesApplied &&
+            !o.samplesDiffer) {
           o.samplesDiffer = true;
           log()->error("worker {} counts {} samples applied, another {}", r.rank, r.samplesApplied, o.samplesApplied);
         }
+        o.samplesApplied = std::max(o.samplesApplied, r.samplesApplied);
+        ++o.reportsCounted;
         o.pulledRows += r.pulledRows;
         o.trainSeconds = std::max(o.trainSeconds, r.trainSeconds);
         o.datasetRows = std::max(o.datasetRows, r.datasetRows);

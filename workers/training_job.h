@@ -121,6 +121,7 @@ struct JobOutcome {
   int64_t regroups = 0;
   int64_t samplesApplied = 0;
   bool samplesDiffer = false;
+  int64_t reportsCounted = 0;
 };
 
 // The published names of a ps process's shard actor and of a worker
@@ -232,6 +233,8 @@ class TrainingJob final : public actors::JobPolicy {
   std::set<int64_t> regroupDone_;     // ranks in the group of regroupEpoch_ that copied the model
   std::set<int64_t> holdsModel_;      // ranks whose live process holds the model (not a replacement still waiting)
   std::vector<double> regroupedAt_;   // when each group trained again (seconds since the start)
+  bool forming_ = false;              // a Regroup went out; not every rank said RegroupDone yet
+  int64_t regroupsSinceLoss_ = 0;
   JobOutcome outcome_;
 };
 

@@ -58,6 +58,7 @@ struct WorkerState {
   // asked for before is dropped when the answer comes.
   int64_t attempt = 0;
   int64_t groupEpoch = 0;  // of the group this worker formed last
+  bool running = false;    // run_atom came
   static inline const char* name = "worker";
 };
 
@@ -196,6 +197,9 @@ void nextTrainBatch(Self* self) {
               }
               st.toSkip = 0;  // the rank had trained its whole share
               return evaluate(self);
+            }
+            if (st.options.regroup.join && !st.core->options().comm) {
+              return enterRegroup(self, Status::unavailable("it has no group"));  // never trains alone
             }
             if (st.core->options().comm) {
               // Synchronous modes: a step only when every rank has a batch
@@ -432,6 +436,7 @@ Status formGroup(Self* self, const Regroup& r) {
   if (!replacement && core.steps() > at) {
     s = core.revertLastStep();
     if (!s.isOk()) return s;
+    st.epochSteps -= 1;  // its place goes back with it, should this group fail too
   }
   // The dense state: everyone receives it into a buffer first (a broadcast
   // that fails half-way leaves the weights as they were).
@@ -472,11 +477,12 @@ caf::behavior worker(Self* self, WorkerOptions options, std::shared_ptr<WorkerCo
       [=](run_atom) -> caf::typed_response_promise<TrainReportPtr> {
         auto& st = self->state;
         st.done = self->make_response_promise<TrainReportPtr>();
+        st.running = true;
         if (st.options.regroup.rejoin || st.options.regroup.first) {
           // A replacement (the model comes from the group), or the first
           // group failed as it formed.
           enterRegroup(self, Status::unavailable("the group failed as it formed"));
-        } else {
+        } else if (!st.regrouping) {  // told to wait for a group before it ran: the group starts it
           startEpoch(self);
         }
         return st.done;
@@ -500,7 +506,7 @@ caf::behavior worker(Self* self, WorkerOptions options, std::shared_ptr<WorkerCo
         // else than a collective (hybrid: a pull the shards hold for the lost
         // rank's push): it leaves the step and waits for the group.
         auto& st = self->state;
-        if (st.regrouping || st.finished || st.trainingOver || !st.options.regroup.join) return;
+        if (!st.running || st.regrouping || st.finished || st.trainingOver || !st.options.regroup.join) return;
         if (n.epoch <= st.groupEpoch) return;  // late: the group that took the replacement formed already
         ++st.attempt;
         enterRegroup(self, Status::unavailable(fmt::format("rank {} was lost", n.lost)));

@@ -174,8 +174,11 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   // A rank waiting in a collective for a peer that is alive but stuck gives
   // up (and waits for the group to form again) before the coordinator
   // declares that peer hung: within half of supervision.stall_timeout_s.
-  ro.timeout = std::chrono::seconds(std::min(positive(config, "collectives.timeout_s"),
-                                             std::max<int64_t>(1, positive(config, "supervision.stall_timeout_s") / 2)));
+  ro.timeout = std::chrono::seconds(positive(config, "collectives.timeout_s"));
+  if (workerLossPolicy(config) == WorkerLoss::kRestart) {
+    ro.timeout = std::min(ro.timeout, std::chrono::milliseconds(std::chrono::seconds(
+                                          std::max<int64_t>(1, positive(config, "supervision.stall_timeout_s") / 2))));
+  }
   ro.connectTimeout = std::chrono::seconds(config.getInt("cluster.start_timeout_s"));
   ro.spin = std::chrono::microseconds(std::max<int64_t>(0, config.getInt("collectives.spin_us")));
   std::string backend = "ring";
@@ -309,6 +312,9 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   wo.evaluateEachEpoch = false;
   wo.evalGate = ctx.coordinator;
   wo.skipBatches = mode == TrainMode::kPs ? resumeAt : 0;
+  // The core holds the communicator; the options must not (a group formed
+  // again replaces it, and the old one must go first).
+  wo.core.comm.reset();
   // A pull waits at a shard at most pullWaitBound (the shard then fails it,
   // naming whom it waited for); the requests allow for that.
   wo.requestTimeout = pullWaitBound(config) + std::chrono::seconds(30);
