@@ -365,23 +365,31 @@ Status copyTables(Self* self, collectives::Communicator& comm, int source, bool 
   auto& st = self->state;
   const int64_t rank = st.core->options().worker;
   caf::scoped_actor ask{self->system()};
-  auto images = std::make_shared<std::vector<ps::TableImage>>();
+  ps::TableImagesPtr held;            // the source's copy (read only: its bytes go out)
+  std::vector<ps::TableImage> got;    // what the others receive
   std::string error;
+  const int64_t tables = st.core->options().dlrm.numTables;
   if (comm.rank() == source) {
     ask->request(st.tables, st.options.requestTimeout, ps::image_atom::value)
-        .receive([&](const ps::TableImagesPtr& p) { *images = *p; },
+        .receive([&](const ps::TableImagesPtr& p) { held = p; },
                  [&](caf::error& e) { error = caf::to_string(e); });
-    if (!error.empty()) {
-      // The others wait in the broadcast: they fail by the abort this sends.
-      return Status::internal(fmt::format("worker {} could not copy its tables: {}", rank, error));
+    if (error.empty() && (!held || int64_t(held->size()) != tables)) {
+      error = fmt::format("it holds {} tables, the model {}", held ? held->size() : 0, tables);
     }
   }
-  const int64_t tables = st.core->options().dlrm.numTables;
-  if (comm.rank() == source && int64_t(images->size()) != tables) {
-    return Status::internal(fmt::format("worker {} holds {} tables, the model {}", rank, images->size(), tables));
+  // Whether the source has them: every rank takes the same branch.
+  int64_t have = error.empty() ? 1 : 0;
+  Status s0 = comm.broadcast(&have, sizeof have, source);
+  if (!s0.isOk()) return s0;
+  if (!have) {
+    return Status::internal(fmt::format("worker {} could not copy its tables{}", comm.rank() == source ? rank : source,
+                                        error.empty() ? std::string() : ": " + error));
   }
-  images->resize(size_t(tables));
-  for (auto& t : *images) {
+  const bool root = comm.rank() == source;
+  if (!root) got.resize(size_t(tables));
+  for (int64_t i = 0; i < tables; ++i) {
+    // The source's image is its own (made for this request); a broadcast only reads the root's bytes.
+    ps::TableImage& t = root ? const_cast<ps::TableImage&>((*held)[size_t(i)]) : got[size_t(i)];
     int64_t head[5] = {t.tableId, t.dim, t.rowFloats, t.optimizerKind, int64_t(t.keys.size())};
     Status s = comm.broadcast(head, sizeof head, source);
     if (!s.isOk()) return s;
@@ -399,7 +407,9 @@ Status copyTables(Self* self, collectives::Communicator& comm, int source, bool 
     if (!s.isOk()) return s;
   }
   if (!load) return Status::ok();
-  ask->request(st.tables, st.options.requestTimeout, ps::load_atom::value, ps::TableImagesPtr(images), rank, floor)
+  if (root) return Status::ok();  // the source keeps its own
+  ask->request(st.tables, st.options.requestTimeout, ps::load_atom::value,
+               ps::TableImagesPtr(std::make_shared<const std::vector<ps::TableImage>>(std::move(got))), rank, floor)
       .receive([](int64_t) {}, [&](caf::error& e) { error = caf::to_string(e); });
   if (!error.empty()) return Status::internal(fmt::format("worker {} could not load the tables: {}", rank, error));
   return Status::ok();
