@@ -111,7 +111,8 @@ struct CommChoice {
 
 struct RegroupReady {
   int64_t rank = 0;
-  int64_t steps = 0;  // steps taken (-1: a replacement, which has no model yet)
+  int64_t steps = 0;        // steps taken (-1: a replacement, which has no model yet)
+  int64_t incarnation = 0;  // which process of the rank (a late word of a lost one changes nothing)
 };
 
 struct Regroup {
@@ -142,7 +143,7 @@ typename Inspector::result_type inspect(Inspector& f, RegroupDone& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RegroupReady& x) {
-  return f(caf::meta::type_name("RegroupReady"), x.rank, x.steps);
+  return f(caf::meta::type_name("RegroupReady"), x.rank, x.steps, x.incarnation);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Regroup& x) {

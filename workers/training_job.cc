@@ -644,7 +644,9 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
       [this, &job](const RegroupReady& r) {
         if (r.rank < 0 || r.rank >= workers_ || mode_ == TrainMode::kPs) return;
         bool current = false;
-        for (const auto& w : job.members("worker")) current = current || (w.rank == r.rank && w.live());
+        for (const auto& w : job.members("worker")) {
+          current = current || (w.rank == r.rank && w.live() && w.incarnation == r.incarnation);
+        }
         if (!current) return;
         log()->info("worker {} is ready for the group to form again ({})", r.rank,
                     r.steps < 0 ? std::string("a replacement") : fmt::format("{} steps taken", r.steps));

@@ -354,7 +354,8 @@ void enterRegroup(Self* self, const Status& why) {
   st.regrouping = true;
   st.core->setCommunicator(nullptr);
   if (st.options.regroup.leave) st.options.regroup.leave();
-  self->send(st.options.regroup.coordinator, RegroupReady{rank, replacement ? -1 : st.core->steps()});
+  self->send(st.options.regroup.coordinator,
+             RegroupReady{rank, replacement ? -1 : st.core->steps(), st.options.regroup.incarnation});
   self->delayed_send(self, st.options.regroup.timeout, regroup_timeout_atom::value, ++st.regroupToken);
 }
 

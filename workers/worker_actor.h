@@ -113,6 +113,7 @@ struct WorkerOptions {
     bool rejoin = false;       // a replacement: it joins the group before its first step
     bool first = false;        // the first group failed as it formed: it waits for the next at step 0
     int64_t shardClock = -1;   // hybrid replacement: its rank's first step the shards lack
+    int64_t incarnation = 0;   // which process of its rank this is
   } regroup;
 };
 

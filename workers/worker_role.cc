@@ -340,6 +340,7 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
     wo.regroup.timeout = std::chrono::duration_cast<std::chrono::seconds>(wo.requestTimeout);
     wo.regroup.rejoin = rejoin;
     wo.regroup.first = regroupFirst;
+    wo.regroup.incarnation = ctx.welcome.incarnation;
     wo.regroup.shardClock = mode == TrainMode::kHybrid && rejoin ? resumeAt : -1;
   }
   wo.onEvent = [coord = ctx.coordinator, rank](const WorkerEvent& e) {
