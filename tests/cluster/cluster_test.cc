@@ -307,6 +307,52 @@ std::string textOf(const std::string& json, const std::string& key) {
   return json.substr(at + k.size(), end - at - k.size());
 }
 
+// The fault-free run of `job` for `mode` (free-<mode>.tsv / .json), once
+// per mode; its summary ("" when it failed, reported as a failure).
+std::string faultFreeRun(const TempDir& dir, const std::vector<std::string>& job, const std::string& mode,
+                         std::map<std::string, std::string>& done) {
+  if (!done.count(mode)) {
+    auto r = troupe(plus({"train"}, plus(job, {"--set", "run.name=free-" + mode, "--predictions",
+                                               dir.file("free-" + mode + ".tsv"), "--summary-json",
+                                               dir.file("free-" + mode + ".json")})));
+    if (r.exitCode != 0) {
+      ADD_FAILURE() << "the fault-free " << mode << " run failed: " << r.err;
+      return "";
+    }
+    done[mode] = readFile(dir.file("free-" + mode + ".json"));
+  }
+  return done[mode];
+}
+
+// Trains `job` as `tag` (predictions and summary in <tag>.tsv / .json) and
+// sends `signal` to worker `rank` once the progress line said step 40. The
+// pid it signalled (0: none, reported as a failure) and how the job ended.
+struct SignalledRun {
+  int pid = 0;
+  ProcessResult result;
+};
+SignalledRun signalWorkerAtStep40(const TempDir& dir, const std::string& tag, const std::vector<std::string>& job,
+                                  int rank, int signal) {
+  SignalledRun run;
+  Child train(plus({TROUPE_BINARY, "train"},
+                   plus(job, {"--predictions", dir.file(tag + ".tsv"), "--summary-json", dir.file(tag + ".json")})),
+              dir.file(tag + ".log"));
+  if (!waitForText(dir.file(tag + ".log"), "step 40 ", 120s)) {
+    ADD_FAILURE() << "no step 40: " << readFile(dir.file(tag + ".log"));
+    return run;
+  }
+  const std::string who = "worker " + std::to_string(rank);
+  const int pid = pidIn(readFile(dir.file("runs/" + tag + "/worker-" + std::to_string(rank) + ".log")), who);
+  if (pid <= 0) {
+    ADD_FAILURE() << who << " logged no pid";
+    return run;
+  }
+  ::kill(pid, signal);
+  run.pid = pid;
+  run.result = train.wait(180s);
+  return run;
+}
+
 // A worker killed (SIGKILL) or stopped past the heartbeat timeout (SIGSTOP)
 // at step 40 of its 157 is replaced: the job exits 0, every shard applied
 // every sample exactly once (the ledger), and the model is the fault-free
@@ -327,21 +373,9 @@ TEST_F(ClusterTest, AWorkerKilledOrStoppedMidTrainingIsReplacedAndEverySampleIsA
     // The default heartbeat timeout (3 s): a tighter one can take a loaded
     // 2-core machine's pauses for a lost coordinator.
     const auto job = plus(slowJob(dir, tag, c.mode), {"--set", "cluster.workers=2", "--set", "cluster.servers=2"});
-    if (!freeJson.count(c.mode)) {
-      auto r = troupe(plus({"train"}, plus(job, {"--set", "run.name=free-" + c.mode, "--predictions",
-                                                 dir.file("free-" + c.mode + ".tsv"), "--summary-json",
-                                                 dir.file("free-" + c.mode + ".json")})));
-      ASSERT_EQ(r.exitCode, 0) << r.err;
-      freeJson[c.mode] = readFile(dir.file("free-" + c.mode + ".json"));
-    }
-    Child train(plus({TROUPE_BINARY, "train"},
-                     plus(job, {"--predictions", dir.file(tag + ".tsv"), "--summary-json", dir.file(tag + ".json")})),
-                dir.file(tag + ".log"));
-    ASSERT_TRUE(waitForText(dir.file(tag + ".log"), "step 40 ", 120s)) << readFile(dir.file(tag + ".log"));
-    const int pid = pidIn(readFile(dir.file("runs/" + tag + "/worker-0.log")), "worker 0");
+    ASSERT_FALSE(faultFreeRun(dir, job, c.mode, freeJson).empty());
+    const auto [pid, r] = signalWorkerAtStep40(dir, tag, job, 0, c.signal);
     ASSERT_GT(pid, 0);
-    ::kill(pid, c.signal);
-    auto r = train.wait(180s);
     const std::string log = readFile(dir.file(tag + ".log"));
     ASSERT_EQ(r.exitCode, 0) << log;
     const std::string json = readFile(dir.file(tag + ".json"));
@@ -409,21 +443,9 @@ TEST_F(ClusterTest, InSyncModesAWorkerKilledOrStoppedIsReplacedAndTheGroupRedoes
     const auto job = plus(slowJob(dir, tag, "bsp"), {"--set", "cluster.workers=2", "--set",
                                                      std::string("cluster.servers=") + (c.mode == "hybrid" ? "2" : "0"),
                                                      "--set", "train.mode=" + c.mode});
-    if (!freeJson.count(c.mode)) {
-      auto r = troupe(plus({"train"}, plus(job, {"--set", "run.name=free-" + c.mode, "--predictions",
-                                                 dir.file("free-" + c.mode + ".tsv"), "--summary-json",
-                                                 dir.file("free-" + c.mode + ".json")})));
-      ASSERT_EQ(r.exitCode, 0) << r.err;
-      freeJson[c.mode] = readFile(dir.file("free-" + c.mode + ".json"));
-    }
-    Child train(plus({TROUPE_BINARY, "train"},
-                     plus(job, {"--predictions", dir.file(tag + ".tsv"), "--summary-json", dir.file(tag + ".json")})),
-                dir.file(tag + ".log"));
-    ASSERT_TRUE(waitForText(dir.file(tag + ".log"), "step 40 ", 120s)) << readFile(dir.file(tag + ".log"));
-    const int pid = pidIn(readFile(dir.file("runs/" + tag + "/worker-1.log")), "worker 1");
+    ASSERT_FALSE(faultFreeRun(dir, job, c.mode, freeJson).empty());
+    const auto [pid, r] = signalWorkerAtStep40(dir, tag, job, 1, c.signal);
     ASSERT_GT(pid, 0);
-    ::kill(pid, c.signal);
-    auto r = train.wait(180s);
     const std::string log = readFile(dir.file(tag + ".log"));
     ASSERT_EQ(r.exitCode, 0) << log;
     const std::string json = readFile(dir.file(tag + ".json"));
