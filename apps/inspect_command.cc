@@ -11,6 +11,7 @@
 #include "common/check.h"
 #include "ps/shard_image.h"
 #include "workers/checkpoint.h"
+#include "workers/model_image.h"
 
 namespace troupe::apps {
 namespace {
@@ -50,7 +51,27 @@ int runInspect(const std::string& path) {
                 static_cast<long long>(img->samplesApplied), static_cast<long long>(img->pushesApplied));
     total += f.bytes;
   }
-  std::printf("files      %zu, %.2f MB, every size and checksum verified\n", m->shards.size() + 2, double(total) / 1e6);
+  for (const auto& f : m->models) {
+    auto img = workers::readModelImage(*dir + "/" + f.file);
+    if (!img.hasValue()) TROUPE_SETUP_ERROR("inspect: {}", img.status().message());
+    int64_t rows = 0;
+    std::string perTable;
+    for (const auto& t : img->tables) {
+      rows += int64_t(t.keys.size());
+      perTable += fmt::format("{}{}", perTable.empty() ? "" : " ", t.keys.size());
+    }
+    std::printf("model      %s  %.2f MB  xxh3 %016llx  step %lld (epoch %lld, %lld steps into it), %lld dense "
+                "weights with optimizer state, %s, %lld samples applied\n",
+                f.file.c_str(), double(f.bytes) / 1e6, static_cast<unsigned long long>(f.checksum),
+                static_cast<long long>(img->step), static_cast<long long>(img->epoch + 1),
+                static_cast<long long>(img->epochSteps), static_cast<long long>(img->denseParameters),
+                img->tables.empty() ? "no tables (they are on the shards, or the model has none)"
+                                    : fmt::format("a replica of the tables: {} rows (per table: {})", rows, perTable).c_str(),
+                static_cast<long long>(img->samplesApplied));
+    total += f.bytes;
+  }
+  std::printf("files      %zu, %.2f MB, every size and checksum verified\n", m->shards.size() + m->models.size() + 2,
+              double(total) / 1e6);
   return kExitOk;
 }
 

@@ -145,9 +145,10 @@ workers::JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, c
                                 p.epoch + 1, epochs, p.step, p.loss, p.samplesPerSec));
   };
   const bool checkpoints = config.getInt("checkpoint.every_steps") > 0 || config.getInt("checkpoint.every_seconds") > 0;
-  if (checkpoints && mode != workers::TrainMode::kPs) {
-    TROUPE_SETUP_ERROR("config: checkpoints are written in train.mode = ps; this job runs {}",
-                       workers::trainModeName(mode));
+  if (checkpoints && mode != workers::TrainMode::kPs && workers::collectivesBackend(config) != "ring") {
+    TROUPE_SETUP_ERROR("config: checkpoints of a {} job are written with collectives.backend = ring; this job asks "
+                       "for {}",
+                       workers::trainModeName(mode), workers::collectivesBackend(config));
   }
   if (checkpoints) {
     jo.checkpointDir = config.getString("checkpoint.dir").empty() ? runDir + "/checkpoints"

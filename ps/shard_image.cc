@@ -15,6 +15,39 @@ constexpr uint64_t kMaxWorkers = 1 << 16;
 
 }  // namespace
 
+void putTables(ChecksumWriter& w, const std::vector<TableImage>& tables) {
+  w.put(uint64_t(tables.size()));
+  for (const auto& t : tables) {
+    for (int64_t x : {t.tableId, t.dim, t.rowFloats, t.optimizerKind}) w.put(x);
+    w.putVector(t.keys);
+    w.putVector(t.rows);
+  }
+}
+
+Status getTables(ChecksumReader& r, std::vector<TableImage>* out) {
+  auto tables = r.get<uint64_t>("table count");
+  if (!tables.hasValue()) return tables.status();
+  if (*tables > kMaxTables) return r.corrupt("table count", fmt::format("is {}", *tables));
+  out->assign(size_t(*tables), TableImage{});
+  for (auto& t : *out) {
+    for (int64_t* x : {&t.tableId, &t.dim, &t.rowFloats, &t.optimizerKind}) {
+      auto v = r.get<int64_t>("table header");
+      if (!v.hasValue()) return v.status();
+      *x = *v;
+    }
+    if (t.dim < 1 || t.rowFloats < t.dim) {
+      return r.corrupt("table header", fmt::format("table {}: dim {}, {} floats a row", t.tableId, t.dim, t.rowFloats));
+    }
+    if (Status s = r.getVector(&t.keys, r.left() / 8, "table keys"); !s.isOk()) return s;
+    if (Status s = r.getVector(&t.rows, r.left() / 4, "table rows"); !s.isOk()) return s;
+    if (t.rows.size() != t.keys.size() * size_t(t.rowFloats)) {
+      return r.corrupt("table rows", fmt::format("table {}: {} floats for {} keys of {} floats", t.tableId,
+                                                 t.rows.size(), t.keys.size(), t.rowFloats));
+    }
+  }
+  return Status::ok();
+}
+
 Status writeShardImage(const ShardImage& img, const std::string& path, uint64_t* checksum, uint64_t* bytes) {
   auto w = ChecksumWriter::create(path, kShardImageMagic);
   if (!w.hasValue()) return w.status();
@@ -31,12 +64,7 @@ Status writeShardImage(const ShardImage& img, const std::string& path, uint64_t*
     w->put(uint8_t(c.live));
     w->putVector(c.early);
   }
-  w->put(uint64_t(img.tables.size()));
-  for (const auto& t : img.tables) {
-    for (int64_t x : {t.tableId, t.dim, t.rowFloats, t.optimizerKind}) w->put(x);
-    w->putVector(t.keys);
-    w->putVector(t.rows);
-  }
+  putTables(*w, img.tables);
   return w->finish(checksum, bytes);
 }
 
@@ -79,26 +107,7 @@ Expected<ShardImage> readShardImage(const std::string& path) {
     if (Status s = r->getVector(&c.early, r->left(), "worker cut"); !s.isOk()) return s;
     if (c.floor < 0 || c.clock < 0) return r->corrupt("worker cut", fmt::format("at floor {}, clock {}", c.floor, c.clock));
   }
-  auto tables = r->get<uint64_t>("table count");
-  if (!tables.hasValue()) return tables.status();
-  if (*tables > kMaxTables) return r->corrupt("table count", fmt::format("is {}", *tables));
-  img.tables.resize(size_t(*tables));
-  for (auto& t : img.tables) {
-    for (int64_t* x : {&t.tableId, &t.dim, &t.rowFloats, &t.optimizerKind}) {
-      auto v = r->get<int64_t>("table header");
-      if (!v.hasValue()) return v.status();
-      *x = *v;
-    }
-    if (t.dim < 1 || t.rowFloats < t.dim) {
-      return r->corrupt("table header", fmt::format("table {}: dim {}, {} floats a row", t.tableId, t.dim, t.rowFloats));
-    }
-    if (Status s = r->getVector(&t.keys, r->left() / 8, "table keys"); !s.isOk()) return s;
-    if (Status s = r->getVector(&t.rows, r->left() / 4, "table rows"); !s.isOk()) return s;
-    if (t.rows.size() != t.keys.size() * size_t(t.rowFloats)) {
-      return r->corrupt("table rows", fmt::format("table {}: {} floats for {} keys of {} floats", t.tableId,
-                                                  t.rows.size(), t.keys.size(), t.rowFloats));
-    }
-  }
+  if (Status s = getTables(*r, &img.tables); !s.isOk()) return s;
   if (Status s = r->finish(); !s.isOk()) return s;
   return img;
 }

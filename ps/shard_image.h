@@ -14,6 +14,11 @@
 #include "common/status.h"
 #include "ps/embedding_table.h"
 
+namespace troupe {
+class ChecksumWriter;
+class ChecksumReader;
+}
+
 namespace troupe::ps {
 
 inline constexpr const char* kShardImageMagic = "TRPSHRD1";
@@ -42,5 +47,11 @@ Status writeShardImage(const ShardImage& image, const std::string& path, uint64_
                        uint64_t* bytes = nullptr);
 // Reads and verifies it (checksum, every length, the sizes that must agree).
 Expected<ShardImage> readShardImage(const std::string& path);
+
+// The tables part of an image file (shard images, and the model image of a
+// sync-mode checkpoint): a count, then each table's header, keys and rows.
+void putTables(ChecksumWriter& w, const std::vector<TableImage>& tables);
+// Reads what putTables wrote, every length bounded by what the file holds.
+Status getTables(ChecksumReader& r, std::vector<TableImage>* out);
 
 }  // namespace troupe::ps

@@ -134,6 +134,7 @@ Status writeManifest(const std::string& dir, const CheckpointManifest& m) {
   };
   file("config", m.config, -1);
   for (size_t r = 0; r < m.shards.size(); ++r) file("shard", m.shards[r], int64_t(r));
+  for (const auto& f : m.models) file("model_file", f, -1);
   t += fmt::format("\n{}{}\"\n", kChecksumKey, hex(xxh3(t.data(), t.size())));
   Status s2 = writeWhole((fs::path(dir) / kManifestFile).string(), t);
   if (!s2.isOk()) return s2;
@@ -223,6 +224,17 @@ Expected<CheckpointManifest> readManifest(const std::string& dir) {
         m.shards.push_back(fileOf(*e.as_table()));
       }
     }
+    if (const toml::array* models = tbl["model_file"].as_array()) {
+      for (const auto& e : *models) {
+        if (!e.as_table()) TROUPE_SETUP_ERROR("{}: a [[model_file]] entry is not a table", path);
+        m.models.push_back(fileOf(*e.as_table()));
+      }
+    }
+    const size_t models = m.shape.mode == "ps" ? 0 : 1;
+    if (m.models.size() != models) {
+      TROUPE_SETUP_ERROR("{}: {} model files for a job in {} mode (it takes {})", path, m.models.size(), m.shape.mode,
+                         models);
+    }
     if (int64_t(m.shards.size()) != m.shape.servers || int64_t(m.workerSteps.size()) != m.shape.workers ||
         m.samplesApplied.size() != m.shards.size()) {
       TROUPE_SETUP_ERROR("{}: {} shard files and {} worker steps for {} servers and {} workers", path, m.shards.size(),
@@ -240,6 +252,7 @@ Expected<CheckpointManifest> readManifest(const std::string& dir) {
 
 Status verifyCheckpoint(const std::string& dir, const CheckpointManifest& m) {
   std::vector<CheckpointFile> files = m.shards;
+  files.insert(files.end(), m.models.begin(), m.models.end());
   files.push_back(m.config);
   for (const auto& f : files) {
     const std::string path = (fs::path(dir) / f.file).string();

@@ -1,13 +1,16 @@
 // A training job's checkpoints (DESIGN.md, Supervision and fault
-// tolerance): a consistent cut of a parameter-server job. The coordinator
-// pauses every worker at its next step boundary with every push
-// acknowledged, each shard copies its state in memory, the workers train on
-// while the shards write their files (ps/shard_image.h), and the manifest is
-// written last, so a checkpoint directory without one is incomplete and never
-// used:
+// tolerance): a consistent cut of the job. The coordinator pauses every
+// worker at a step boundary with every push acknowledged (sync modes: every
+// rank at the same step), each shard copies its state in memory (sync
+// modes: and the lowest live rank the group's model), the workers train on
+// while the files are written (ps/shard_image.h, workers/model_image.h), and
+// the manifest is written last, so a checkpoint directory without one is
+// incomplete and never used:
 //
 //   <checkpoint.dir>/ckpt-000003/
 //     shard-0.ckpt ... shard-{S-1}.ckpt   each checksummed (XXH3), fsynced, renamed
+//     model.ckpt                          sync modes: the group's dense state
+//                                         (allreduce: and its tables), step, place in the data
 //     config.toml                         the job's config
 //     manifest.toml                       what the job was, the cut, every file with
 //                                         its size and checksum; a checksum of its own
@@ -57,6 +60,9 @@ struct CheckpointManifest {
   std::vector<int64_t> samplesApplied;  // the ledger of each shard at the cut
   CheckpointFile config;             // config.toml
   std::vector<CheckpointFile> shards;   // by shard
+  // Sync modes (allreduce, hybrid): the group's model (workers/model_image.h),
+  // one file; none in ps mode.
+  std::vector<CheckpointFile> models;
 };
 
 // The directory of checkpoint `id` under `base`.

@@ -18,7 +18,10 @@ transport::WireTypes trainingWireTypes() {
       .add<RegroupReady>("troupe.RegroupReady")
       .add<Regroup>("troupe.Regroup")
       .add<RegroupDone>("troupe.RegroupDone")
-      .add<RegroupNow>("troupe.RegroupNow");
+      .add<RegroupNow>("troupe.RegroupNow")
+      .add<ModelSnapshot>("troupe.ModelSnapshot")
+      .add<ModelCut>("troupe.ModelCut")
+      .add<ModelWritten>("troupe.ModelWritten");
   return t;
 }
 

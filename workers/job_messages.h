@@ -16,6 +16,11 @@
 //                  next step boundary once every push is acknowledged, say
 //                  where (the step), wait for the resume. Workers that no
 //                  longer train say so at once.
+//   ModelSnapshot / ModelCut / ModelWritten
+//                  sync modes, a checkpoint: once every rank is paused at
+//                  the same step, the lowest live one copies the group's
+//                  model (-> ModelCut: step, place in the data, ledger) and
+//                  writes it beside training (-> ModelWritten)
 //   CommOffer      worker -> coordinator, sync modes whose
 //                  collectives.backend is not "ring": whether it can use
 //                  NCCL (and worker 0's NCCL id) -> CommChoice once every
@@ -95,6 +100,39 @@ struct CheckpointPaused {
 struct CheckpointResume {
   int64_t id = 0;
 };
+
+// Sync modes: coordinator -> the lowest live rank once every rank is
+// paused at the same step: copy the group's model in memory (-> ModelCut),
+// then write it to `path` beside training (-> ModelWritten, to the sender).
+struct ModelSnapshot {
+  int64_t id = 0;
+  std::string path;
+};
+
+struct ModelCut {
+  int64_t rank = 0, id = 0;
+  int64_t step = 0, epoch = 0, epochSteps = 0, samplesApplied = 0;
+};
+
+struct ModelWritten {
+  int64_t rank = 0, id = 0;
+  std::string path;
+  uint64_t bytes = 0, checksum = 0;
+  std::string error;  // "" when written
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ModelSnapshot& x) {
+  return f(caf::meta::type_name("ModelSnapshot"), x.id, x.path);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ModelCut& x) {
+  return f(caf::meta::type_name("ModelCut"), x.rank, x.id, x.step, x.epoch, x.epochSteps, x.samplesApplied);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ModelWritten& x) {
+  return f(caf::meta::type_name("ModelWritten"), x.rank, x.id, x.path, x.bytes, x.checksum, x.error);
+}
 
 struct CommOffer {
   int64_t rank = 0;
@@ -210,4 +248,7 @@ CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::RegroupReady))
 CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::Regroup))
 CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::RegroupDone))
 CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::RegroupNow))
+CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::ModelSnapshot))
+CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::ModelCut))
+CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::ModelWritten))
 CAF_END_TYPE_ID_BLOCK(troupe_workers)

@@ -155,6 +155,14 @@ std::chrono::seconds pullWaitBound(const Config& c) {
   return std::chrono::seconds(2 * (positive(c, "supervision.stall_timeout_s") + positive(c, "supervision.replace_timeout_s")));
 }
 
+std::chrono::seconds collectivesTimeout(const Config& c) {
+  auto t = std::chrono::seconds(positive(c, "collectives.timeout_s"));
+  if (c.getString("supervision.on_worker_loss") == "restart") {
+    t = std::min(t, std::chrono::seconds(std::max<int64_t>(1, positive(c, "supervision.stall_timeout_s") / 2)));
+  }
+  return t;
+}
+
 int64_t serverCount(const Config& c) {
   return trainMode(c) == TrainMode::kAllReduce ? 0 : c.getInt("cluster.servers");
 }

@@ -54,6 +54,13 @@ int64_t serverCount(const Config& c);
 // fails, naming the worker it waited for.
 std::chrono::seconds pullWaitBound(const Config& c);
 
+// How long a sync mode's collective waits for its peers: collectives.timeout_s,
+// and with supervision.on_worker_loss = restart at most half of
+// supervision.stall_timeout_s (a rank waiting for a peer that is alive but
+// stuck gives up, and waits for the group to form again, before the
+// coordinator declares that peer hung).
+std::chrono::seconds collectivesTimeout(const Config& c);
+
 std::vector<ps::EmbeddingTableOptions> tableOptions(const Config& c, const WorkerCoreOptions& model);
 
 }  // namespace troupe::workers

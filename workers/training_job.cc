@@ -1,6 +1,7 @@
 #include "workers/training_job.h"
 
 #include <algorithm>
+#include <cmath>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include "common/checksum_file.h"
 #include "common/logging.h"
 #include "ps/wire.h"
+#include "workers/model_image.h"
 
 namespace troupe::workers {
 namespace {
@@ -85,6 +87,7 @@ TrainingJob::TrainingJob(const Config& config, TrainingJobOptions options)
   epochs_ = config.getInt("train.epochs");
   maxSteps_ = config.getInt("train.max_steps");
   stallTimeout_ = std::chrono::seconds(positive(config, "supervision.stall_timeout_s"));
+  collectiveTimeout_ = collectivesTimeout(config);
   lastProgress_.assign(size_t(workers_), Clock::now());
   lastStep_.assign(size_t(workers_), 0);
   for (int64_t w = 0; w < workers_; ++w) holdsModel_.insert(w);
@@ -175,6 +178,12 @@ actors::LossDecision TrainingJob::onLoss(actors::JobContext& job, const actors::
       return actors::LossDecision::fail(what + "; its shard of the model is gone, and the job has no checkpoint to "
                                                "roll back to (checkpoint.every_steps, checkpoint.every_seconds)");
     }
+    if (mode_ == TrainMode::kHybrid) {
+      return actors::LossDecision::fail(fmt::format(
+          "{}; rolling a hybrid job back to a checkpoint is not built: go on from checkpoint {} with troupe train "
+          "--resume {}",
+          what, latestCheckpointId_, latestCheckpoint_));
+    }
     for (int64_t w = 0; w < workers_; ++w) {
       if (reported_[size_t(w)]) {
         return actors::LossDecision::fail(
@@ -196,6 +205,11 @@ actors::LossDecision TrainingJob::onLoss(actors::JobContext& job, const actors::
           "{}; the workers use {} for their collectives, and forming that group again is not built (with "
           "collectives.backend = ring a lost worker is replaced)",
           what, outcome_.collectivesBackend));
+    }
+    // A checkpoint whose cut is taken (the model copied) stands; one on its
+    // way is given up (the group forms again first).
+    if (ckpt_.active && (!ckpt_.snapshotting || ckpt_.snapshotsLeft > 0)) {
+      abandonCheckpoint(job, fmt::format("worker {} was lost", m.rank));
     }
     regroupReady_.erase(m.rank);
     regroupsSinceLoss_ = 0;
@@ -348,6 +362,7 @@ void TrainingJob::checkStalls(actors::JobContext& job) {
 void TrainingJob::maybeCheckpoint(actors::JobContext& job) {
   if (ckpt_.active || checkpointBase_.empty() || !started_ || gateOpen_ || finishing_ || job.over()) return;
   if (Clock::now() < notBefore_) return;  // backing off after a checkpoint given up
+  if (mode_ != TrainMode::kPs && (forming_ || !regroupReady_.empty())) return;  // not while the group forms again
   for (const auto& s : job.members("ps")) {
     if (s.state != actors::MemberState::kReady) return;  // not while a shard is being replaced
   }
@@ -384,6 +399,9 @@ void TrainingJob::maybeCheckpoint(actors::JobContext& job) {
   for (const auto& w : members) {
     if (w.live()) ckpt_.waiting.insert(w.rank);
   }
+  // Sync modes: every rank stops at the same step (a rank stopped early
+  // would leave the others waiting in a collective).
+  if (mode_ != TrainMode::kPs) return pauseWorkers(job, syncPauseStep());
   if (consistency_ == ps::Consistency::kAsp) return pauseWorkers(job, -1);
   // BSP and SSP: workers wait for each other (a BSP step's pushes are
   // acknowledged only once every worker's is in; an SSP pull waits for the
@@ -426,46 +444,64 @@ void TrainingJob::pauseWorkers(actors::JobContext& job, int64_t atStep) {
 }
 
 std::chrono::seconds TrainingJob::pauseTimeout() const {
+  if (mode_ != TrainMode::kPs) {
+    // Within half the collectives' timeout: a rank that went past the step
+    // waits in a collective for the paused ones, and must not give up on
+    // them before they are let go.
+    return std::max<std::chrono::seconds>(std::chrono::seconds(1), collectiveTimeout_ / 2);
+  }
   return std::max<std::chrono::seconds>(std::chrono::seconds(5), std::min<std::chrono::seconds>(stallTimeout_ / 2, 60s));
 }
 
-void TrainingJob::snapshotShards(actors::JobContext& job) {
+int64_t TrainingJob::syncPauseStep() const {
+  // Where the group is now (its last progress plus the steps since, at the
+  // rate it reported), plus half a second of steps and some room; more after
+  // each checkpoint given up because a rank was past the step already.
+  const double batch = double(std::max<int64_t>(1, config_.getInt("train.batch_size")));
+  const auto now = Clock::now();
+  double furthest = 0, stepsPerSecond = 0;
+  for (int64_t w = 0; w < workers_; ++w) {
+    const double perSecond = rate_[size_t(w)] / batch;
+    stepsPerSecond = std::max(stepsPerSecond, perSecond);
+    const double since = std::chrono::duration<double>(now - lastProgress_[size_t(w)]).count();
+    furthest = std::max(furthest, double(lastStep_[size_t(w)]) + perSecond * std::min(since, 10.0));
+  }
+  const double room = std::min(stepsPerSecond * 0.5, 10000.0) + 4 + 8 * double(std::min<int64_t>(lateTries_, 16));
+  return int64_t(std::ceil(furthest + room));
+}
+
+void TrainingJob::takeCut(actors::JobContext& job) {
   ckpt_.snapshotting = true;
-  const auto& shards = job.members("ps");
-  ckpt_.snapshotsLeft = int64_t(shards.size());
-  ckpt_.writesLeft = int64_t(shards.size());
+  const std::vector<actors::Member> shards = job.members("ps");
+  const bool model = mode_ != TrainMode::kPs;
+  ckpt_.snapshotsLeft = int64_t(shards.size()) + (model ? 1 : 0);
+  ckpt_.writesLeft = ckpt_.snapshotsLeft;
   ckpt_.manifest.shards.assign(shards.size(), CheckpointFile{});
   ckpt_.manifest.samplesApplied.assign(shards.size(), 0);
+  ckpt_.manifest.models.assign(model ? 1 : 0, CheckpointFile{});
   const int64_t id = ckpt_.id;
+  // The cut of every worker: each shard's, and the model's (all alike).
+  auto agreeOnCut = [this, &job](const std::vector<int64_t>& steps, const std::string& who) {
+    if (ckpt_.manifest.workerSteps.empty()) {
+      ckpt_.manifest.workerSteps = steps;
+      return true;
+    }
+    if (ckpt_.manifest.workerSteps == steps) return true;
+    abandonCheckpoint(job, fmt::format("{} cut the workers at steps {}, another at {}", who, fmt::join(steps, "/"),
+                                       fmt::join(ckpt_.manifest.workerSteps, "/")));
+    return false;
+  };
   for (const auto& s : shards) {
     const int64_t rank = s.rank;
     const std::string path = fmt::format("{}/shard-{}.ckpt", ckpt_.dir, rank);
     job.self()
         ->request(job.actorOf(s, kShardName), 60s, ps::snapshot_atom::value, id, path)
         .then(
-            [this, &job, id, rank](int64_t, std::vector<int64_t>& floors, int64_t samples) {
+            [this, &job, id, rank, agreeOnCut](int64_t, std::vector<int64_t>& floors, int64_t samples) {
               if (!ckpt_.active || ckpt_.id != id) return;
-              if (ckpt_.manifest.workerSteps.empty()) {
-                ckpt_.manifest.workerSteps = floors;
-              } else if (ckpt_.manifest.workerSteps != floors) {
-                return abandonCheckpoint(job, fmt::format("shard {} cut the workers at other steps than shard 0", rank));
-              }
+              if (!agreeOnCut(floors, fmt::format("shard {}", rank))) return;
               ckpt_.manifest.samplesApplied[size_t(rank)] = samples;
-              if (--ckpt_.snapshotsLeft > 0) return;
-              // Every shard has its copy: the workers train on.
-              for (int64_t w : ckpt_.paused) {
-                for (const auto& m : job.members("worker")) {
-                  if (m.rank == w && m.live()) job.self()->send(job.actorOf(m, kTrainerName), CheckpointResume{id});
-                }
-              }
-              ckpt_.paused.clear();
-              ckpt_.resumed = Clock::now();
-              lastProgress_.assign(size_t(workers_), ckpt_.resumed);  // a pause is no stall
-              lateTries_ = 0;
-              // The files are written beside training, within a bound.
-              job.self()->delayed_send(job.self(), std::max<std::chrono::seconds>(stallTimeout_, 60s),
-                                       write_timeout_atom::value, id);
-              if (ckpt_.writesLeft == 0) checkpointWritten(job);  // the files were quicker
+              cutTaken(job);
             },
             [this, &job, id, rank](caf::error& err) {
               if (ckpt_.active && ckpt_.id == id) {
@@ -473,6 +509,59 @@ void TrainingJob::snapshotShards(actors::JobContext& job) {
               }
             });
   }
+  if (!model) return;
+  // Sync modes: every rank paused at one step holds the same model; the
+  // lowest live one copies it.
+  std::set<int64_t> steps;
+  for (const auto& [rank, step] : ckpt_.pausedAt) steps.insert(step);
+  if (steps.size() != 1 || ckpt_.pausedAt.size() != size_t(workers_)) {
+    return abandonCheckpoint(job, fmt::format("the workers paused at different steps ({})", fmt::join(steps, ", ")));
+  }
+  const int64_t step = *steps.begin();
+  const actors::Member* source = nullptr;
+  for (const auto& w : job.members("worker")) {
+    if (w.live() && !source) source = &w;
+  }
+  if (!source) return abandonCheckpoint(job, "no live worker holds the model");
+  const int64_t rank = source->rank;
+  job.self()
+      ->request(job.actorOf(*source, kTrainerName), 60s, ModelSnapshot{id, ckpt_.dir + "/" + kModelImageFile})
+      .then(
+          [this, &job, id, step, agreeOnCut](const ModelCut& cut) {
+            if (!ckpt_.active || ckpt_.id != id) return;
+            if (cut.step != step) {
+              return abandonCheckpoint(job, fmt::format("worker {} copied the model of step {}, not {}", cut.rank,
+                                                        cut.step, step));
+            }
+            if (!agreeOnCut(std::vector<int64_t>(size_t(workers_), cut.step), fmt::format("worker {}", cut.rank))) {
+              return;
+            }
+            cutTaken(job);
+          },
+          [this, &job, id, rank](caf::error& err) {
+            if (ckpt_.active && ckpt_.id == id) {
+              abandonCheckpoint(job, fmt::format("worker {} did not copy the model: {}", rank, actors::describe(err)));
+            }
+          });
+}
+
+void TrainingJob::cutTaken(actors::JobContext& job) {
+  if (--ckpt_.snapshotsLeft > 0) return;
+  const int64_t id = ckpt_.id;
+  // Every copy is taken: the workers train on.
+  for (int64_t w : ckpt_.paused) {
+    for (const auto& m : job.members("worker")) {
+      if (m.rank == w && m.live()) job.self()->send(job.actorOf(m, kTrainerName), CheckpointResume{id});
+    }
+  }
+  ckpt_.paused.clear();
+  ckpt_.resumed = Clock::now();
+  lastProgress_.assign(size_t(workers_), ckpt_.resumed);  // a pause is no stall
+  lateTries_ = 0;
+  // The files are written beside training, within a bound.
+  job.self()->delayed_send(job.self(), std::max<std::chrono::seconds>(stallTimeout_, 60s), write_timeout_atom::value,
+                           id);
+  if (ckpt_.writesLeft == 0) checkpointWritten(job);  // the files were quicker
 }
 
 void TrainingJob::checkpointWritten(actors::JobContext& job) {
@@ -492,9 +581,10 @@ void TrainingJob::checkpointWritten(actors::JobContext& job) {
   r.id = ckpt_.id;
   r.dir = ckpt_.dir;
   r.step = *std::min_element(m.workerSteps.begin(), m.workerSteps.end());
-  r.pausedSeconds = std::chrono::duration<double>(ckpt_.resumed - ckpt_.started).count();
+  r.pausedSeconds = std::chrono::duration<double>(ckpt_.resumed - ckpt_.firstPaused.value_or(ckpt_.started)).count();
   r.writtenSeconds = std::chrono::duration<double>(Clock::now() - ckpt_.started).count();
   for (const auto& f : m.shards) r.bytes += f.bytes;
+  for (const auto& f : m.models) r.bytes += f.bytes;
   outcome_.checkpoints.push_back(r);
   lastCheckpointStep_ = r.step;
   lastCheckpoint_ = Clock::now();
@@ -594,7 +684,12 @@ std::string TrainingJob::configFor(actors::JobContext&, const actors::Member& m,
 // good as paused: its pushes are all acknowledged.
 void TrainingJob::trainsNoMore(actors::JobContext& job, int64_t rank) {
   if (!ckpt_.active || !ckpt_.waiting.erase(rank)) return;
-  if (ckpt_.waiting.empty() && !ckpt_.snapshotting) snapshotShards(job);
+  if (mode_ != TrainMode::kPs) {
+    // Every rank of a sync group ends training at the same step: before the
+    // one to stop at, so there is no cut to take.
+    return abandonCheckpoint(job, fmt::format("worker {} finished training before the step to stop at", rank));
+  }
+  if (ckpt_.waiting.empty() && !ckpt_.snapshotting) takeCut(job);
 }
 
 void TrainingJob::onOver(actors::JobContext&) {
@@ -620,7 +715,9 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
         }
         if (!ckpt_.waiting.erase(p.rank)) return;
         ckpt_.paused.insert(p.rank);
-        if (ckpt_.waiting.empty() && !ckpt_.snapshotting) snapshotShards(job);
+        ckpt_.pausedAt[p.rank] = p.step;
+        if (!ckpt_.firstPaused) ckpt_.firstPaused = Clock::now();
+        if (ckpt_.waiting.empty() && !ckpt_.snapshotting) takeCut(job);
       },
       [this, &job](write_timeout_atom, int64_t id) {
         if (ckpt_.active && ckpt_.id == id && ckpt_.writesLeft > 0) {
@@ -639,6 +736,12 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
         if (!error.empty()) return abandonCheckpoint(job, fmt::format("shard {}: {}", shard, error));
         ckpt_.manifest.shards[size_t(shard)] =
             CheckpointFile{std::filesystem::path(path).filename().string(), bytes, checksum};
+        if (--ckpt_.writesLeft == 0 && ckpt_.snapshotsLeft == 0) checkpointWritten(job);
+      },
+      [this, &job](const ModelWritten& w) {
+        if (!ckpt_.active || ckpt_.id != w.id || ckpt_.manifest.models.size() != 1) return;
+        if (!w.error.empty()) return abandonCheckpoint(job, fmt::format("worker {}: {}", w.rank, w.error));
+        ckpt_.manifest.models[0] = CheckpointFile{std::filesystem::path(w.path).filename().string(), w.bytes, w.checksum};
         if (--ckpt_.writesLeft == 0 && ckpt_.snapshotsLeft == 0) checkpointWritten(job);
       },
       [this, &job](const RegroupReady& r) {

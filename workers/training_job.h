@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <set>
 #include <string>
@@ -79,7 +80,7 @@ struct CheckpointRecord {
   int64_t id = 0;
   std::string dir;
   int64_t step = 0;            // the slowest worker's step at the cut
-  double pausedSeconds = 0;    // workers paused: until every shard had its copy
+  double pausedSeconds = 0;    // from the first worker paused until every copy was taken
   double writtenSeconds = 0;   // until the manifest was written
   uint64_t bytes = 0;
 };
@@ -168,7 +169,14 @@ class TrainingJob final : public actors::JobPolicy {
   void pauseWorkers(actors::JobContext& job, int64_t atStep);
   std::chrono::seconds pauseTimeout() const;
   void trainsNoMore(actors::JobContext& job, int64_t rank);
-  void snapshotShards(actors::JobContext& job);
+  // Sync modes: the step every rank stops at (far enough ahead that each
+  // hears of it before the group gets there).
+  int64_t syncPauseStep() const;
+  // Every worker is paused: the shards copy their state, and in a sync mode
+  // the lowest live rank the group's model; once all have, the workers
+  // train on (cutTaken) while the files are written.
+  void takeCut(actors::JobContext& job);
+  void cutTaken(actors::JobContext& job);
   void checkpointWritten(actors::JobContext& job);
   void abandonCheckpoint(actors::JobContext& job, const std::string& why);
   // A shard is lost: every other shard goes back to the latest checkpoint,
@@ -200,10 +208,12 @@ class TrainingJob final : public actors::JobPolicy {
     int64_t id = 0;
     std::string dir;
     std::chrono::steady_clock::time_point started, resumed;
+    std::optional<std::chrono::steady_clock::time_point> firstPaused;  // when the first worker stopped
     std::set<int64_t> waiting;          // workers asked to pause, not yet paused
     std::set<int64_t> paused;           // workers paused (to resume)
     int64_t snapshotsLeft = 0, writesLeft = 0;
-    bool snapshotting = false;  // the shards were asked for their copies
+    bool snapshotting = false;  // the shards (and the model's rank) were asked for their copies
+    std::map<int64_t, int64_t> pausedAt;  // sync modes: the step each worker paused at
     CheckpointManifest manifest;
   } ckpt_;
   std::string latestCheckpoint_;  // the newest complete checkpoint's directory
@@ -218,6 +228,7 @@ class TrainingJob final : public actors::JobPolicy {
   std::vector<std::chrono::steady_clock::time_point> lastProgress_;
   std::vector<int64_t> lastStep_;
   std::chrono::seconds stallTimeout_{300};
+  std::chrono::seconds collectiveTimeout_{600};  // sync modes: a collective gives up after this
   bool checkingStalls_ = false;
   std::vector<bool> reported_;
   std::map<int64_t, caf::typed_response_promise<GateDecision>> gateWaiters_;

@@ -13,6 +13,7 @@
 #include "ps/wire.h"
 #include "workers/job_messages.h"
 #include "workers/messages.h"
+#include "workers/model_image.h"
 #include "workers/regroup.h"
 
 namespace troupe::workers {
@@ -59,6 +60,11 @@ struct WorkerState {
   int64_t attempt = 0;
   int64_t groupEpoch = 0;  // of the group this worker formed last
   bool running = false;    // run_atom came
+  // Sync modes: writes the model of a checkpoint beside training.
+  std::unique_ptr<std::thread> writer;
+  ~WorkerState() {
+    if (writer && writer->joinable()) writer->join();
+  }
   static inline const char* name = "worker";
 };
 
@@ -484,6 +490,7 @@ caf::behavior worker(Self* self, WorkerOptions options, std::shared_ptr<WorkerCo
   st.testLoader = std::move(testLoader);
   st.tables = std::move(tables);
   st.toSkip = std::max<int64_t>(0, st.options.skipBatches);
+  st.epoch = std::max<int64_t>(0, st.options.startEpoch);
   return {
       [=](run_atom) -> caf::typed_response_promise<TrainReportPtr> {
         auto& st = self->state;
@@ -557,6 +564,46 @@ caf::behavior worker(Self* self, WorkerOptions options, std::shared_ptr<WorkerCo
         st.pauseAt = p.atStep;
         st.pauser = pauser;
       },
+      [=](const ModelSnapshot& m) -> caf::result<ModelCut> {
+        auto& st = self->state;
+        WorkerCore& core = *st.core;
+        if (!st.paused || m.id != st.pauseId || !core.options().comm) {
+          return caf::make_error(caf::sec::runtime_error,
+                                 fmt::format("worker {} is not paused for checkpoint {} in a sync mode",
+                                             core.options().worker, m.id));
+        }
+        auto img = std::make_shared<ModelImage>();
+        img->workers = core.options().comm->size();
+        img->step = core.steps();
+        img->epoch = st.epoch;
+        img->epochSteps = st.epochSteps + st.toSkip;  // batches still to pass over count as passed
+        img->samplesApplied = core.samplesApplied();
+        img->denseParameters = core.denseParameters();
+        img->dense.assign(core.denseState(), core.denseState() + core.denseStateFloats());
+        if (core.options().replicatedTables) {
+          caf::scoped_actor ask{self->system()};
+          std::string error;
+          ask->request(st.tables, st.options.requestTimeout, ps::image_atom::value)
+              .receive([&](const ps::TableImagesPtr& p) { img->tables = p ? *p : std::vector<ps::TableImage>{}; },
+                       [&](caf::error& e) { error = caf::to_string(e); });
+          if (!error.empty()) {
+            return caf::make_error(caf::sec::runtime_error,
+                                   fmt::format("worker {} could not copy its tables: {}", core.options().worker, error));
+          }
+        }
+        if (st.writer && st.writer->joinable()) st.writer->join();  // one checkpoint at a time
+        const ModelCut cut{core.options().worker, m.id, img->step, img->epoch, img->epochSteps, img->samplesApplied};
+        auto requester = caf::actor_cast<caf::actor>(self->current_sender());
+        st.writer = std::make_unique<std::thread>([img, path = m.path, cut, requester] {
+          uint64_t checksum = 0, bytes = 0;
+          Status s = writeModelImage(*img, path, &checksum, &bytes);
+          if (requester) {
+            caf::anon_send(requester, ModelWritten{cut.rank, cut.id, path, bytes, checksum,
+                                                   s.isOk() ? std::string() : s.message()});
+          }
+        });
+        return cut;
+      },
       [=](const CheckpointResume& r) {
         auto& st = self->state;
         if (r.id != st.pauseId) return;
@@ -565,7 +612,8 @@ caf::behavior worker(Self* self, WorkerOptions options, std::shared_ptr<WorkerCo
         st.pauser = caf::actor();
         if (st.paused) {
           st.paused = false;
-          nextTrainBatch(self);
+          // Waiting for the group to form again: the group starts it.
+          if (!st.regrouping && !st.finished) nextTrainBatch(self);
         }
       },
       [=](const GateDecision& d) {

@@ -94,10 +94,15 @@ struct WorkerOptions {
   // of its share (across epochs) before the first step; the core resumes
   // its step count there (WorkerCore::resumeAt).
   int64_t skipBatches = 0;
+  // The epoch it starts in (a sync-mode job resumed from a checkpoint: the
+  // epoch of the cut, skipBatches the steps taken in it).
+  int64_t startEpoch = 0;
   // A job with checkpoints: answers CheckpointPause (workers/job_messages.h)
   // at its next step boundary, once every push is acknowledged, with
   // CheckpointPaused{rank, id, steps} to the sender, and trains on at
-  // CheckpointResume. A worker that trains no more answers at once.
+  // CheckpointResume. A worker that trains no more answers at once. In a
+  // sync mode, paused, it answers ModelSnapshot with the group's model
+  // (ModelCut), then writes it on a thread of its own (ModelWritten).
   std::function<void(const WorkerEvent&)> onEvent;
   // Synchronous modes: forming the group again after a rank was lost (see
   // above). Without `join`, a failed collective ends the worker.

@@ -17,10 +17,12 @@
 #include "ps/table_holder.h"
 #include "ps/wire.h"
 #include "transport/remote_actors.h"
+#include "workers/checkpoint.h"
 #include "workers/job_messages.h"
 #include "workers/job_setup.h"
 #include "workers/loader_actor.h"
 #include "workers/messages.h"
+#include "workers/model_image.h"
 #include "workers/ps_client.h"
 #include "workers/training_job.h"
 #include "workers/worker_actor.h"
@@ -171,14 +173,7 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   ro.nodes = workerNodes;
   ro.chunkBytes = size_t(positive(config, "collectives.chunk_kb")) << 10;
   ro.smallBytes = size_t(std::max<int64_t>(0, config.getInt("collectives.small_kb"))) << 10;
-  // A rank waiting in a collective for a peer that is alive but stuck gives
-  // up (and waits for the group to form again) before the coordinator
-  // declares that peer hung: within half of supervision.stall_timeout_s.
-  ro.timeout = std::chrono::seconds(positive(config, "collectives.timeout_s"));
-  if (workerLossPolicy(config) == WorkerLoss::kRestart) {
-    ro.timeout = std::min(ro.timeout, std::chrono::milliseconds(std::chrono::seconds(
-                                          std::max<int64_t>(1, positive(config, "supervision.stall_timeout_s") / 2))));
-  }
+  ro.timeout = collectivesTimeout(config);
   ro.connectTimeout = std::chrono::seconds(config.getInt("cluster.start_timeout_s"));
   ro.spin = std::chrono::microseconds(std::max<int64_t>(0, config.getInt("collectives.spin_us")));
   std::string backend = "ring";
@@ -281,10 +276,35 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
                           ctx.welcome.incarnation + 1, resumeAt, redo);
     }
   }
+  // A sync-mode job resumed from a checkpoint: every rank goes on with the
+  // group's model at the cut (a replacement copies it from the group).
+  std::shared_ptr<ModelImage> resumedModel;
+  const std::string resume = config.getString("checkpoint.resume");
+  if (mode != TrainMode::kPs && !rejoin && !resume.empty()) {
+    auto manifest = readManifest(resume);
+    if (!manifest.hasValue()) TROUPE_SETUP_ERROR("{}", manifest.status().message());
+    if (manifest->models.size() != 1) TROUPE_SETUP_ERROR("{}: holds no model file for a {} job", resume, trainModeName(mode));
+    const std::string path = resume + "/" + manifest->models[0].file;
+    auto image = readModelImage(path);
+    if (!image.hasValue()) TROUPE_SETUP_ERROR("{}", image.status().message());
+    resumedModel = std::make_shared<ModelImage>(std::move(*image));
+    resumeAt = resumedModel->step;
+    logger("job")->info("worker {}: goes on from {} (step {}, epoch {}, {} steps into it)", rank, path, resumeAt,
+                        resumedModel->epoch, resumedModel->epochSteps);
+  }
   DataSources data = openData(config, threads);
   const int64_t datasetRows = data.train->rowsPerEpoch();
   auto core = std::make_shared<std::unique_ptr<WorkerCore>>(std::make_unique<WorkerCore>(model));
   if (mode == TrainMode::kPs) (*core)->resumeAt(resumeAt);
+  if (resumedModel) {
+    WorkerCore& c = **core;
+    const bool tables = model.replicatedTables;
+    Status fits = checkModelImage(*resumedModel, resume + "/" + kModelImageFile, workers, c.denseParameters(),
+                                  c.denseStateFloats(), tables ? model.dlrm.numTables : 0);
+    if (!fits.isOk()) TROUPE_SETUP_ERROR("{}", fits.message());
+    std::copy(resumedModel->dense.begin(), resumedModel->dense.end(), c.denseState());
+    c.setPosition(resumedModel->step, resumedModel->samplesApplied);
+  }
   caf::actor client;
   if (mode != TrainMode::kAllReduce) {
     PsClientOptions co;
@@ -300,6 +320,16 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
     ho.tables = tableOptions(config, model);
     ho.kernels = kernels;
     client = ps::spawnTableHolder(ctx.system, ho);  // this rank's replica of the tables
+    if (resumedModel) {
+      caf::scoped_actor self{ctx.system};
+      std::string error;
+      self->request(client, 120s, ps::load_atom::value,
+                    ps::TableImagesPtr(std::make_shared<const std::vector<ps::TableImage>>(
+                        std::move(resumedModel->tables))),
+                    rank, resumedModel->step)
+          .receive([](int64_t) {}, [&](caf::error& e) { error = actors::describe(e); });
+      if (!error.empty()) TROUPE_SETUP_ERROR("{}/{}: the tables do not load: {}", resume, kModelImageFile, error);
+    }
   }
   const int prefetch = int(positive(config, "data.prefetch"));
   auto trainLoader = spawnLoader(ctx.system, everyNthBatch(data.train, rank, workers), prefetch);
@@ -312,6 +342,11 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   wo.evaluateEachEpoch = false;
   wo.evalGate = ctx.coordinator;
   wo.skipBatches = mode == TrainMode::kPs ? resumeAt : 0;
+  if (resumedModel) {
+    // Back to the cut's place in the data: its epoch, past the batches taken in it.
+    wo.startEpoch = resumedModel->epoch;
+    wo.skipBatches = resumedModel->epochSteps;
+  }
   // The core holds the communicator; the options must not (a group formed
   // again replaces it, and the old one must go first).
   wo.core.comm.reset();
