@@ -90,6 +90,7 @@ TrainingJob::TrainingJob(const Config& config, TrainingJobOptions options)
   collectiveTimeout_ = collectivesTimeout(config);
   lastProgress_.assign(size_t(workers_), Clock::now());
   lastStep_.assign(size_t(workers_), 0);
+  for (int64_t w = 0; w < workers_ && size_t(w) < latestCut_.size(); ++w) lastStep_[size_t(w)] = latestCut_[size_t(w)];
   for (int64_t w = 0; w < workers_; ++w) holdsModel_.insert(w);
   rate_.assign(size_t(workers_), 0.0);
   reported_.assign(size_t(workers_), false);
@@ -177,12 +178,6 @@ actors::LossDecision TrainingJob::onLoss(actors::JobContext& job, const actors::
     if (latestCheckpoint_.empty()) {
       return actors::LossDecision::fail(what + "; its shard of the model is gone, and the job has no checkpoint to "
                                                "roll back to (checkpoint.every_steps, checkpoint.every_seconds)");
-    }
-    if (mode_ == TrainMode::kHybrid) {
-      return actors::LossDecision::fail(fmt::format(
-          "{}; rolling a hybrid job back to a checkpoint is not built: go on from checkpoint {} with troupe train "
-          "--resume {}",
-          what, latestCheckpointId_, latestCheckpoint_));
     }
     for (int64_t w = 0; w < workers_; ++w) {
       if (reported_[size_t(w)]) {
@@ -435,6 +430,7 @@ void TrainingJob::maybeCheckpoint(actors::JobContext& job) {
 // Every worker stops at a step boundary (atStep, or its next: -1) with its
 // pushes acknowledged.
 void TrainingJob::pauseWorkers(actors::JobContext& job, int64_t atStep) {
+  ckpt_.atStep = atStep;
   for (const auto& w : job.members("worker")) {
     if (ckpt_.waiting.count(w.rank)) job.self()->send(job.actorOf(w, kTrainerName), CheckpointPause{ckpt_.id, atStep});
   }
@@ -660,10 +656,22 @@ void TrainingJob::rollBack(actors::JobContext& job, int64_t lostShard) {
                 job.fail(fmt::format("ps {} could not roll back: {}", rank, actors::describe(err)));
               });
   }
-  // Every worker starts again from its cut, as a new process.
+  // Every worker starts again from its cut, as a new process (hybrid: with
+  // the checkpoint's model, in a group formed anew by all of them).
   gateWaiters_.clear();
+  // Where the workers are now: the cut (what they said before is of the old processes).
+  for (int64_t w = 0; w < workers_ && size_t(w) < latestCut_.size(); ++w) lastStep_[size_t(w)] = latestCut_[size_t(w)];
+  lastProgress_.assign(size_t(workers_), Clock::now());
+  if (mode_ != TrainMode::kPs) {
+    regroupReady_.clear();
+    regroupDone_.clear();
+    forming_ = false;
+    regroupsSinceLoss_ = 0;
+    for (int64_t w = 0; w < workers_; ++w) holdsModel_.insert(w);
+  }
   const std::vector<actors::Member> workersNow = job.members("worker");  // a copy: the losses below change them
   for (const auto& w : workersNow) {
+    if (mode_ != TrainMode::kPs) fromCheckpoint_[w.rank] = w.incarnation + 1;
     if (!w.live()) continue;
     job.declareLost("worker", w.rank,
                     caf::make_error(actors::Errc::kRolledBack,
@@ -672,11 +680,24 @@ void TrainingJob::rollBack(actors::JobContext& job, int64_t lostShard) {
 }
 
 std::string TrainingJob::configFor(actors::JobContext&, const actors::Member& m, const std::string& base) {
-  if (generation_ == config_.getInt("cluster.generation")) return base;
-  // After a rollback: the new generation, and a new shard goes on from the checkpoint.
+  // The first process of every rank: the job's config (a resumed job's
+  // names its checkpoint).
+  if (m.incarnation == 0) return base;
+  const bool rolledBack = generation_ != config_.getInt("cluster.generation");
+  const bool syncWorker = mode_ != TrainMode::kPs && m.role == "worker";
+  if (!rolledBack && !syncWorker) return base;
+  // After a rollback: the new generation, and a new shard goes on from the
+  // checkpoint. A sync-mode worker goes on from the checkpoint's model when
+  // it is the first process of its rank after a rollback; any other
+  // replacement copies the model from its group.
   Config c = config_;
   c.setValue("cluster.generation", generation_);
   if (m.role == "ps") c.setValue("checkpoint.resume", latestCheckpoint_);
+  if (syncWorker) {
+    auto it = fromCheckpoint_.find(m.rank);
+    const bool fromCheckpoint = it != fromCheckpoint_.end() && it->second == m.incarnation;
+    c.setValue("checkpoint.resume", fromCheckpoint ? latestCheckpoint_ : std::string());
+  }
   return c.toToml();
 }
 
@@ -712,6 +733,12 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
           ++lateTries_;
           return abandonCheckpoint(job, fmt::format("worker {} was past the step to stop at already (at {})", p.rank,
                                                     p.step));
+        }
+        if (mode_ != TrainMode::kPs && ckpt_.waiting.count(p.rank) && p.step != ckpt_.atStep) {
+          // A sync group stops at one step; a rank elsewhere finished training before it.
+          return abandonCheckpoint(job, fmt::format("worker {} finished training at step {}, before the step to "
+                                                    "stop at ({})",
+                                                    p.rank, p.step, ckpt_.atStep));
         }
         if (!ckpt_.waiting.erase(p.rank)) return;
         ckpt_.paused.insert(p.rank);

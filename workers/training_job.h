@@ -214,6 +214,7 @@ class TrainingJob final : public actors::JobPolicy {
     int64_t snapshotsLeft = 0, writesLeft = 0;
     bool snapshotting = false;  // the shards (and the model's rank) were asked for their copies
     std::map<int64_t, int64_t> pausedAt;  // sync modes: the step each worker paused at
+    int64_t atStep = -1;                  // the step asked for (-1: each worker's next)
     CheckpointManifest manifest;
   } ckpt_;
   std::string latestCheckpoint_;  // the newest complete checkpoint's directory
@@ -246,6 +247,9 @@ class TrainingJob final : public actors::JobPolicy {
   std::vector<double> regroupedAt_;   // when each group trained again (seconds since the start)
   bool forming_ = false;              // a Regroup went out; not every rank said RegroupDone yet
   int64_t regroupsSinceLoss_ = 0;
+  // Hybrid, after a rollback: rank -> the incarnation that starts from the
+  // checkpoint's model (later ones copy the model from their group).
+  std::map<int64_t, int64_t> fromCheckpoint_;
   JobOutcome outcome_;
 };
 

@@ -166,7 +166,11 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   model.denseOnServers = mode == TrainMode::kPs;
   // A process that replaces a lost worker of a sync mode joins the group
   // the others form again (workers/worker_actor.h); its model comes from them.
-  const bool rejoin = mode != TrainMode::kPs && ctx.welcome.incarnation > 0;
+  // A sync-mode worker that starts again from a checkpoint after a rollback
+  // (its config names it) is not one: every rank does, and they form the
+  // group anew.
+  const bool rejoin =
+      mode != TrainMode::kPs && ctx.welcome.incarnation > 0 && config.getString("checkpoint.resume").empty();
   bool regroupFirst = false;  // the first group failed as it formed
   collectives::RingOptions ro;
   ro.rank = int(rank);

@@ -631,6 +631,76 @@ TEST_F(ClusterTest, AResumedJobEqualsTheUninterruptedOneAndBrokenCheckpointsAreR
   refused(dir.file("nothing-here"), {}, "no such directory");
 }
 
+// In the sync modes every rank stops at one step and the lowest copies the
+// group's model (model.ckpt: dense state, allreduce's table replica, the
+// place in the data); a job killed after its first checkpoint and resumed
+// ends with the very bits of the uninterrupted run (predictions and dense
+// hash), every sample applied once. A corrupt model file is refused.
+TEST_F(ClusterTest, InSyncModesAResumedJobEqualsTheUninterruptedOne) {
+  for (const std::string mode : {"allreduce", "hybrid"}) {
+    SCOPED_TRACE(mode);
+    TempDir dir;
+    const auto job = plus(slowJob(dir, "x", "bsp"),
+                          {"--set", "cluster.workers=2", "--set",
+                           std::string("cluster.servers=") + (mode == "hybrid" ? "2" : "0"), "--set",
+                           "train.mode=" + mode, "--set", "checkpoint.every_steps=40"});
+    auto full = troupe(plus({"train"}, plus(job, {"--set", "run.name=full", "--predictions", dir.file("full.tsv"),
+                                                  "--summary-json", dir.file("full.json")})));
+    ASSERT_EQ(full.exitCode, 0) << full.err;
+    {
+      Child crash(plus({TROUPE_BINARY, "train"}, plus(job, {"--set", "run.name=crash"})), dir.file("crash.log"));
+      ASSERT_TRUE(waitForText(dir.file("crash.log"), "checkpoint 1 written", 120s)) << readFile(dir.file("crash.log"));
+      crash.kill(SIGKILL);
+      crash.wait(10s);
+    }
+    const std::string run = dir.file("runs/crash");
+    for (const std::string who : {"worker-0", "worker-1"}) {
+      const int pid = pidIn(readFile(run + "/" + who + ".log"), "worker " + who.substr(7));
+      ASSERT_GT(pid, 0) << who;
+      for (int i = 0; i < 200 && ::kill(pid, 0) == 0; ++i) std::this_thread::sleep_for(50ms);
+      EXPECT_NE(::kill(pid, 0), 0) << who << " outlived its coordinator";
+    }
+    const std::string ckpt = run + "/checkpoints/ckpt-000001";
+    ASSERT_TRUE(testing::shell("cp -r " + ckpt + " " + dir.file("flip")));
+    auto inspect = troupe({"inspect", run});
+    EXPECT_EQ(inspect.exitCode, 0) << inspect.err;
+    EXPECT_NE(inspect.out.find("model      model.ckpt"), std::string::npos) << inspect.out;
+    EXPECT_NE(inspect.out.find(mode == "allreduce" ? "a replica of the tables" : "no tables"), std::string::npos)
+        << inspect.out;
+
+    auto resumed = troupe({"train", "--resume", run, "--predictions", dir.file("resumed.tsv"), "--summary-json",
+                           dir.file("resumed.json")});
+    ASSERT_EQ(resumed.exitCode, 0) << resumed.err;
+    EXPECT_EQ(readFile(dir.file("resumed.tsv")), readFile(dir.file("full.tsv")))
+        << "the resumed job predicts exactly what the uninterrupted one does";
+    const std::string json = readFile(dir.file("resumed.json"));
+    const auto hashes = denseHashes(json);
+    ASSERT_EQ(hashes.size(), 2u) << json;
+    EXPECT_EQ(hashes, denseHashes(readFile(dir.file("full.json")))) << json;
+    // 40000 rows in batches of 128: 312 whole rounds of 2 batches, 39936 rows.
+    if (mode == "allreduce") {
+      EXPECT_NE(json.find("\"expected_samples\": 39936, \"samples_applied\": 39936, \"workers_agree\": true, "
+                          "\"exact\": true"),
+                std::string::npos)
+          << json;
+    } else {
+      EXPECT_NE(json.find("\"samples_applied_per_shard\": [39936, 39936]"), std::string::npos) << json;
+      EXPECT_NE(json.find("\"duplicates_suppressed\": 0"), std::string::npos) << json;
+    }
+    EXPECT_GE(field(json, "resumed_from_step"), 40) << json;
+    const auto resumedAt = fields(json, "resumed_at");
+    ASSERT_EQ(resumedAt.size(), 2u) << json;
+    for (double r : resumedAt) EXPECT_EQ(r, field(json, "resumed_from_step")) << json;
+
+    ASSERT_TRUE(testing::shell("printf 'Z' | dd of=" + dir.file("flip") +
+                               "/model.ckpt bs=1 seek=300 conv=notrunc 2>/dev/null"));
+    auto r = troupe({"train", "--resume", dir.file("flip")});
+    EXPECT_EQ(r.exitCode, 2) << r.err;
+    EXPECT_NE(r.err.find(dir.file("flip") + "/model.ckpt: checksum mismatch"), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
+  }
+}
+
 // SSP and ASP checkpoint too (each worker stops at its own next boundary),
 // and a job resumed from one ends with every sample applied once.
 TEST_F(ClusterTest, CheckpointsAreWrittenAndResumedInSspAndAsp) {
@@ -656,43 +726,51 @@ TEST_F(ClusterTest, CheckpointsAreWrittenAndResumedInSspAndAsp) {
   }
 }
 
-// A parameter server killed while a BSP job with checkpoints trains: the
-// other shard goes back to the latest checkpoint, both workers are
-// restarted from its cut, a new ps process starts from it, and the job
-// finishes with the very predictions of a run without the loss, every
-// sample applied once; the summary says which checkpoint and how many steps
-// were done again.
+// A parameter server killed while a BSP job (ps or hybrid mode) with
+// checkpoints trains: the other shard goes back to the latest checkpoint,
+// both workers are restarted from its cut (hybrid: with its model, in a
+// group formed anew), a new ps process starts from it, and the job finishes
+// with the very predictions of a run without the loss, every sample applied
+// once; the summary says which checkpoint and how many steps were done again.
 TEST_F(ClusterTest, AKilledShardRollsTheJobBackToItsLatestCheckpoint) {
-  TempDir dir;
-  const auto job = plus(slowJob(dir, "x", "bsp"),
-                        {"--set", "cluster.workers=2", "--set", "cluster.servers=2", "--set", "checkpoint.every_steps=40"});
-  auto free = troupe(plus({"train"}, plus(job, {"--set", "run.name=free", "--predictions", dir.file("free.tsv")})));
-  ASSERT_EQ(free.exitCode, 0) << free.err;
-  Child train(plus({TROUPE_BINARY, "train"}, plus(job, {"--set", "run.name=kps", "--predictions", dir.file("kps.tsv"),
-                                                        "--summary-json", dir.file("kps.json")})),
-              dir.file("kps.log"));
-  ASSERT_TRUE(waitForText(dir.file("kps.log"), "checkpoint 1 written", 120s)) << readFile(dir.file("kps.log"));
-  std::this_thread::sleep_for(300ms);  // some steps past the cut
-  const int pid = pidIn(readFile(dir.file("runs/kps/ps-1.log")), "ps 1");
-  ASSERT_GT(pid, 0);
-  ::kill(pid, SIGKILL);
-  auto r = train.wait(180s);
-  const std::string log = readFile(dir.file("kps.log"));
-  ASSERT_EQ(r.exitCode, 0) << log;
-  EXPECT_NE(log.find("ps 1 was lost: the job rolls back to checkpoint "), std::string::npos) << log;
-  EXPECT_EQ(readFile(dir.file("kps.tsv")), readFile(dir.file("free.tsv")))
-      << "after the rollback the BSP job predicts exactly what the one without the loss does";
-  const std::string json = readFile(dir.file("kps.json"));
-  EXPECT_NE(json.find("\"samples_applied_per_shard\": [40000, 40000]"), std::string::npos) << json;
-  const std::string rollbacks = textOf(json, "rollbacks");
-  EXPECT_GE(fields(rollbacks, "checkpoint").size(), 1u) << rollbacks;
-  EXPECT_GE(fields(rollbacks, "checkpoint")[0], 1) << rollbacks;
-  const auto redone = fields(rollbacks, "steps_redone");
-  ASSERT_EQ(redone.size(), 1u) << rollbacks;
-  EXPECT_GT(redone[0], 0) << rollbacks;
-  const std::string recovery = textOf(json, "recovery");
-  EXPECT_NE(recovery.find("\"what\": \"ps 1 (127.0.0.1:"), std::string::npos) << recovery;
-  EXPECT_EQ(fields(recovery, "recovered_at_s").size(), 3u) << "the shard and both workers: " << recovery;
+  for (const std::string mode : {"ps", "hybrid"}) {
+    SCOPED_TRACE(mode);
+    TempDir dir;
+    const auto job = plus(slowJob(dir, "x", "bsp"), {"--set", "cluster.workers=2", "--set", "cluster.servers=2", "--set",
+                                                     "checkpoint.every_steps=40", "--set", "train.mode=" + mode});
+    auto free = troupe(plus({"train"}, plus(job, {"--set", "run.name=free", "--predictions", dir.file("free.tsv")})));
+    ASSERT_EQ(free.exitCode, 0) << free.err;
+    Child train(plus({TROUPE_BINARY, "train"}, plus(job, {"--set", "run.name=kps", "--predictions",
+                                                          dir.file("kps.tsv"), "--summary-json", dir.file("kps.json")})),
+                dir.file("kps.log"));
+    ASSERT_TRUE(waitForText(dir.file("kps.log"), "checkpoint 1 written", 120s)) << readFile(dir.file("kps.log"));
+    std::this_thread::sleep_for(300ms);  // some steps past the cut
+    const int pid = pidIn(readFile(dir.file("runs/kps/ps-1.log")), "ps 1");
+    ASSERT_GT(pid, 0);
+    ::kill(pid, SIGKILL);
+    auto r = train.wait(180s);
+    const std::string log = readFile(dir.file("kps.log"));
+    ASSERT_EQ(r.exitCode, 0) << log;
+    EXPECT_NE(log.find("ps 1 was lost: the job rolls back to checkpoint "), std::string::npos) << log;
+    EXPECT_EQ(readFile(dir.file("kps.tsv")), readFile(dir.file("free.tsv")))
+        << "after the rollback the job predicts exactly what the one without the loss does";
+    const std::string json = readFile(dir.file("kps.json"));
+    // ps: every row of the epoch; hybrid: 312 whole rounds of 2 batches of 128.
+    EXPECT_NE(json.find(mode == "ps" ? "\"samples_applied_per_shard\": [40000, 40000]"
+                                     : "\"samples_applied_per_shard\": [39936, 39936]"),
+              std::string::npos)
+        << json;
+    EXPECT_NE(json.find("\"duplicates_suppressed\": 0"), std::string::npos) << json;
+    const std::string rollbacks = textOf(json, "rollbacks");
+    EXPECT_GE(fields(rollbacks, "checkpoint").size(), 1u) << rollbacks;
+    EXPECT_GE(fields(rollbacks, "checkpoint")[0], 1) << rollbacks;
+    const auto redone = fields(rollbacks, "steps_redone");
+    ASSERT_EQ(redone.size(), 1u) << rollbacks;
+    EXPECT_GT(redone[0], 0) << rollbacks;
+    const std::string recovery = textOf(json, "recovery");
+    EXPECT_NE(recovery.find("\"what\": \"ps 1 (127.0.0.1:"), std::string::npos) << recovery;
+    EXPECT_EQ(fields(recovery, "recovered_at_s").size(), 3u) << "the shard and both workers: " << recovery;
+  }
 }
 
 // The restart budget: with supervision.max_restarts = 0 a lost worker is
