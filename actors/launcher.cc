@@ -1,5 +1,7 @@
 #include "actors/launcher.h"
 
+#include <cstring>
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -119,6 +121,7 @@ void LocalJob::kill(const std::string& role, int64_t rank) {
   if (it != processes_.end() && it->second.child && !it->second.child->poll()) {
     logger("job")->info("killing {} {} (pid {})", role, rank, it->second.child->pid());
     it->second.child->kill();
+    it->second.toldStatus = it->second.incarnation;
   }
 }
 
@@ -133,6 +136,16 @@ std::string LocalJob::failure(bool jobStarted) {
     if (!jobStarted) {
       return *status > 0 ? fmt::format("{} exited with status {} before the job started; see {}", name, *status, log)
                          : fmt::format("{} was killed by signal {} before the job started; see {}", name, -*status, log);
+    }
+    // The coordinator handles the loss; the log says how the process ended
+    // (a crash by signal is told apart from an exit of its own).
+    if (p.toldStatus != p.incarnation) {
+      p.toldStatus = p.incarnation;
+      if (*status > 0) {
+        logger("job")->warn("{} exited with status {}; see {}", name, *status, log);
+      } else {
+        logger("job")->warn("{} was killed by signal {} ({}); see {}", name, -*status, strsignal(-*status), log);
+      }
     }
   }
   return "";

@@ -87,6 +87,7 @@ class LocalJob final {
   struct Process {
     std::unique_ptr<ChildProcess> child;
     int64_t incarnation = 0;
+    int64_t toldStatus = -1;  // the incarnation whose end the log told (or that was killed on purpose)
   };
   LocalJobOptions options_;
   std::string coordinator_;

@@ -1,5 +1,7 @@
 #include "workers/batch_source.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -147,27 +149,47 @@ class EveryNth final : public BatchSource {
       : inner_(std::move(inner)), part_(part), parts_(parts) {}
   Status startEpoch(int64_t epoch) override {
     index_ = 0;
+    epoch_ = epoch;
     return inner_->startEpoch(epoch);
   }
   Expected<BatchPtr> next() override {
+    // In the epoch of the division, batches before its first are others'.
+    const int64_t from = epoch_ == fromEpoch_ ? fromBatch_ : 0;
     for (;;) {
       auto b = inner_->next();
       if (!b.hasValue() || !*b) return b;
-      if (index_++ % parts_ == part_) return b;
+      const int64_t i = index_++;
+      if (i >= from && (i - from) % parts_ == part_) return b;
     }
   }
   int64_t rowsPerEpoch() const override {
     return inner_->rowsPerEpoch() / parts_;  // about: the last batches may fall to fewer parts
   }
   int64_t badLines() const override { return inner_->badLines(); }
+  Status reshare(int64_t epoch, int64_t fromBatch, int64_t part, int64_t parts) override {
+    if (epoch < 0 || fromBatch < 0 || parts < 1 || part < 0 || part >= parts) {
+      return Status::invalidArgument(fmt::format("a share of the data: part {} of {} from batch {} of epoch {}", part,
+                                                 parts, fromBatch, epoch));
+    }
+    fromEpoch_ = epoch;
+    fromBatch_ = fromBatch;
+    part_ = part;
+    parts_ = parts;
+    return Status::ok();
+  }
 
  private:
   std::shared_ptr<BatchSource> inner_;
   int64_t part_, parts_;
-  int64_t index_ = 0;
+  int64_t fromEpoch_ = 0, fromBatch_ = 0;
+  int64_t index_ = 0, epoch_ = 0;
 };
 
 }  // namespace
+
+Status BatchSource::reshare(int64_t, int64_t, int64_t, int64_t) {
+  return Status::invalidArgument("this data source is not a share of the data (everyNthBatch)");
+}
 
 std::unique_ptr<BatchSource> everyNthBatch(std::shared_ptr<BatchSource> inner, int64_t part, int64_t parts) {
   return std::make_unique<EveryNth>(std::move(inner), part, std::max<int64_t>(parts, 1));

@@ -28,6 +28,12 @@ class BatchSource {
   virtual int64_t rowsPerEpoch() const = 0;
   // Lines skipped as malformed so far (skip-bad-lines mode).
   virtual int64_t badLines() const { return 0; }
+  // A share of the data (everyNthBatch): from batch `fromBatch` of epoch
+  // `epoch` on, batch i is this share's when (i - fromBatch) = part (mod
+  // parts); in later epochs when i = part (mod parts). A sync group that
+  // formed again divides what is left among its ranks this way. Other
+  // sources refuse.
+  virtual Status reshare(int64_t epoch, int64_t fromBatch, int64_t part, int64_t parts);
 
  protected:
   BatchSource() = default;
@@ -53,7 +59,8 @@ struct MnistSourceOptions {
 
 // Batch i of `inner` for every i = part (mod parts): one worker's share of a
 // data set read by `parts` workers, so together they see each batch once,
-// in the global order batch 0, 1, 2, ...
+// in the global order batch 0, 1, 2, ... (BatchSource::reshare moves it on
+// to another division from a given batch.)
 std::unique_ptr<BatchSource> everyNthBatch(std::shared_ptr<BatchSource> inner, int64_t part, int64_t parts);
 
 Expected<std::unique_ptr<BatchSource>> openCriteoSource(const CriteoSourceOptions& options);

@@ -127,6 +127,7 @@ Status writeManifest(const std::string& dir, const CheckpointManifest& m) {
                    quoted(s.denseOptimizer));
   t += fmt::format("worker_steps = [{}]\nsamples_applied = [{}]\n", fmt::join(m.workerSteps, ", "),
                    fmt::join(m.samplesApplied, ", "));
+  t += fmt::format("cut_epoch = {}\ncut_batch = {}\n", m.cutEpoch, m.cutBatch);
   auto file = [&](const char* table, const CheckpointFile& f, int64_t rank) {
     t += fmt::format("\n[[{}]]\n", table);
     if (rank >= 0) t += fmt::format("rank = {}\n", rank);
@@ -212,6 +213,11 @@ Expected<CheckpointManifest> readManifest(const std::string& dir) {
     m.shape.denseOptimizer = str("dense_optimizer");
     m.workerSteps = list("worker_steps");
     m.samplesApplied = list("samples_applied");
+    m.cutEpoch = tbl["cut_epoch"].value<int64_t>().value_or(0);
+    m.cutBatch = tbl["cut_batch"].value<int64_t>().value_or(0);
+    if (m.cutEpoch < 0 || m.cutBatch < 0) {
+      TROUPE_SETUP_ERROR("{}: the cut is at batch {} of epoch {}", path, m.cutBatch, m.cutEpoch);
+    }
     const toml::array* configs = tbl["config"].as_array();
     if (!configs || configs->size() != 1 || !configs->front().as_table()) {
       TROUPE_SETUP_ERROR("{}: no [[config]] entry", path);

@@ -57,6 +57,9 @@ struct CheckpointManifest {
   std::string created;               // UTC, ISO 8601
   JobShape shape;
   std::vector<int64_t> workerSteps;  // the cut: where each worker resumes
+  // Sync modes: the cut's epoch and the batches of it the steps took (the
+  // resumed job's ranks divide the rest).
+  int64_t cutEpoch = 0, cutBatch = 0;
   std::vector<int64_t> samplesApplied;  // the ledger of each shard at the cut
   CheckpointFile config;             // config.toml
   std::vector<CheckpointFile> shards;   // by shard

@@ -111,7 +111,7 @@ struct ModelSnapshot {
 
 struct ModelCut {
   int64_t rank = 0, id = 0;
-  int64_t step = 0, epoch = 0, epochSteps = 0, samplesApplied = 0;
+  int64_t step = 0, epoch = 0, epochBatch = 0, samplesApplied = 0;
 };
 
 struct ModelWritten {
@@ -127,7 +127,7 @@ typename Inspector::result_type inspect(Inspector& f, ModelSnapshot& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ModelCut& x) {
-  return f(caf::meta::type_name("ModelCut"), x.rank, x.id, x.step, x.epoch, x.epochSteps, x.samplesApplied);
+  return f(caf::meta::type_name("ModelCut"), x.rank, x.id, x.step, x.epoch, x.epochBatch, x.samplesApplied);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ModelWritten& x) {
@@ -172,11 +172,13 @@ typename Inspector::result_type inspect(Inspector& f, RegroupNow& x) {
 struct RegroupDone {
   int64_t rank = 0, epoch = 0;
   int64_t step = 0;  // the step the group goes on from
+  // How the group divides the data from there (workers/regroup.h DataDivision).
+  int64_t dataEpoch = 0, fromBatch = 0, parts = 1;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RegroupDone& x) {
-  return f(caf::meta::type_name("RegroupDone"), x.rank, x.epoch, x.step);
+  return f(caf::meta::type_name("RegroupDone"), x.rank, x.epoch, x.step, x.dataEpoch, x.fromBatch, x.parts);
 }
 
 template <class Inspector>

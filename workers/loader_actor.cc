@@ -47,6 +47,14 @@ caf::behavior loader(caf::stateful_actor<LoaderState>* self, std::shared_ptr<Bat
         st.readOne();
         return st.source->rowsPerEpoch();
       },
+      [=](share_atom, int64_t epoch, int64_t fromBatch, int64_t part, int64_t parts) -> caf::result<int64_t> {
+        auto& st = self->state;
+        Status s = st.source->reshare(epoch, fromBatch, part, parts);
+        if (!s.isOk()) return caf::make_error(caf::sec::runtime_error, s.toString());
+        st.ready.clear();  // read under the old division; the next epoch_atom starts over
+        st.ended = true;
+        return int64_t{0};
+      },
       [=](next_atom) {
         auto& st = self->state;
         auto rp = self->make_response_promise<BatchPtr>();

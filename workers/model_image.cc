@@ -17,7 +17,7 @@ Status writeModelImage(const ModelImage& img, const std::string& path, uint64_t*
   auto w = ChecksumWriter::create(path, kModelImageMagic);
   if (!w.hasValue()) return w.status();
   w->put(kVersion);
-  for (int64_t x : {img.workers, img.step, img.epoch, img.epochSteps, img.samplesApplied, img.denseParameters}) {
+  for (int64_t x : {img.workers, img.step, img.epoch, img.epochBatch, img.samplesApplied, img.denseParameters}) {
     w->put(x);
   }
   w->putVector(img.dense);
@@ -32,16 +32,16 @@ Expected<ModelImage> readModelImage(const std::string& path) {
   if (!version.hasValue()) return version.status();
   if (*version != kVersion) return r->corrupt("version", fmt::format("is {}, this troupe reads {}", *version, kVersion));
   ModelImage img;
-  for (int64_t* x : {&img.workers, &img.step, &img.epoch, &img.epochSteps, &img.samplesApplied, &img.denseParameters}) {
+  for (int64_t* x : {&img.workers, &img.step, &img.epoch, &img.epochBatch, &img.samplesApplied, &img.denseParameters}) {
     auto v = r->get<int64_t>("header");
     if (!v.hasValue()) return v.status();
     *x = *v;
   }
-  if (img.workers < 1 || img.workers > kMaxWorkers || img.step < 0 || img.epoch < 0 || img.epochSteps < 0 ||
-      img.epochSteps > img.step || img.samplesApplied < 0 || img.denseParameters < 0) {
-    return r->corrupt("header", fmt::format("says {} workers at step {} (epoch {}, {} steps into it), {} samples, {} "
+  if (img.workers < 1 || img.workers > kMaxWorkers || img.step < 0 || img.epoch < 0 || img.epochBatch < 0 ||
+      img.samplesApplied < 0 || img.denseParameters < 0) {
+    return r->corrupt("header", fmt::format("says {} workers at step {} (epoch {}, from its batch {}), {} samples, {} "
                                             "dense weights",
-                                            img.workers, img.step, img.epoch, img.epochSteps, img.samplesApplied,
+                                            img.workers, img.step, img.epoch, img.epochBatch, img.samplesApplied,
                                             img.denseParameters));
   }
   if (Status s = r->getVector(&img.dense, r->left() / 4, "dense state"); !s.isOk()) return s;

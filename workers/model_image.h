@@ -3,7 +3,7 @@
 // dense weights with their optimizer state (and, in allreduce mode, the same
 // replica of the tables), so the lowest live rank writes one file for all:
 // the step the group stopped at, the place in the data every rank goes on
-// from (the epoch and the steps taken in it), the ledger, the dense state
+// from (the epoch and the batches of it taken), the ledger, the dense state
 // and the tables. Written with common/checksum_file.h (temporary name, XXH3,
 // fsync, rename); read whole and refused, naming the file and what is wrong,
 // when it is truncated, corrupt or not of this model.
@@ -25,7 +25,7 @@ struct ModelImage {
   int64_t workers = 1;
   int64_t step = 0;            // steps every rank has taken
   int64_t epoch = 0;           // the epoch under way
-  int64_t epochSteps = 0;      // steps taken in it (batches every rank passes over on resume)
+  int64_t epochBatch = 0;      // batches of it the steps took (the ranks divide the rest on resume)
   int64_t samplesApplied = 0;  // every rank's samples in the steps taken (the ledger)
   int64_t denseParameters = 0;
   std::vector<float> dense;    // [weights | optimizer state]

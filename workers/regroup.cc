@@ -46,7 +46,40 @@ Expected<RegroupPlan> planRegroup(const std::vector<Standing>& all, bool backToL
   p.epoch = from.epoch;
   p.epochSteps = from.epochSteps - (back ? 1 : 0);
   p.samples = back ? from.previousSamples : from.samples;
+  const int64_t start = from.epoch == from.divisionEpoch ? from.divisionFrom : 0;
+  p.epochBatch = start + p.epochSteps * std::max<int64_t>(1, from.divisionParts);
   return p;
+}
+
+int64_t syncSamples(int64_t rows, int64_t batch, int64_t epochs, const std::vector<DataDivision>& divisions) {
+  if (rows <= 0 || batch <= 0 || epochs <= 0 || divisions.empty()) return 0;
+  const int64_t batches = (rows + batch - 1) / batch;
+  // Rows of batches [from, from + n).
+  auto rowsOf = [&](int64_t from, int64_t n) {
+    if (n <= 0) return int64_t{0};
+    return from + n >= batches ? rows - from * batch : n * batch;
+  };
+  int64_t total = 0;
+  for (int64_t e = 0; e < epochs; ++e) {
+    // The divisions in force in epoch e: the last one of an earlier epoch
+    // (from its first batch on), then each one made in e.
+    std::vector<std::pair<int64_t, int64_t>> segments;  // (first batch, parts)
+    for (const auto& d : divisions) {
+      if (d.epoch < e) {
+        segments.assign(1, {0, std::max<int64_t>(1, d.parts)});
+      } else if (d.epoch == e) {
+        if (!segments.empty() && d.fromBatch <= segments.back().first) segments.pop_back();
+        segments.push_back({d.fromBatch, std::max<int64_t>(1, d.parts)});
+      }
+    }
+    for (size_t i = 0; i < segments.size(); ++i) {
+      const auto [from, parts] = segments[i];
+      const int64_t end = std::min(batches, i + 1 < segments.size() ? segments[i + 1].first : batches);
+      if (end <= from) continue;
+      total += rowsOf(from, (end - from) / parts * parts);
+    }
+  }
+  return total;
 }
 
 }  // namespace troupe::workers

@@ -25,6 +25,7 @@ using namespace std::chrono_literals;
 using transport::DType;
 using transport::Tensor;
 using recheck_atom = caf::atom_constant<caf::atom("recheck")>;
+using regroup_check_atom = caf::atom_constant<caf::atom("regroupchk")>;
 using stall_atom = caf::atom_constant<caf::atom("stall")>;
 using pause_timeout_atom = caf::atom_constant<caf::atom("pausetime")>;
 using write_timeout_atom = caf::atom_constant<caf::atom("writetime")>;
@@ -54,7 +55,18 @@ WorkerLoss workerLossPolicy(const Config& config) {
   const std::string p = config.getString("supervision.on_worker_loss");
   if (p == "restart") return WorkerLoss::kRestart;
   if (p == "fail") return WorkerLoss::kFail;
-  TROUPE_SETUP_ERROR("config: supervision.on_worker_loss must be restart or fail, not '{}'", p);
+  if (p == "shrink") {
+    // A lost rank's pushes may be at some shards and not others (ps,
+    // hybrid); only a group of replicas can go on without it as it is.
+    if (trainMode(config) != TrainMode::kAllReduce || collectivesBackend(config) == "nccl") {
+      TROUPE_SETUP_ERROR("config: supervision.on_worker_loss = shrink is built for train.mode = allreduce with the "
+                         "ring backend; this job runs {}{} (use restart or fail)",
+                         trainModeName(trainMode(config)),
+                         collectivesBackend(config) == "nccl" ? " with collectives.backend = nccl" : "");
+    }
+    return WorkerLoss::kShrink;
+  }
+  TROUPE_SETUP_ERROR("config: supervision.on_worker_loss must be restart, shrink or fail, not '{}'", p);
 }
 
 TrainingJob::TrainingJob(const Config& config, TrainingJobOptions options)
@@ -98,6 +110,11 @@ TrainingJob::TrainingJob(const Config& config, TrainingJobOptions options)
   outcome_.workers.resize(size_t(workers_));
   for (int64_t w = 0; w < workers_; ++w) outcome_.workers[size_t(w)].rank = w;
   if (mode_ != TrainMode::kPs) outcome_.collectivesBackend = "ring";
+  divisions_.push_back(DataDivision{0, 0, workers_});
+  if (options.resumedFrom && mode_ != TrainMode::kPs) {
+    // The resumed job's ranks divide what is left of the cut's epoch.
+    divisions_.push_back(DataDivision{options.resumedFrom->cutEpoch, options.resumedFrom->cutBatch, workers_});
+  }
 }
 
 // Samples every epoch applies once: all of them in ps mode; in a sync mode
@@ -106,10 +123,9 @@ TrainingJob::TrainingJob(const Config& config, TrainingJobOptions options)
 // the last whole round is not trained.
 int64_t TrainingJob::expectedSamples(int64_t rowsPerEpoch) const {
   if (mode_ == TrainMode::kPs) return rowsPerEpoch * epochs_;
-  const int64_t batch = std::max<int64_t>(1, config_.getInt("train.batch_size"));
-  const int64_t batches = (rowsPerEpoch + batch - 1) / batch;
-  const int64_t used = batches / workers_ * workers_;
-  return (used == batches ? rowsPerEpoch : used * batch) * epochs_;
+  // By the divisions of the data the job's groups trained by (a group
+  // that shrank divides what is left of the epoch among fewer ranks).
+  return syncSamples(rowsPerEpoch, std::max<int64_t>(1, config_.getInt("train.batch_size")), epochs_, divisions_);
 }
 
 void TrainingJob::onStart(actors::JobContext& job) {
@@ -228,10 +244,22 @@ actors::LossDecision TrainingJob::onLoss(actors::JobContext& job, const actors::
           what + "; no live worker holds the model any more (the others are replacements still waiting for it), "
                  "so the group cannot form again");
     }
-    outcome_.workers[size_t(m.rank)].restarts += 1;
-    log()->warn("{}: a new process takes its rank, and the group forms again", what);
+    const bool shrink = onWorkerLoss_ == WorkerLoss::kShrink;
+    if (shrink) {
+      log()->warn("{}: the others form the group without it and divide what is left of the data "
+                  "(supervision.on_worker_loss = shrink)",
+                  what);
+    } else {
+      outcome_.workers[size_t(m.rank)].restarts += 1;
+      log()->warn("{}: a new process takes its rank, and the group forms again", what);
+    }
     for (const auto& w : job.members("worker")) {
       if (w.rank != m.rank && w.live()) job.self()->send(job.actorOf(w, kTrainerName), RegroupNow{m.rank, regroupEpoch_ + 1});
+    }
+    if (shrink) {
+      // The others may all be ready already (their collectives failed first).
+      job.self()->send(job.self(), regroup_check_atom::value);
+      return actors::LossDecision::goOn();
     }
     return actors::LossDecision::replace();
   }
@@ -252,9 +280,11 @@ void TrainingJob::tryRegroup(actors::JobContext& job) {
   if (regroupReady_.empty() || job.over()) return;
   std::vector<uint64_t> nodes;
   for (const auto& w : job.members("worker")) {
+    if (onWorkerLoss_ == WorkerLoss::kShrink && w.state == actors::MemberState::kLost) continue;  // not replaced
     if (w.state != actors::MemberState::kReady || !regroupReady_.count(w.rank)) return;
     nodes.push_back(w.node);
   }
+  if (nodes.empty()) return;
   // Groups formed again with no loss since the last: a rank slower than
   // the collectives' timeout makes the others give up again and again.
   if (++regroupsSinceLoss_ > 3) {
@@ -272,6 +302,7 @@ void TrainingJob::tryRegroup(actors::JobContext& job) {
   }
   regroupReady_.clear();
   regroupDone_.clear();
+  regroupSize_ = nodes.size();
   forming_ = true;
   ++outcome_.regroups;
 }
@@ -364,6 +395,7 @@ void TrainingJob::maybeCheckpoint(actors::JobContext& job) {
   const auto& members = job.members("worker");
   int64_t slowest = std::numeric_limits<int64_t>::max();
   for (const auto& w : members) {
+    if (onWorkerLoss_ == WorkerLoss::kShrink && w.state == actors::MemberState::kLost) continue;  // not replaced
     // Not while a rank is lost or its new process is not running yet.
     if (w.state != actors::MemberState::kReady && w.state != actors::MemberState::kFinished) return;
     if (w.live() && !reported_[size_t(w.rank)] && !gateWaiters_.count(w.rank)) {
@@ -510,7 +542,7 @@ void TrainingJob::takeCut(actors::JobContext& job) {
   // lowest live one copies it.
   std::set<int64_t> steps;
   for (const auto& [rank, step] : ckpt_.pausedAt) steps.insert(step);
-  if (steps.size() != 1 || ckpt_.pausedAt.size() != size_t(workers_)) {
+  if (steps.size() != 1) {
     return abandonCheckpoint(job, fmt::format("the workers paused at different steps ({})", fmt::join(steps, ", ")));
   }
   const int64_t step = *steps.begin();
@@ -532,6 +564,8 @@ void TrainingJob::takeCut(actors::JobContext& job) {
             if (!agreeOnCut(std::vector<int64_t>(size_t(workers_), cut.step), fmt::format("worker {}", cut.rank))) {
               return;
             }
+            ckpt_.manifest.cutEpoch = cut.epoch;
+            ckpt_.manifest.cutBatch = cut.epochBatch;
             cutTaken(job);
           },
           [this, &job, id, rank](caf::error& err) {
@@ -786,13 +820,15 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
       },
       [this, &job](const RegroupDone& d) {
         if (d.epoch != regroupEpoch_ || d.rank < 0 || d.rank >= workers_ || !regroupDone_.insert(d.rank).second) return;
+        if (regroupDone_.size() == 1) divisions_.push_back(DataDivision{d.dataEpoch, d.fromBatch, d.parts});
         holdsModel_.insert(d.rank);
         lastProgress_[size_t(d.rank)] = Clock::now();
-        if (int64_t(regroupDone_.size()) < workers_) return;
+        if (regroupDone_.size() < regroupSize_) return;
         forming_ = false;
         regroupedAt_.push_back(job.elapsed());
         log()->info("the group of epoch {} trains again from step {}", d.epoch, d.step);
       },
+      [this, &job](regroup_check_atom) { tryRegroup(job); },
       [this, &job](recheck_atom) {
         checkGate(job);
         checkDone(job);
@@ -936,8 +972,10 @@ JobOutcome TrainingJob::takeOutcome(const actors::JobResult& result) {
   o.events = result.events;
   if (mode_ != TrainMode::kPs) {
     // Recovered once the group that took the replacement in trains again.
+    // A group that shrank recovered once it trains again without the lost rank.
     for (auto& e : o.events) {
-      if (e.recoveredAtSeconds < 0) continue;
+      const bool shrank = onWorkerLoss_ == WorkerLoss::kShrink && e.action == "went on without it";
+      if (e.recoveredAtSeconds < 0 && !shrank) continue;
       auto at = std::lower_bound(regroupedAt_.begin(), regroupedAt_.end(), e.lostAtSeconds);
       if (at != regroupedAt_.end()) e.recoveredAtSeconds = std::max(e.recoveredAtSeconds, *at);
     }

@@ -24,8 +24,11 @@
 // backend) the survivors wait, ready (RegroupReady), and once the
 // replacement is too, the coordinator names the new group (Regroup); the
 // workers agree on the step and copy the model among themselves
-// (workers/worker_actor.h). With on_worker_loss = fail, with NCCL, or once
-// no live worker holds the model, the job ends naming the loss.
+// (workers/worker_actor.h). With on_worker_loss = shrink (allreduce mode)
+// the lost rank is not replaced: the survivors form the group without it
+// and divide what is left of the data among themselves. With on_worker_loss
+// = fail, with NCCL, or once no live worker holds the model, the job ends
+// naming the loss.
 #pragma once
 
 #include <atomic>
@@ -45,6 +48,7 @@
 #include "workers/checkpoint.h"
 #include "workers/job_messages.h"
 #include "workers/job_setup.h"
+#include "workers/regroup.h"
 
 namespace troupe::workers {
 
@@ -72,7 +76,7 @@ struct ShardSummary {
 };
 
 // supervision.on_worker_loss. Throws SetupError on another value.
-enum class WorkerLoss { kRestart, kFail };
+enum class WorkerLoss { kRestart, kShrink, kFail };
 WorkerLoss workerLossPolicy(const Config& config);
 
 // One checkpoint the job wrote.
@@ -243,10 +247,14 @@ class TrainingJob final : public actors::JobPolicy {
   std::map<int64_t, caf::actor> regroupReady_;
   int64_t regroupEpoch_ = 0;
   std::set<int64_t> regroupDone_;     // ranks in the group of regroupEpoch_ that copied the model
+  size_t regroupSize_ = 0;            // ranks in that group
   std::set<int64_t> holdsModel_;      // ranks whose live process holds the model (not a replacement still waiting)
   std::vector<double> regroupedAt_;   // when each group trained again (seconds since the start)
   bool forming_ = false;              // a Regroup went out; not every rank said RegroupDone yet
   int64_t regroupsSinceLoss_ = 0;
+  // Sync modes: how the group divided the data, in order (the job's, then
+  // each group formed again): the ledger's expected samples follow them.
+  std::vector<DataDivision> divisions_;
   // Hybrid, after a rollback: rank -> the incarnation that starts from the
   // checkpoint's model (later ones copy the model from their group).
   std::map<int64_t, int64_t> fromCheckpoint_;

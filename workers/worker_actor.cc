@@ -59,6 +59,7 @@ struct WorkerState {
   // asked for before is dropped when the answer comes.
   int64_t attempt = 0;
   int64_t groupEpoch = 0;  // of the group this worker formed last
+  DataDivision division;   // sync modes: how its group divides the data
   bool running = false;    // run_atom came
   // Sync modes: writes the model of a checkpoint beside training.
   std::unique_ptr<std::thread> writer;
@@ -437,8 +438,16 @@ Status formGroup(Self* self, const Regroup& r) {
   if (!replacement) {
     // Its place in the data: batches still to pass over after a group
     // formed (it may leave again before it got there) count as passed.
-    mine = Standing{core.steps(), st.epoch, st.epochSteps + st.toSkip, core.samplesApplied(),
-                    core.canRevert() ? 1 : 0, core.previousSamplesApplied(), -1};
+    mine = Standing{core.steps(),
+                    st.epoch,
+                    st.epochSteps + st.toSkip,
+                    core.samplesApplied(),
+                    core.canRevert() ? 1 : 0,
+                    core.previousSamplesApplied(),
+                    -1,
+                    st.division.epoch,
+                    st.division.fromBatch,
+                    st.division.parts};
   } else {
     mine.shardClock = st.options.regroup.shardClock;
   }
@@ -448,7 +457,8 @@ Status formGroup(Self* self, const Regroup& r) {
   // Where the group goes on from (every rank decides alike from the same facts).
   auto plan = planRegroup(all, core.options().keepPrevious);  // hybrid: back to the least
   if (!plan.hasValue()) return plan.status();
-  const int64_t at = plan->step, epoch = plan->epoch, epochSteps = plan->epochSteps, samples = plan->samples;
+  const int64_t at = plan->step, epoch = plan->epoch, samples = plan->samples;
+  const int64_t epochBatch = plan->epochBatch;
   const int source = plan->source;
   if (!replacement && core.steps() > at) {
     s = core.revertLastStep();
@@ -466,17 +476,28 @@ Status formGroup(Self* self, const Regroup& r) {
     s = copyTables(self, c, source, needsModel, at);
     if (!s.isOk()) return s;
   }
+  // What is left of the epoch is divided among the ranks of this group
+  // (as many as before, or fewer once the group shrank).
+  {
+    caf::scoped_actor ask{self->system()};
+    std::string error;
+    ask->request(st.trainLoader, st.options.requestTimeout, share_atom::value, epoch, epochBatch, int64_t(c.rank()),
+                 int64_t(c.size()))
+        .receive([](int64_t) {}, [&](caf::error& e) { error = caf::to_string(e); });
+    if (!error.empty()) return Status::internal(fmt::format("worker {}: its share of the data: {}", rank, error));
+  }
   if (needsModel) std::copy(state.begin(), state.end(), core.denseState());
   core.setPosition(at, samples);
-  logger("worker")->info("worker {}: the group formed again (epoch {}): it goes on from step {} (epoch {}, {} steps "
-                         "into it), the model {}",
-                         rank, r.epoch, at, epoch, epochSteps,
+  logger("worker")->info("worker {}: the group formed again (epoch {}, {} ranks, this one {}): it goes on from step {} "
+                         "(epoch {}, batch {}), the model {}",
+                         rank, r.epoch, c.size(), c.rank(), at, epoch, epochBatch,
                          needsModel ? fmt::format("copied from worker {}", source) : std::string("its own"));
   st.options.regroup.rejoin = false;
   st.regrouping = false;
   st.groupEpoch = r.epoch;
   st.epoch = epoch;
-  st.toSkip = epochSteps;
+  st.division = DataDivision{epoch, epochBatch, c.size()};
+  st.toSkip = 0;
   return Status::ok();
 }
 
@@ -491,6 +512,7 @@ caf::behavior worker(Self* self, WorkerOptions options, std::shared_ptr<WorkerCo
   st.tables = std::move(tables);
   st.toSkip = std::max<int64_t>(0, st.options.skipBatches);
   st.epoch = std::max<int64_t>(0, st.options.startEpoch);
+  st.division = st.options.division;
   return {
       [=](run_atom) -> caf::typed_response_promise<TrainReportPtr> {
         auto& st = self->state;
@@ -510,7 +532,9 @@ caf::behavior worker(Self* self, WorkerOptions options, std::shared_ptr<WorkerCo
         if (!st.regrouping || st.finished) return;  // not waiting for a group: changes nothing
         Status s = formGroup(self, r);
         if (s.isOk()) {
-          self->send(st.options.regroup.coordinator, RegroupDone{st.core->options().worker, r.epoch, st.core->steps()});
+          self->send(st.options.regroup.coordinator,
+                     RegroupDone{st.core->options().worker, r.epoch, st.core->steps(), st.division.epoch,
+                                 st.division.fromBatch, st.division.parts});
           return startEpoch(self);  // back to the place in the data, then the step again
         }
         if (s.code() != Status::Code::kUnavailable && s.code() != Status::Code::kTimeout) return fail(self, s);
@@ -576,7 +600,9 @@ caf::behavior worker(Self* self, WorkerOptions options, std::shared_ptr<WorkerCo
         img->workers = core.options().comm->size();
         img->step = core.steps();
         img->epoch = st.epoch;
-        img->epochSteps = st.epochSteps + st.toSkip;  // batches still to pass over count as passed
+        // Batches of the epoch the steps so far took (still to pass over count as passed).
+        img->epochBatch = (st.epoch == st.division.epoch ? st.division.fromBatch : 0) +
+                          (st.epochSteps + st.toSkip) * std::max<int64_t>(1, st.division.parts);
         img->samplesApplied = core.samplesApplied();
         img->denseParameters = core.denseParameters();
         img->dense.assign(core.denseState(), core.denseState() + core.denseStateFloats());
@@ -592,7 +618,7 @@ caf::behavior worker(Self* self, WorkerOptions options, std::shared_ptr<WorkerCo
           }
         }
         if (st.writer && st.writer->joinable()) st.writer->join();  // one checkpoint at a time
-        const ModelCut cut{core.options().worker, m.id, img->step, img->epoch, img->epochSteps, img->samplesApplied};
+        const ModelCut cut{core.options().worker, m.id, img->step, img->epoch, img->epochBatch, img->samplesApplied};
         auto requester = caf::actor_cast<caf::actor>(self->current_sender());
         st.writer = std::make_unique<std::thread>([img, path = m.path, cut, requester] {
           uint64_t checksum = 0, bytes = 0;

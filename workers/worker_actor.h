@@ -41,6 +41,7 @@
 #include <caf/fwd.hpp>
 
 #include "common/status.h"
+#include "workers/regroup.h"
 #include "workers/worker_core.h"
 
 namespace troupe::workers {
@@ -95,8 +96,11 @@ struct WorkerOptions {
   // its step count there (WorkerCore::resumeAt).
   int64_t skipBatches = 0;
   // The epoch it starts in (a sync-mode job resumed from a checkpoint: the
-  // epoch of the cut, skipBatches the steps taken in it).
+  // epoch of the cut; its loader's share starts where the cut is).
   int64_t startEpoch = 0;
+  // Sync modes: how the group divides the data (workers/regroup.h); the
+  // train loader's share is this rank's part of it.
+  DataDivision division;
   // A job with checkpoints: answers CheckpointPause (workers/job_messages.h)
   // at its next step boundary, once every push is acknowledged, with
   // CheckpointPaused{rank, id, steps} to the sender, and trains on at

@@ -232,7 +232,7 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
     } else {
       auto ring = collectives::RingCommunicator::create(ctx.remote, ro);
       const bool peerDown = !ring.hasValue() && ring.status().code() == Status::Code::kUnavailable;
-      if (peerDown && workerLossPolicy(config) == WorkerLoss::kRestart) {
+      if (peerDown && workerLossPolicy(config) != WorkerLoss::kFail) {
         // A rank went down while the group formed: this worker waits, with
         // its model at step 0, for the group to form again with the
         // lost rank's replacement.
@@ -293,8 +293,8 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
     if (!image.hasValue()) TROUPE_SETUP_ERROR("{}", image.status().message());
     resumedModel = std::make_shared<ModelImage>(std::move(*image));
     resumeAt = resumedModel->step;
-    logger("job")->info("worker {}: goes on from {} (step {}, epoch {}, {} steps into it)", rank, path, resumeAt,
-                        resumedModel->epoch, resumedModel->epochSteps);
+    logger("job")->info("worker {}: goes on from {} (step {}, epoch {}, from its batch {})", rank, path, resumeAt,
+                        resumedModel->epoch, resumedModel->epochBatch);
   }
   DataSources data = openData(config, threads);
   const int64_t datasetRows = data.train->rowsPerEpoch();
@@ -336,7 +336,15 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
     }
   }
   const int prefetch = int(positive(config, "data.prefetch"));
-  auto trainLoader = spawnLoader(ctx.system, everyNthBatch(data.train, rank, workers), prefetch);
+  std::shared_ptr<BatchSource> share = everyNthBatch(data.train, rank, workers);
+  DataDivision division{0, 0, workers};
+  if (resumedModel) {
+    // The ranks divide what is left of the cut's epoch.
+    division = DataDivision{resumedModel->epoch, resumedModel->epochBatch, workers};
+    Status s = share->reshare(division.epoch, division.fromBatch, rank, workers);
+    if (!s.isOk()) TROUPE_SETUP_ERROR("{}/{}: {}", resume, kModelImageFile, s.message());
+  }
+  auto trainLoader = spawnLoader(ctx.system, share, prefetch);
   auto testLoader = spawnLoader(ctx.system, data.test, prefetch);
   WorkerOptions wo;
   wo.core = model;
@@ -346,11 +354,8 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   wo.evaluateEachEpoch = false;
   wo.evalGate = ctx.coordinator;
   wo.skipBatches = mode == TrainMode::kPs ? resumeAt : 0;
-  if (resumedModel) {
-    // Back to the cut's place in the data: its epoch, past the batches taken in it.
-    wo.startEpoch = resumedModel->epoch;
-    wo.skipBatches = resumedModel->epochSteps;
-  }
+  wo.division = division;
+  if (resumedModel) wo.startEpoch = resumedModel->epoch;  // its share starts at the cut
   // The core holds the communicator; the options must not (a group formed
   // again replaces it, and the old one must go first).
   wo.core.comm.reset();
@@ -365,11 +370,16 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   wo.progressInterval = std::chrono::seconds(1);
   if (mode != TrainMode::kPs && backend == "ring") {
     wo.regroup.leave = [this] { comm_.reset(); };
-    wo.regroup.join = [this, &remote = ctx.remote, ro](uint64_t epoch, const std::vector<uint64_t>& nodes)
+    wo.regroup.join = [this, &remote = ctx.remote, ro, self = workerNodes[size_t(rank)]](
+                          uint64_t epoch, const std::vector<uint64_t>& nodes)
         -> Expected<std::shared_ptr<collectives::Communicator>> {
       collectives::RingOptions o = ro;
       o.epoch = epoch;
       o.nodes = nodes;
+      // Its rank in the group: where its node is (a group that shrank has fewer ranks than the job).
+      const auto at = std::find(nodes.begin(), nodes.end(), self);
+      if (at == nodes.end()) return Status::internal("the group formed again without this worker's node");
+      o.rank = int(at - nodes.begin());
       auto ring = collectives::RingCommunicator::create(remote, o);
       if (!ring.hasValue()) return ring.status();
       comm_ = std::shared_ptr<collectives::Communicator>(std::move(*ring));

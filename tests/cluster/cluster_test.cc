@@ -484,6 +484,61 @@ TEST_F(ClusterTest, InSyncModesAWorkerKilledOrStoppedIsReplacedAndTheGroupRedoes
   }
 }
 
+// supervision.on_worker_loss = shrink (allreduce): a worker killed or
+// stopped at step 40 is not replaced; the other forms the group alone and
+// trains what is left of the epoch, so every batch is applied once (40000
+// rows: a group of one leaves no batch over), and the AUC is within 0.005
+// of the fault-free run's (the steps after the loss average fewer
+// gradients, so the bits differ). Asked of a ps or hybrid job, it is refused
+// before any process starts.
+TEST_F(ClusterTest, WithShrinkTheGroupGoesOnWithoutTheLostWorkerAndDividesWhatIsLeft) {
+  TempDir dir;
+  std::map<std::string, std::string> freeJson;
+  const auto job = plus(slowJob(dir, "x", "bsp"), {"--set", "cluster.workers=2", "--set", "cluster.servers=0", "--set",
+                                                   "train.mode=allreduce"});
+  const std::string free = faultFreeRun(dir, job, "allreduce", freeJson);
+  ASSERT_FALSE(free.empty());
+  for (int signal : {SIGKILL, SIGSTOP}) {
+    const std::string tag = signal == SIGKILL ? "shrink-kill" : "shrink-stop";
+    SCOPED_TRACE(tag);
+    const auto [pid, r] = signalWorkerAtStep40(
+        dir, tag, plus(job, {"--set", "run.name=" + tag, "--set", "supervision.on_worker_loss=shrink"}), 1, signal);
+    ASSERT_GT(pid, 0);
+    const std::string log = readFile(dir.file(tag + ".log"));
+    ASSERT_EQ(r.exitCode, 0) << log;
+    const std::string json = readFile(dir.file(tag + ".json"));
+    EXPECT_NE(json.find("\"expected_samples\": 40000, \"samples_applied\": 40000, \"workers_agree\": true, "
+                        "\"exact\": true"),
+              std::string::npos)
+        << json;
+    EXPECT_NEAR(field(json, "test_auc"), field(free, "test_auc"), 0.005) << json;
+    const std::string recovery = textOf(json, "recovery");
+    EXPECT_EQ(fields(recovery, "lost_at_s").size(), 1u) << recovery;
+    EXPECT_NE(recovery.find("\"what\": \"worker 1 (127.0.0.1:"), std::string::npos) << recovery;
+    EXPECT_NE(recovery.find("\"action\": \"went on without it\""), std::string::npos) << recovery;
+    EXPECT_EQ(fields(recovery, "recovered_at_s").size(), 1u) << "recovered once the group of one trains: " << recovery;
+    EXPECT_EQ(field(json, "regroups"), 1) << json;
+    const auto restarts = fields(json, "restarts");
+    ASSERT_EQ(restarts.size(), 2u) << json;
+    EXPECT_EQ(restarts[0] + restarts[1], 0) << "nothing is restarted: " << json;
+    EXPECT_NE(log.find("the others form the group without it and divide what is left of the data"), std::string::npos)
+        << log;
+    const std::string survivor = readFile(dir.file("runs/" + tag + "/worker-0.log"));
+    EXPECT_NE(survivor.find("the group formed again (epoch 1, 1 ranks, this one 0)"), std::string::npos) << survivor;
+    EXPECT_NE(::kill(pid, 0), 0) << "the lost process " << pid << " still exists";
+  }
+  for (const std::string mode : {"ps", "hybrid"}) {
+    auto r = troupe(plus({"train"}, plus(smallJob(dir, "refused"), {"--set", "train.mode=" + mode, "--set",
+                                                                    "cluster.workers=2", "--set", "cluster.servers=1",
+                                                                    "--set", "supervision.on_worker_loss=shrink"})));
+    EXPECT_EQ(r.exitCode, 2) << r.err;
+    EXPECT_NE(r.err.find("supervision.on_worker_loss = shrink is built for train.mode = allreduce with the ring "
+                         "backend; this job runs " + mode),
+              std::string::npos)
+        << r.err;
+  }
+}
+
 // Alive but stuck: the first process of worker 1 sleeps a minute in its
 // first step (its transport and agent still answer heartbeats). The
 // coordinator finds it silent past supervision.stall_timeout_s and, as the

@@ -1,9 +1,12 @@
 #include "tests/common/temp_dir.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include <gtest/gtest.h>
 
 #include "common/check.h"
 
@@ -17,7 +20,25 @@ TempDir::TempDir() {
 }
 
 TempDir::~TempDir() {
+  namespace fs = std::filesystem;
   std::error_code ec;
+  // A failed test keeps its logs and summaries (not its data) for a look
+  // afterwards: a failure seen once under load is not lost with the directory.
+  const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
+  if (test && test->result() && test->result()->Failed()) {
+    const std::string kept = path_ + "-kept";
+    size_t files = 0;
+    for (auto it = fs::recursive_directory_iterator(path_, ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec)) {
+      const auto ext = it->path().extension();
+      if (!it->is_regular_file(ec) || (ext != ".log" && ext != ".json" && ext != ".toml")) continue;
+      const fs::path to = fs::path(kept) / fs::relative(it->path(), path_, ec);
+      fs::create_directories(to.parent_path(), ec);
+      fs::copy_file(it->path(), to, fs::copy_options::overwrite_existing, ec);
+      ++files;
+    }
+    if (files > 0) std::fprintf(stderr, "kept %zu logs and summaries of the failed test in %s\n", files, kept.c_str());
+  }
   std::filesystem::remove_all(path_, ec);
 }
 

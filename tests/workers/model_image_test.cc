@@ -24,7 +24,7 @@ ModelImage sample() {
   m.workers = 3;
   m.step = 250;
   m.epoch = 1;
-  m.epochSteps = 17;
+  m.epochBatch = 17;
   m.samplesApplied = 96000;
   m.denseParameters = 4;
   m.dense = {0.5f, -1.25f, 3.0f, 7.5f, 0.01f, 0.02f, 0.03f, 0.04f};  // 4 weights, then their optimizer state
@@ -55,7 +55,7 @@ TEST(ModelImageTest, WhatIsWrittenComesBackWhole) {
   EXPECT_EQ(r->workers, 3);
   EXPECT_EQ(r->step, 250);
   EXPECT_EQ(r->epoch, 1);
-  EXPECT_EQ(r->epochSteps, 17);
+  EXPECT_EQ(r->epochBatch, 17);
   EXPECT_EQ(r->samplesApplied, 96000);
   EXPECT_EQ(r->denseParameters, 4);
   EXPECT_EQ(r->dense, m.dense);
@@ -89,12 +89,11 @@ TEST(ModelImageTest, BrokenForeignOrMismatchedFilesAreRefusedNamingFileAndProble
   magic[4] = 'X';
   refused(write("magic", magic), "not a TRPMODL1 file");
   refused(dir.file("missing"), "cannot open");
-  // A well-formed file whose header makes no sense: more steps in the
-  // epoch than in all.
+  // A well-formed file whose header makes no sense: a negative place in the epoch.
   ModelImage odd = sample();
-  odd.epochSteps = 300;
+  odd.epochBatch = -5;
   ASSERT_TRUE(writeModelImage(odd, dir.file("odd.ckpt")).isOk());
-  refused(dir.file("odd.ckpt"), "300 steps into it");
+  refused(dir.file("odd.ckpt"), "(epoch 1, from its batch -5)");
   // Whole, but of another job.
   auto img = readModelImage(dir.file("model.ckpt"));
   ASSERT_TRUE(img.hasValue());

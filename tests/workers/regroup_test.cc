@@ -74,5 +74,57 @@ TEST(PlanRegroup, RefusesWhatCannotBeDoneSayingWhy) {
   EXPECT_FALSE(planRegroup({survivor(21, 0, 0, true), replacement(20)}, true).hasValue());
 }
 
+// Where in its epoch the group goes on: the batches the steps took under
+// the division the group trained by (from its first batch, in its epoch).
+TEST(PlanRegroup, SaysWhichBatchOfTheEpochTheGroupGoesOnFrom) {
+  Standing a = survivor(50, 5, 0), b = survivor(50, 5, 0);
+  for (Standing* x : {&a, &b}) {
+    x->divisionEpoch = 1;
+    x->divisionFrom = 30;  // a group of 3 divided epoch 1 from its batch 30 on
+    x->divisionParts = 3;
+  }
+  auto p = planRegroup({a, b}, false);
+  ASSERT_TRUE(p.hasValue());
+  EXPECT_EQ(p->epochBatch, 30 + 5 * 3);
+  // In a later epoch the division holds from batch 0.
+  a.epoch = b.epoch = 2;
+  p = planRegroup({a, b}, false);
+  ASSERT_TRUE(p.hasValue());
+  EXPECT_EQ(p->epochBatch, 5 * 3);
+  // Hybrid going back a step goes back a round of batches.
+  a.epoch = b.epoch = 1;
+  a.steps = 51;
+  a.epochSteps = 6;
+  a.canRevert = 1;
+  p = planRegroup({a, b}, true);
+  ASSERT_TRUE(p.hasValue());
+  EXPECT_EQ(p->step, 50);
+  EXPECT_EQ(p->epochBatch, 30 + 5 * 3);
+}
+
+// The ledger's expected samples, worked by hand: 40000 rows in batches of
+// 128 are 313 batches, the last of 64 rows (312 x 128 = 39936).
+TEST(SyncSamples, WholeStepsOfEveryDivision) {
+  EXPECT_EQ(syncSamples(40000, 128, 1, {{0, 0, 2}}), 39936);  // 156 steps of 2; batch 312 left over
+  EXPECT_EQ(syncSamples(40000, 128, 1, {{0, 0, 1}}), 40000);
+  EXPECT_EQ(syncSamples(40000, 128, 1, {{0, 0, 3}}), 39936);  // 104 steps of 3
+  // A group of 3 lost a rank after 42 steps (126 batches); 2 divide the 187
+  // left: 93 steps (186 batches), the last batch left over.
+  EXPECT_EQ(syncSamples(40000, 128, 1, {{0, 0, 3}, {0, 126, 2}}), 39936);
+  // A group of 2 shrank to 1 after 44 steps: every batch, once.
+  EXPECT_EQ(syncSamples(40000, 128, 1, {{0, 0, 2}, {0, 88, 1}}), 40000);
+  // The second epoch by the last division: 156 steps of 2.
+  EXPECT_EQ(syncSamples(40000, 128, 2, {{0, 0, 3}, {0, 126, 2}}), 39936 + 39936);
+  // 950 rows in 10 batches of 100 (the last of 50).
+  EXPECT_EQ(syncSamples(950, 100, 1, {{0, 0, 3}}), 900);
+  EXPECT_EQ(syncSamples(950, 100, 1, {{0, 0, 3}, {0, 3, 1}}), 950);
+  // A division made in epoch 1 (a resumed job's): epoch 0 by the job's, then
+  // 3 batches by 3 and 7 by 2 (6 of them: batches 3-8).
+  EXPECT_EQ(syncSamples(950, 100, 2, {{0, 0, 3}, {1, 3, 2}}), 900 + 300 + 600);
+  // A group formed again at the same place replaces the division there.
+  EXPECT_EQ(syncSamples(950, 100, 1, {{0, 0, 3}, {0, 0, 2}}), 950);
+  EXPECT_EQ(syncSamples(950, 100, 0, {{0, 0, 3}}), 0);
+}
+
 }  // namespace
 }  // namespace troupe::workers
