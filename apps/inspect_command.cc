@@ -60,10 +60,10 @@ int runInspect(const std::string& path) {
       rows += int64_t(t.keys.size());
       perTable += fmt::format("{}{}", perTable.empty() ? "" : " ", t.keys.size());
     }
-    std::printf("model      %s  %.2f MB  xxh3 %016llx  step %lld (epoch %lld, from its batch %lld), %lld dense "
+    std::printf("model      %s  %.2f MB  xxh3 %016llx  step %lld (epoch %lld, from its batch %lld; both from 0), %lld dense "
                 "weights with optimizer state, %s, %lld samples applied\n",
                 f.file.c_str(), double(f.bytes) / 1e6, static_cast<unsigned long long>(f.checksum),
-                static_cast<long long>(img->step), static_cast<long long>(img->epoch + 1),
+                static_cast<long long>(img->step), static_cast<long long>(img->epoch),
                 static_cast<long long>(img->epochBatch), static_cast<long long>(img->denseParameters),
                 img->tables.empty() ? "no tables (they are on the shards, or the model has none)"
                                     : fmt::format("a replica of the tables: {} rows (per table: {})", rows, perTable).c_str(),

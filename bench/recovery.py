@@ -6,19 +6,23 @@ Runs the DLRM of configs/dlrm-synthetic.toml as local jobs of 2 workers (and
 ASP; allreduce; hybrid) and, while they train, kills a worker (SIGKILL) every
 --interval seconds, alternating ranks, until --kills kills per model are done
 (jobs are started again as needed); then stops one (SIGSTOP: found by the
-heartbeat timeout) --stops times in BSP. For each loss:
+heartbeat timeout) --stops times in BSP and allreduce. Mode "shrink" is
+allreduce with supervision.on_worker_loss = shrink: jobs of 4 workers, each
+losing ranks 1, 2, 3 in turn (not replaced: the group goes on smaller and
+divides what is left of the data). For each loss:
   detect  = the coordinator's lost_at_unix - the moment this script sent the
             signal (both wall clocks of this machine)
   recover = seconds_to_recover from summary.json (loss -> replacement ready;
-            in allreduce and hybrid mode -> the group formed again trains)
+            in allreduce, hybrid and shrink mode -> the group formed again trains)
 Each job's test AUC and final dense weights are set beside a fault-free run
-of the same config (same bits expected in BSP, allreduce and hybrid), and
+of the same config (same bits expected in BSP, allreduce and hybrid; not
+after a shrink, whose later steps average fewer gradients), and
 its ledger (every sample applied once, per shard or over the workers) is
 checked.
 
 Usage (from the repository root, after a build):
   bench/recovery.py [--kills 20] [--stops 10] [--shard-losses 5] [--ckpt-steps 150] [--rows 600000]
-                    [--interval 1.5] [--modes bsp,ssp,asp,allreduce,hybrid] [--json out.json]
+                    [--interval 1.5] [--modes bsp,ssp,asp,allreduce,hybrid,shrink] [--json out.json]
 """
 import argparse
 import json
@@ -45,15 +49,23 @@ def percentile(xs, p):
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
+SYNC = ("allreduce", "hybrid", "shrink")
+
+
+def workers_of(mode):
+    return 4 if mode == "shrink" else 2
+
+
 def job_args(out, rows, mode, name):
-    train_mode = mode if mode in ("allreduce", "hybrid") else "ps"
+    train_mode = "allreduce" if mode == "shrink" else mode if mode in SYNC else "ps"
     consistency = "bsp" if train_mode != "ps" else mode
     servers = 0 if train_mode == "allreduce" else 2
     return [BIN, "train", "--config", "configs/dlrm-synthetic.toml",
             "--set", f"data.synthetic.rows={rows}", "--set", f"run.dir={out}/runs", "--set", f"run.name={name}",
-            "--set", "cluster.workers=2", "--set", f"cluster.servers={servers}", "--set", f"train.mode={train_mode}",
-            "--set", f"ps.consistency={consistency}",
+            "--set", f"cluster.workers={workers_of(mode)}", "--set", f"cluster.servers={servers}",
+            "--set", f"train.mode={train_mode}", "--set", f"ps.consistency={consistency}",
             "--set", "supervision.max_restarts=1000", "--set", "supervision.restart_window_s=1",
+            "--set", f"supervision.on_worker_loss={'shrink' if mode == 'shrink' else 'restart'}",
             "--summary-json", f"{out}/{name}.json"]
 
 
@@ -85,7 +97,8 @@ def faulty_run(out, rows, mode, name, sig, wanted, interval):
     with open(log_path, "w") as log:
         proc = subprocess.Popen(job_args(out, rows, mode, name), stdout=log, stderr=subprocess.STDOUT)
     sent = []
-    rank = 0
+    # Ranks to signal, in turn (shrink: each once, rank 0 stays).
+    ranks = [1, 2, 3] if mode == "shrink" else [0, 1]
     deadline = time.time() + 600
     while proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)
@@ -93,13 +106,14 @@ def faulty_run(out, rows, mode, name, sig, wanted, interval):
         if "training starts" not in text:
             continue
         # Recovered: the replacement is ready (ps mode), the group trains again (sync modes).
-        ready = text.count("trains again from step" if mode in ("allreduce", "hybrid") else "it replaces the lost process")
-        if len(sent) > ready or len(sent) >= wanted:
+        ready = text.count("trains again from step" if mode in SYNC else "it replaces the lost process")
+        if len(sent) > ready or len(sent) >= wanted or (mode == "shrink" and len(sent) >= len(ranks)):
             continue  # a replacement is still coming, or enough were sent
         if progress(text) >= 85:
             continue  # leave the end of training alone
         if sent and time.time() - sent[-1] < interval:
             continue
+        rank = ranks[len(sent) % len(ranks)]
         pid = worker_pid(out, name, rank)
         if pid is None:
             continue
@@ -109,7 +123,6 @@ def faulty_run(out, rows, mode, name, sig, wanted, interval):
             sent.append(t)
         except ProcessLookupError:
             pass
-        rank = 1 - rank
     rc = proc.wait(timeout=max(1, deadline - time.time()))
     if rc != 0:
         sys.exit(f"{name}: the job failed (exit {rc}); see {log_path}")
@@ -127,7 +140,8 @@ def measure(out, rows, mode, sig, count, interval, free_auc, free_hash):
         if len(events) != len(sent):
             sys.exit(f"{name}: {len(sent)} signals but {len(events)} losses recorded")
         for t, e in zip(sent, events):
-            if e["action"] != "replaced" or e["seconds_to_recover"] is None:
+            action = "went on without it" if mode == "shrink" else "replaced"
+            if e["action"] != action or e["seconds_to_recover"] is None:
                 sys.exit(f"{name}: a loss was not recovered: {e}")
             detect.append(e["lost_at_unix"] - t)
             recover.append(e["seconds_to_recover"])
@@ -218,7 +232,7 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep the jobs' run directories")
     a = ap.parse_args()
     out = tempfile.mkdtemp(prefix="troupe-recovery-")
-    results = {"rows": a.rows, "workers": 2, "servers": 2, "interval_s": a.interval}
+    results = {"rows": a.rows, "workers": 2, "servers": 2, "shrink_workers": 4, "interval_s": a.interval}
     for mode in a.modes.split(","):
         if a.only_shards and mode != "bsp":
             continue

@@ -86,13 +86,13 @@ std::vector<Config::Key> troupeConfigSchema() {
       {"ps.consistency", T::kString, std::string("bsp"),
        "bsp (every step sees every worker's previous step), ssp (at most ps.staleness steps ahead) or asp"},
       {"ps.staleness", T::kInt, int64_t{4}, "ssp: how many steps a worker may run ahead of the slowest"},
-      // ---- checkpoints of a multi-process job (train.mode = ps) ----
+      // ---- checkpoints of a multi-process job (every train.mode; sync modes with the ring backend) ----
       {"checkpoint.every_steps", T::kInt, int64_t{0},
        "write a checkpoint whenever the slowest worker has taken this many steps since the last; 0 = not by steps"},
       {"checkpoint.every_seconds", T::kInt, int64_t{0}, "write a checkpoint this often; 0 = not by time"},
       {"checkpoint.dir", T::kString, std::string(""),
-       "where checkpoints go; empty = <run directory>/checkpoints (across machines: a directory every ps process "
-       "reaches at the same path)"},
+       "where checkpoints go; empty = <run directory>/checkpoints (across machines: a directory every ps and "
+       "worker process reaches at the same path)"},
       {"checkpoint.keep", T::kInt, int64_t{2}, "complete checkpoints kept (older ones are removed)"},
       {"checkpoint.resume", T::kString, std::string(""),
        "set by troupe train --resume: the checkpoint directory the job goes on from"},
@@ -100,8 +100,9 @@ std::vector<Config::Key> troupeConfigSchema() {
       {"supervision.on_worker_loss", T::kString, std::string("restart"),
        "restart (a new process takes the lost worker's rank: in ps mode it resumes its share of the data from its "
        "last step the shards applied; in allreduce / hybrid mode with the ring the group forms again with it, it "
-       "copies the model from a survivor, and the step under way is redone) or fail (the job ends, naming the "
-       "worker)"},
+       "copies the model from a survivor, and the step under way is redone), shrink (allreduce mode with the ring: "
+       "the lost rank is not replaced; the others form the group without it, redo the step and divide what is left "
+       "of the data among themselves) or fail (the job ends, naming the worker)"},
       {"supervision.max_restarts", T::kInt, int64_t{3},
        "restarts of one rank allowed within supervision.restart_window_s; one more fails the job"},
       {"supervision.restart_window_s", T::kInt, int64_t{300}, "see supervision.max_restarts"},

@@ -128,6 +128,9 @@ Status writeManifest(const std::string& dir, const CheckpointManifest& m) {
   t += fmt::format("worker_steps = [{}]\nsamples_applied = [{}]\n", fmt::join(m.workerSteps, ", "),
                    fmt::join(m.samplesApplied, ", "));
   t += fmt::format("cut_epoch = {}\ncut_batch = {}\n", m.cutEpoch, m.cutBatch);
+  std::vector<std::string> divisions;
+  for (const auto& d : m.divisions) divisions.push_back(fmt::format("[{}, {}, {}]", d.epoch, d.fromBatch, d.parts));
+  t += fmt::format("divisions = [{}]\n", fmt::join(divisions, ", "));
   auto file = [&](const char* table, const CheckpointFile& f, int64_t rank) {
     t += fmt::format("\n[[{}]]\n", table);
     if (rank >= 0) t += fmt::format("rank = {}\n", rank);
@@ -217,6 +220,16 @@ Expected<CheckpointManifest> readManifest(const std::string& dir) {
     m.cutBatch = tbl["cut_batch"].value<int64_t>().value_or(0);
     if (m.cutEpoch < 0 || m.cutBatch < 0) {
       TROUPE_SETUP_ERROR("{}: the cut is at batch {} of epoch {}", path, m.cutBatch, m.cutEpoch);
+    }
+    if (const toml::array* divisions = tbl["divisions"].as_array()) {
+      for (const auto& e : *divisions) {
+        const toml::array* d = e.as_array();
+        auto at = [&](size_t i) { return d && d->size() == 3 ? (*d)[i].value<int64_t>() : std::nullopt; };
+        if (!at(0) || !at(1) || !at(2) || *at(0) < 0 || *at(1) < 0 || *at(2) < 1) {
+          TROUPE_SETUP_ERROR("{}: 'divisions' holds something other than [epoch, first batch, ranks]", path);
+        }
+        m.divisions.push_back(DataDivision{*at(0), *at(1), *at(2)});
+      }
     }
     const toml::array* configs = tbl["config"].as_array();
     if (!configs || configs->size() != 1 || !configs->front().as_table()) {

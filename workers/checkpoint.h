@@ -28,6 +28,7 @@
 
 #include "common/config.h"
 #include "common/status.h"
+#include "workers/regroup.h"
 
 namespace troupe::workers {
 
@@ -60,6 +61,9 @@ struct CheckpointManifest {
   // Sync modes: the cut's epoch and the batches of it the steps took (the
   // resumed job's ranks divide the rest).
   int64_t cutEpoch = 0, cutBatch = 0;
+  // Sync modes: how the group divided the data up to the cut (the job's
+  // division, then each group formed again), for the resumed job's ledger.
+  std::vector<DataDivision> divisions;
   std::vector<int64_t> samplesApplied;  // the ledger of each shard at the cut
   CheckpointFile config;             // config.toml
   std::vector<CheckpointFile> shards;   // by shard

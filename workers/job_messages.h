@@ -95,6 +95,7 @@ struct CheckpointPaused {
   int64_t rank = 0, id = 0;
   int64_t step = 0;   // steps taken; every push acknowledged
   bool late = false;  // it was past atStep already: not paused
+  bool over = false;  // it trains no more (as good as paused in ps mode; no cut in a sync mode)
 };
 
 struct CheckpointResume {
@@ -107,6 +108,7 @@ struct CheckpointResume {
 struct ModelSnapshot {
   int64_t id = 0;
   std::string path;
+  int64_t workers = 0;  // the job's (cluster.workers): a group that shrank resumes with all of them
 };
 
 struct ModelCut {
@@ -123,7 +125,7 @@ struct ModelWritten {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ModelSnapshot& x) {
-  return f(caf::meta::type_name("ModelSnapshot"), x.id, x.path);
+  return f(caf::meta::type_name("ModelSnapshot"), x.id, x.path, x.workers);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ModelCut& x) {
@@ -214,7 +216,7 @@ typename Inspector::result_type inspect(Inspector& f, CheckpointPause& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, CheckpointPaused& x) {
-  return f(caf::meta::type_name("CheckpointPaused"), x.rank, x.id, x.step, x.late);
+  return f(caf::meta::type_name("CheckpointPaused"), x.rank, x.id, x.step, x.late, x.over);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, CheckpointResume& x) {

@@ -157,7 +157,7 @@ std::chrono::seconds pullWaitBound(const Config& c) {
 
 std::chrono::seconds collectivesTimeout(const Config& c) {
   auto t = std::chrono::seconds(positive(c, "collectives.timeout_s"));
-  if (c.getString("supervision.on_worker_loss") == "restart") {
+  if (c.getString("supervision.on_worker_loss") != "fail") {
     t = std::min(t, std::chrono::seconds(std::max<int64_t>(1, positive(c, "supervision.stall_timeout_s") / 2)));
   }
   return t;

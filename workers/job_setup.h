@@ -55,7 +55,7 @@ int64_t serverCount(const Config& c);
 std::chrono::seconds pullWaitBound(const Config& c);
 
 // How long a sync mode's collective waits for its peers: collectives.timeout_s,
-// and with supervision.on_worker_loss = restart at most half of
+// and with supervision.on_worker_loss = restart or shrink at most half of
 // supervision.stall_timeout_s (a rank waiting for a peer that is alive but
 // stuck gives up, and waits for the group to form again, before the
 // coordinator declares that peer hung).

@@ -58,11 +58,13 @@ WorkerLoss workerLossPolicy(const Config& config) {
   if (p == "shrink") {
     // A lost rank's pushes may be at some shards and not others (ps,
     // hybrid); only a group of replicas can go on without it as it is.
-    if (trainMode(config) != TrainMode::kAllReduce || collectivesBackend(config) == "nccl") {
+    if (trainMode(config) != TrainMode::kAllReduce || collectivesBackend(config) != "ring") {
       TROUPE_SETUP_ERROR("config: supervision.on_worker_loss = shrink is built for train.mode = allreduce with the "
                          "ring backend; this job runs {}{} (use restart or fail)",
                          trainModeName(trainMode(config)),
-                         collectivesBackend(config) == "nccl" ? " with collectives.backend = nccl" : "");
+                         trainMode(config) == TrainMode::kAllReduce
+                             ? fmt::format(" with collectives.backend = {}", collectivesBackend(config))
+                             : std::string());
     }
     return WorkerLoss::kShrink;
   }
@@ -112,7 +114,10 @@ TrainingJob::TrainingJob(const Config& config, TrainingJobOptions options)
   if (mode_ != TrainMode::kPs) outcome_.collectivesBackend = "ring";
   divisions_.push_back(DataDivision{0, 0, workers_});
   if (options.resumedFrom && mode_ != TrainMode::kPs) {
-    // The resumed job's ranks divide what is left of the cut's epoch.
+    // How the data was divided up to the cut (a group may have shrunk), then
+    // the resumed job's ranks, all of them, divide what is left of the
+    // cut's epoch.
+    if (!options.resumedFrom->divisions.empty()) divisions_ = options.resumedFrom->divisions;
     divisions_.push_back(DataDivision{options.resumedFrom->cutEpoch, options.resumedFrom->cutBatch, workers_});
   }
 }
@@ -224,6 +229,7 @@ actors::LossDecision TrainingJob::onLoss(actors::JobContext& job, const actors::
     }
     regroupReady_.erase(m.rank);
     regroupsSinceLoss_ = 0;
+    awaitingGroup_ = true;  // no checkpoint until the group trains again
     forming_ = false;  // that group cannot form now; the next one will
     // In a sync mode every worker ends training at the same step: one at the
     // gate means all are done, and the rest go on without the lost one.
@@ -388,7 +394,9 @@ void TrainingJob::checkStalls(actors::JobContext& job) {
 void TrainingJob::maybeCheckpoint(actors::JobContext& job) {
   if (ckpt_.active || checkpointBase_.empty() || !started_ || gateOpen_ || finishing_ || job.over()) return;
   if (Clock::now() < notBefore_) return;  // backing off after a checkpoint given up
-  if (mode_ != TrainMode::kPs && (forming_ || !regroupReady_.empty())) return;  // not while the group forms again
+  if (mode_ != TrainMode::kPs && (awaitingGroup_ || forming_ || !regroupReady_.empty())) {
+    return;  // not while the group forms again
+  }
   for (const auto& s : job.members("ps")) {
     if (s.state != actors::MemberState::kReady) return;  // not while a shard is being replaced
   }
@@ -553,7 +561,7 @@ void TrainingJob::takeCut(actors::JobContext& job) {
   if (!source) return abandonCheckpoint(job, "no live worker holds the model");
   const int64_t rank = source->rank;
   job.self()
-      ->request(job.actorOf(*source, kTrainerName), 60s, ModelSnapshot{id, ckpt_.dir + "/" + kModelImageFile})
+      ->request(job.actorOf(*source, kTrainerName), 60s, ModelSnapshot{id, ckpt_.dir + "/" + kModelImageFile, workers_})
       .then(
           [this, &job, id, step, agreeOnCut](const ModelCut& cut) {
             if (!ckpt_.active || ckpt_.id != id) return;
@@ -566,6 +574,7 @@ void TrainingJob::takeCut(actors::JobContext& job) {
             }
             ckpt_.manifest.cutEpoch = cut.epoch;
             ckpt_.manifest.cutBatch = cut.epochBatch;
+            ckpt_.manifest.divisions = divisions_;  // how the data was divided up to the cut
             cutTaken(job);
           },
           [this, &job, id, rank](caf::error& err) {
@@ -612,7 +621,7 @@ void TrainingJob::checkpointWritten(actors::JobContext& job) {
   r.dir = ckpt_.dir;
   r.step = *std::min_element(m.workerSteps.begin(), m.workerSteps.end());
   r.pausedSeconds = std::chrono::duration<double>(ckpt_.resumed - ckpt_.firstPaused.value_or(ckpt_.started)).count();
-  r.writtenSeconds = std::chrono::duration<double>(Clock::now() - ckpt_.started).count();
+  r.writtenSeconds = std::chrono::duration<double>(Clock::now() - ckpt_.firstPaused.value_or(ckpt_.started)).count();
   for (const auto& f : m.shards) r.bytes += f.bytes;
   for (const auto& f : m.models) r.bytes += f.bytes;
   outcome_.checkpoints.push_back(r);
@@ -700,6 +709,8 @@ void TrainingJob::rollBack(actors::JobContext& job, int64_t lostShard) {
     regroupReady_.clear();
     regroupDone_.clear();
     forming_ = false;
+    awaitingGroup_ = false;
+    ++regroupEpoch_;  // what the old processes still say of a group is of an older one
     regroupsSinceLoss_ = 0;
     for (int64_t w = 0; w < workers_; ++w) holdsModel_.insert(w);
   }
@@ -768,7 +779,7 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
           return abandonCheckpoint(job, fmt::format("worker {} was past the step to stop at already (at {})", p.rank,
                                                     p.step));
         }
-        if (mode_ != TrainMode::kPs && ckpt_.waiting.count(p.rank) && p.step != ckpt_.atStep) {
+        if (mode_ != TrainMode::kPs && ckpt_.waiting.count(p.rank) && (p.over || p.step != ckpt_.atStep)) {
           // A sync group stops at one step; a rank elsewhere finished training before it.
           return abandonCheckpoint(job, fmt::format("worker {} finished training at step {}, before the step to "
                                                     "stop at ({})",
@@ -782,7 +793,7 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
       },
       [this, &job](write_timeout_atom, int64_t id) {
         if (ckpt_.active && ckpt_.id == id && ckpt_.writesLeft > 0) {
-          abandonCheckpoint(job, fmt::format("{} shard files were not written in time", ckpt_.writesLeft));
+          abandonCheckpoint(job, fmt::format("{} checkpoint files were not written in time", ckpt_.writesLeft));
         }
       },
       [this, &job](pause_timeout_atom, int64_t id) {
@@ -825,6 +836,7 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
         lastProgress_[size_t(d.rank)] = Clock::now();
         if (regroupDone_.size() < regroupSize_) return;
         forming_ = false;
+        awaitingGroup_ = false;
         regroupedAt_.push_back(job.elapsed());
         log()->info("the group of epoch {} trains again from step {}", d.epoch, d.step);
       },

@@ -85,7 +85,7 @@ struct CheckpointRecord {
   std::string dir;
   int64_t step = 0;            // the slowest worker's step at the cut
   double pausedSeconds = 0;    // from the first worker paused until every copy was taken
-  double writtenSeconds = 0;   // until the manifest was written
+  double writtenSeconds = 0;   // from the first worker paused until the manifest was written
   uint64_t bytes = 0;
 };
 
@@ -251,6 +251,7 @@ class TrainingJob final : public actors::JobPolicy {
   std::set<int64_t> holdsModel_;      // ranks whose live process holds the model (not a replacement still waiting)
   std::vector<double> regroupedAt_;   // when each group trained again (seconds since the start)
   bool forming_ = false;              // a Regroup went out; not every rank said RegroupDone yet
+  bool awaitingGroup_ = false;        // a rank was lost; the group has not trained again since
   int64_t regroupsSinceLoss_ = 0;
   // Sync modes: how the group divided the data, in order (the job's, then
   // each group formed again): the ledger's expected samples follow them.

@@ -292,7 +292,7 @@ void passGate(Self* self) {
   auto& st = self->state;
   if (st.pauseId >= 0 && st.pushesInFlight == 0) {
     // A checkpoint waits for this worker, which trains no more: it answers.
-    self->send(st.pauser, CheckpointPaused{st.core->options().worker, st.pauseId, st.core->steps(), false});
+    self->send(st.pauser, CheckpointPaused{st.core->options().worker, st.pauseId, st.core->steps(), false, true});
     st.pauseId = -1;
     st.pauseAt = -1;
   }
@@ -563,7 +563,7 @@ caf::behavior worker(Self* self, WorkerOptions options, std::shared_ptr<WorkerCo
         auto& st = self->state;
         const auto pauser = caf::actor_cast<caf::actor>(self->current_sender());
         if (st.finished || (st.trainingOver && st.pushesInFlight == 0)) {
-          self->send(pauser, CheckpointPaused{st.core->options().worker, p.id, st.core->steps(), false});
+          self->send(pauser, CheckpointPaused{st.core->options().worker, p.id, st.core->steps(), false, true});
           return;
         }
         if (st.trainingOver) {  // its last pushes are on their way: it answers once they are acknowledged
@@ -597,7 +597,7 @@ caf::behavior worker(Self* self, WorkerOptions options, std::shared_ptr<WorkerCo
                                              core.options().worker, m.id));
         }
         auto img = std::make_shared<ModelImage>();
-        img->workers = core.options().comm->size();
+        img->workers = m.workers;
         img->step = core.steps();
         img->epoch = st.epoch;
         // Batches of the epoch the steps so far took (still to pass over count as passed).

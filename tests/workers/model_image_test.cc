@@ -126,6 +126,9 @@ TEST(ModelImageTest, TheManifestListsTheModelFileOfASyncJobAndOnlyThen) {
   m.workerSteps = {250, 250};
   m.config = CheckpointFile{"config.toml", 3, 0x1234};
   m.models = {CheckpointFile{"model.ckpt", 99, 0xabcdef0123456789ULL}};
+  m.cutEpoch = 1;
+  m.cutBatch = 44;
+  m.divisions = {{0, 0, 3}, {0, 126, 2}};
   const std::string ckpt = checkpointDir(dir.path(), 4);
   std::filesystem::create_directories(ckpt);
   ASSERT_TRUE(writeManifest(ckpt, m).isOk());
@@ -136,6 +139,12 @@ TEST(ModelImageTest, TheManifestListsTheModelFileOfASyncJobAndOnlyThen) {
   EXPECT_EQ(r->models[0].bytes, 99u);
   EXPECT_EQ(r->models[0].checksum, 0xabcdef0123456789ULL);
   EXPECT_TRUE(r->shards.empty());
+  EXPECT_EQ(r->cutEpoch, 1);
+  EXPECT_EQ(r->cutBatch, 44);
+  ASSERT_EQ(r->divisions.size(), 2u);
+  EXPECT_EQ(r->divisions[1].epoch, 0);
+  EXPECT_EQ(r->divisions[1].fromBatch, 126);
+  EXPECT_EQ(r->divisions[1].parts, 2);
   // The model file is verified like every other.
   Status whole = verifyCheckpoint(ckpt, *r);
   EXPECT_FALSE(whole.isOk());
