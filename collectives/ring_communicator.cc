@@ -246,7 +246,7 @@ RingCommunicator::RingCommunicator(transport::RemoteActors& remote, RingOptions 
 RingCommunicator::~RingCommunicator() {
   const bool failed = !inbox_->failure().isOk();
   inbox_->waitSends(Clock::now() + (failed ? std::chrono::milliseconds(100) : std::chrono::milliseconds(5000)));
-  remote_.detachSink(transport::kCollectiveKind);
+  remote_.detachSink(transport::kCollectiveKind, inbox_.get());  // not a later group's
 }
 
 Expected<std::unique_ptr<RingCommunicator>> RingCommunicator::create(transport::RemoteActors& remote,

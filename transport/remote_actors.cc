@@ -119,6 +119,11 @@ class RemoteActors::Core final : public NodeHandler, public std::enable_shared_f
       sinks_.erase(kind);
     }
   }
+  void detachIf(uint16_t kind, const FrameSink* sink) {
+    std::lock_guard<std::mutex> lock(sinkMutex_);
+    auto it = sinks_.find(kind);
+    if (it != sinks_.end() && it->second.get() == sink) sinks_.erase(it);
+  }
 
   caf::actor_system& system_;
   const WireTypes types_;
@@ -433,6 +438,8 @@ void RemoteActors::attachSink(uint16_t kind, std::shared_ptr<FrameSink> sink) {
 }
 
 void RemoteActors::detachSink(uint16_t kind) { core_->attach(kind, nullptr); }
+
+void RemoteActors::detachSink(uint16_t kind, const FrameSink* sink) { core_->detachIf(kind, sink); }
 
 void RemoteActors::sendFrame(uint64_t peer, Envelope envelope, std::vector<Tensor> tensors) {
   core_->sendRaw(peer, std::move(envelope), std::move(tensors));

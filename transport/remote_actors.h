@@ -114,6 +114,9 @@ class RemoteActors final {
   // call already running finishes; the sink is kept alive until then).
   void attachSink(uint16_t kind, std::shared_ptr<FrameSink> sink);
   void detachSink(uint16_t kind);
+  // Only while `sink` is the one attached (an owner going away must not
+  // detach the sink of the one that replaced it).
+  void detachSink(uint16_t kind, const FrameSink* sink);
   // Sends a raw frame (see Node::send); dropped once the node is shut down.
   void sendFrame(uint64_t peer, Envelope envelope, std::vector<Tensor> tensors);
 

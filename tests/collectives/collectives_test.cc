@@ -227,6 +227,35 @@ int peerMain(const PeerArgs& a) {
     return 2;
   }
   int rc = 0;
+  if (a.scenario == "regroup") {
+    // A group formed again (epoch 1) while this process still holds the old
+    // one: the old one going away must leave the new group's frames alone.
+    s = (*comm)->barrier();  // every rank formed the old group (its frames are not the new one's)
+    if (!s.isOk()) {
+      std::printf("error barrier: %s\n", s.toString().c_str());
+      return 2;
+    }
+    RingOptions again = ro;
+    again.epoch = 1;
+    again.timeout = 10s;
+    auto next = RingCommunicator::create(**remote, again);
+    if (!next.hasValue()) {
+      std::printf("error create again: %s\n", next.status().toString().c_str());
+      return 2;
+    }
+    comm->reset();
+    std::vector<float> buf(4096, float(a.rank + 1));
+    s = (*next)->allReduce(buf.data(), buf.size(), DType::kFloat32, ReduceOp::kSum);
+    const float want = float(a.n * (a.n + 1) / 2);
+    if (!s.isOk() || buf[0] != want || buf.back() != want) {
+      std::printf("error the new group: %s (%g, wanted %g)\n", s.toString().c_str(), double(buf[0]), double(want));
+      return 1;
+    }
+    std::printf("hash %016llx\n", 0x1ULL);
+    std::fflush(stdout);
+    next->reset();
+    return 0;
+  }
   if (a.scenario == "correct") {
     uint64_t hash = 0;
     std::string err = runCorrectness(**comm, a, &hash);
@@ -396,6 +425,14 @@ TEST_P(KilledRank, FailsEveryOtherRankWithinTheHeartbeatTimeout) {
     EXPECT_LT(after, 6.0) << "rank " << r << " took " << after << " s to fail";
   }
   g.children[size_t(victim)]->wait(5s);
+}
+
+// A process that forms a group again before its old communicator is gone
+// (a regroup): destroying the old one detaches only its own frame sink, so
+// the new group's collectives still get their frames.
+TEST(Collectives, AnOldGroupGoingAwayLeavesTheNewGroupsFramesAlone) {
+  auto hashes = runGroup(3, "regroup");
+  for (const auto& h : hashes) EXPECT_EQ(h, "0000000000000001");
 }
 
 // The peer watch (the NCCL backend's health): with no other traffic between
