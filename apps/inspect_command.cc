@@ -56,7 +56,8 @@ int runInspect(const std::string& path) {
     if (!img.hasValue()) TROUPE_SETUP_ERROR("inspect: {}", img.status().message());
     int64_t rows = 0;
     std::string perTable;
-    for (const auto& t : img->tables) {
+    for (size_t i = 0; i < img->tableCount(); ++i) {
+      const auto& t = (*img->tables)[i];
       rows += int64_t(t.keys.size());
       perTable += fmt::format("{}{}", perTable.empty() ? "" : " ", t.keys.size());
     }
@@ -65,7 +66,7 @@ int runInspect(const std::string& path) {
                 f.file.c_str(), double(f.bytes) / 1e6, static_cast<unsigned long long>(f.checksum),
                 static_cast<long long>(img->step), static_cast<long long>(img->epoch),
                 static_cast<long long>(img->epochBatch), static_cast<long long>(img->denseParameters),
-                img->tables.empty() ? "no tables (they are on the shards, or the model has none)"
+                img->tableCount() == 0 ? "no tables (they are on the shards, or the model has none)"
                                     : fmt::format("a replica of the tables: {} rows (per table: {})", rows, perTable).c_str(),
                 static_cast<long long>(img->samplesApplied));
     total += f.bytes;

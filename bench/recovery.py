@@ -9,7 +9,9 @@ ASP; allreduce; hybrid) and, while they train, kills a worker (SIGKILL) every
 heartbeat timeout) --stops times in BSP and allreduce. Mode "shrink" is
 allreduce with supervision.on_worker_loss = shrink: jobs of 4 workers, each
 losing ranks 1, 2, 3 in turn (not replaced: the group goes on smaller and
-divides what is left of the data). For each loss:
+divides what is left of the data). In BSP and hybrid mode it also kills a
+parameter server --shard-losses times in jobs with a checkpoint every
+--ckpt-steps steps (each loss rolls the job back). For each loss:
   detect  = the coordinator's lost_at_unix - the moment this script sent the
             signal (both wall clocks of this machine)
   recover = seconds_to_recover from summary.json (loss -> replacement ready;
@@ -160,15 +162,15 @@ def ps_pid(out, name, rank):
     return int(pids[-1]) if pids else None
 
 
-def shard_losses(out, rows, count, ckpt_steps, free_auc):
-    """Kills parameter servers of BSP jobs with checkpoints; each loss rolls the job back."""
+def shard_losses(out, rows, count, ckpt_steps, free_auc, mode="bsp"):
+    """Kills parameter servers of BSP (or hybrid) jobs with checkpoints; each loss rolls the job back."""
     detect, recover, redone, aucs, ledgers = [], [], [], [], []
     rng = random.Random(7)
     n = 0
     while len(detect) < count:
-        name = f"bsp-shard-{n}"
+        name = f"{mode}-shard-{n}"
         n += 1
-        args = job_args(out, rows, "bsp", name) + ["--set", f"checkpoint.every_steps={ckpt_steps}"]
+        args = job_args(out, rows, mode, name) + ["--set", f"checkpoint.every_steps={ckpt_steps}"]
         log_path = f"{out}/{name}.log"
         with open(log_path, "w") as log:
             proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
@@ -234,17 +236,17 @@ def main():
     out = tempfile.mkdtemp(prefix="troupe-recovery-")
     results = {"rows": a.rows, "workers": 2, "servers": 2, "shrink_workers": 4, "interval_s": a.interval}
     for mode in a.modes.split(","):
-        if a.only_shards and mode != "bsp":
+        if a.only_shards and mode not in ("bsp", "hybrid"):
             continue
         free = f"{mode}-free"
         subprocess.run(job_args(out, a.rows, mode, free), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        check=True)
         free_summary = json.load(open(f"{out}/{free}.json"))
         free_auc, free_hash = free_summary["test_auc"], dense_hash(free_summary)
-        if mode == "bsp" and a.shard_losses > 0:
-            r = shard_losses(out, a.rows, a.shard_losses, a.ckpt_steps, free_auc)
-            results["bsp ps SIGKILL"] = r
-            print(f"bsp ps SIGKILL x{r['losses']}: detect p50 {r['detect_s']['p50']:.3f} s  p99 {r['detect_s']['p99']:.3f} s"
+        if mode in ("bsp", "hybrid") and a.shard_losses > 0:
+            r = shard_losses(out, a.rows, a.shard_losses, a.ckpt_steps, free_auc, mode)
+            results[f"{mode} ps SIGKILL"] = r
+            print(f"{mode} ps SIGKILL x{r['losses']}: detect p50 {r['detect_s']['p50']:.3f} s  p99 {r['detect_s']['p99']:.3f} s"
                   f"  | recover p50 {r['recover_s']['p50']:.3f} s  p99 {r['recover_s']['p99']:.3f} s"
                   f"  | steps redone p50 {r['steps_redone']['p50']:.0f}  max {r['steps_redone']['max']}"
                   f"  | AUC change {r['auc_change']['min']:+.5f} .. {r['auc_change']['max']:+.5f}"

@@ -1,5 +1,12 @@
 #include "ps/table_set.h"
 
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <system_error>
+#include <thread>
+
 #include <fmt/format.h>
 
 #include "kernels/kernels.h"
@@ -82,8 +89,34 @@ Status TableSet::push(const uint64_t* counts, const uint64_t* keys, const float*
 }
 
 std::vector<TableImage> TableSet::image() const {
-  std::vector<TableImage> out;
-  for (const auto& t : tables_) out.push_back(t->image());
+  // Tables are copied side by side (reading only; the owner waits): the
+  // copy is the pause of a checkpoint, and memory bandwidth is not used up
+  // by one thread.
+  std::vector<TableImage> out(tables_.size());
+  const size_t threads = std::min<size_t>(tables_.size(), std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 4));
+  std::atomic<size_t> next{0};
+  std::mutex failedMutex;
+  std::exception_ptr failed;  // the first copy that threw (out of memory, say): rethrown here
+  auto work = [&] {
+    try {
+      for (size_t t = next++; t < tables_.size(); t = next++) out[t] = tables_[t]->image();
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(failedMutex);
+      if (!failed) failed = std::current_exception();
+      next = tables_.size();  // the others stop too
+    }
+  };
+  std::vector<std::thread> helpers;
+  for (size_t i = 1; i < threads; ++i) {
+    try {
+      helpers.emplace_back(work);
+    } catch (const std::system_error&) {
+      break;  // no thread to be had: fewer do it
+    }
+  }
+  work();
+  for (auto& h : helpers) h.join();
+  if (failed) std::rethrow_exception(failed);
   return out;
 }
 

@@ -221,14 +221,29 @@ Expected<CheckpointManifest> readManifest(const std::string& dir) {
     if (m.cutEpoch < 0 || m.cutBatch < 0) {
       TROUPE_SETUP_ERROR("{}: the cut is at batch {} of epoch {}", path, m.cutBatch, m.cutEpoch);
     }
-    if (const toml::array* divisions = tbl["divisions"].as_array()) {
+    if (tbl.contains("divisions")) {
+      const toml::array* divisions = tbl["divisions"].as_array();
+      if (!divisions) TROUPE_SETUP_ERROR("{}: 'divisions' is not a list", path);
       for (const auto& e : *divisions) {
         const toml::array* d = e.as_array();
         auto at = [&](size_t i) { return d && d->size() == 3 ? (*d)[i].value<int64_t>() : std::nullopt; };
-        if (!at(0) || !at(1) || !at(2) || *at(0) < 0 || *at(1) < 0 || *at(2) < 1) {
+        if (!at(0) || !at(1) || !at(2)) {
           TROUPE_SETUP_ERROR("{}: 'divisions' holds something other than [epoch, first batch, ranks]", path);
         }
-        m.divisions.push_back(DataDivision{*at(0), *at(1), *at(2)});
+        const DataDivision next{*at(0), *at(1), *at(2)};
+        // The job's own first ({0, 0, workers}), then each in order, of no
+        // more ranks than the job has, none past the cut.
+        const bool first = m.divisions.empty();
+        const DataDivision before = first ? DataDivision{0, 0, 0} : m.divisions.back();
+        const bool ordered = next.epoch > before.epoch || (next.epoch == before.epoch && next.fromBatch >= before.fromBatch);
+        const bool pastCut = next.epoch > m.cutEpoch || (next.epoch == m.cutEpoch && next.fromBatch > m.cutBatch);
+        if ((first && (next.epoch != 0 || next.fromBatch != 0 || next.parts != m.shape.workers)) || !ordered ||
+            next.parts < 1 || next.parts > m.shape.workers || pastCut) {
+          TROUPE_SETUP_ERROR("{}: 'divisions' entry [{}, {}, {}] does not follow from the job ({} workers) and the "
+                             "cut (batch {} of epoch {})",
+                             path, next.epoch, next.fromBatch, next.parts, m.shape.workers, m.cutBatch, m.cutEpoch);
+        }
+        m.divisions.push_back(next);
       }
     }
     const toml::array* configs = tbl["config"].as_array();

@@ -21,7 +21,8 @@ Status writeModelImage(const ModelImage& img, const std::string& path, uint64_t*
     w->put(x);
   }
   w->putVector(img.dense);
-  ps::putTables(*w, img.tables);
+  static const std::vector<ps::TableImage> kNone;
+  ps::putTables(*w, img.tables ? *img.tables : kNone);  // no copy of the tables
   return w->finish(checksum, bytes);
 }
 
@@ -48,7 +49,9 @@ Expected<ModelImage> readModelImage(const std::string& path) {
   if (img.dense.size() < size_t(img.denseParameters)) {
     return r->corrupt("dense state", fmt::format("has {} floats for {} weights", img.dense.size(), img.denseParameters));
   }
-  if (Status s = ps::getTables(*r, &img.tables); !s.isOk()) return s;
+  auto tables = std::make_shared<std::vector<ps::TableImage>>();
+  if (Status s = ps::getTables(*r, tables.get()); !s.isOk()) return s;
+  img.tables = std::move(tables);
   if (Status s = r->finish(); !s.isOk()) return s;
   return img;
 }
@@ -63,7 +66,7 @@ Status checkModelImage(const ModelImage& img, const std::string& path, int64_t w
   if (int64_t(img.dense.size()) != denseStateFloats) {
     return differs("floats of dense state (weights and optimizer)", img.dense.size(), denseStateFloats);
   }
-  if (int64_t(img.tables.size()) != tables) return differs("embedding tables", img.tables.size(), tables);
+  if (int64_t(img.tableCount()) != tables) return differs("embedding tables", img.tableCount(), tables);
   return Status::ok();
 }
 

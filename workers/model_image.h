@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,7 +30,10 @@ struct ModelImage {
   int64_t samplesApplied = 0;  // every rank's samples in the steps taken (the ledger)
   int64_t denseParameters = 0;
   std::vector<float> dense;    // [weights | optimizer state]
-  std::vector<ps::TableImage> tables;  // allreduce mode: the replica; hybrid: none (on the shards)
+  // allreduce mode: the replica (shared with the table holder that made
+  // it, read only); hybrid: none (on the shards).
+  std::shared_ptr<const std::vector<ps::TableImage>> tables;
+  size_t tableCount() const { return tables ? tables->size() : 0; }
 };
 
 // Writes the image to `path` (whole or not at all); its checksum and size

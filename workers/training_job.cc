@@ -229,7 +229,6 @@ actors::LossDecision TrainingJob::onLoss(actors::JobContext& job, const actors::
     }
     regroupReady_.erase(m.rank);
     regroupsSinceLoss_ = 0;
-    awaitingGroup_ = true;  // no checkpoint until the group trains again
     forming_ = false;  // that group cannot form now; the next one will
     // In a sync mode every worker ends training at the same step: one at the
     // gate means all are done, and the rest go on without the lost one.
@@ -241,6 +240,7 @@ actors::LossDecision TrainingJob::onLoss(actors::JobContext& job, const actors::
         return actors::LossDecision::goOn();
       }
     }
+    awaitingGroup_ = true;  // no checkpoint until the group trains again
     // Without a checkpoint in sync modes the model lives in the workers: a
     // replacement copies it from a survivor, so losing every process that
     // holds it (a replacement gets it once its group formed) ends the job.

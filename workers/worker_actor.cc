@@ -396,9 +396,17 @@ Status copyTables(Self* self, collectives::Communicator& comm, int source, bool 
   const bool root = comm.rank() == source;
   if (!root) got.resize(size_t(tables));
   for (int64_t i = 0; i < tables; ++i) {
-    // The source's image is its own (made for this request); a broadcast only reads the root's bytes.
-    ps::TableImage& t = root ? const_cast<ps::TableImage&>((*held)[size_t(i)]) : got[size_t(i)];
-    int64_t head[5] = {t.tableId, t.dim, t.rowFloats, t.optimizerKind, int64_t(t.keys.size())};
+    // The source sends its own image (made for this request; a broadcast
+    // only reads the root's bytes); the others receive into `got`.
+    const ps::TableImage* from = root ? &(*held)[size_t(i)] : nullptr;
+    int64_t head[5] = {0, 0, 0, 0, 0};
+    if (from) {
+      head[0] = from->tableId;
+      head[1] = from->dim;
+      head[2] = from->rowFloats;
+      head[3] = from->optimizerKind;
+      head[4] = int64_t(from->keys.size());
+    }
     Status s = comm.broadcast(head, sizeof head, source);
     if (!s.isOk()) return s;
     if (head[1] < 1 || head[2] < head[1] || head[2] > (int64_t{1} << 20) || head[4] < 0 ||
@@ -406,6 +414,14 @@ Status copyTables(Self* self, collectives::Communicator& comm, int source, bool 
       return Status::corruption(fmt::format("rank {} sent a table of {} rows of {} floats (dim {})", source, head[4],
                                             head[2], head[1]));
     }
+    if (head[4] == 0 && root) continue;
+    if (root) {
+      s = comm.broadcast(const_cast<uint64_t*>(from->keys.data()), from->keys.size() * 8, source);
+      if (s.isOk()) s = comm.broadcast(const_cast<float*>(from->rows.data()), from->rows.size() * 4, source);
+      if (!s.isOk()) return s;
+      continue;
+    }
+    ps::TableImage& t = got[size_t(i)];
     t.tableId = head[0], t.dim = head[1], t.rowFloats = head[2], t.optimizerKind = head[3];
     t.keys.resize(size_t(head[4]));
     t.rows.resize(size_t(head[4] * head[2]));
@@ -596,6 +612,7 @@ caf::behavior worker(Self* self, WorkerOptions options, std::shared_ptr<WorkerCo
                                  fmt::format("worker {} is not paused for checkpoint {} in a sync mode",
                                              core.options().worker, m.id));
         }
+        const auto copyStart = Clock::now();
         auto img = std::make_shared<ModelImage>();
         img->workers = m.workers;
         img->step = core.steps();
@@ -610,13 +627,15 @@ caf::behavior worker(Self* self, WorkerOptions options, std::shared_ptr<WorkerCo
           caf::scoped_actor ask{self->system()};
           std::string error;
           ask->request(st.tables, st.options.requestTimeout, ps::image_atom::value)
-              .receive([&](const ps::TableImagesPtr& p) { img->tables = p ? *p : std::vector<ps::TableImage>{}; },
+              .receive([&](ps::TableImagesPtr& p) { img->tables = std::move(p); },
                        [&](caf::error& e) { error = caf::to_string(e); });
           if (!error.empty()) {
             return caf::make_error(caf::sec::runtime_error,
                                    fmt::format("worker {} could not copy its tables: {}", core.options().worker, error));
           }
         }
+        logger("worker")->info("worker {}: copied the model for checkpoint {} in {:.3f} s", core.options().worker, m.id,
+                               secondsSince(copyStart));
         if (st.writer && st.writer->joinable()) st.writer->join();  // one checkpoint at a time
         const ModelCut cut{core.options().worker, m.id, img->step, img->epoch, img->epochBatch, img->samplesApplied};
         auto requester = caf::actor_cast<caf::actor>(self->current_sender());

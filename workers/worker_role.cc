@@ -327,10 +327,9 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
     if (resumedModel) {
       caf::scoped_actor self{ctx.system};
       std::string error;
-      self->request(client, 120s, ps::load_atom::value,
-                    ps::TableImagesPtr(std::make_shared<const std::vector<ps::TableImage>>(
-                        std::move(resumedModel->tables))),
-                    rank, resumedModel->step)
+      const ps::TableImagesPtr tables = resumedModel->tables ? resumedModel->tables
+                                                             : std::make_shared<const std::vector<ps::TableImage>>();
+      self->request(client, 120s, ps::load_atom::value, tables, rank, resumedModel->step)
           .receive([](int64_t) {}, [&](caf::error& e) { error = actors::describe(e); });
       if (!error.empty()) TROUPE_SETUP_ERROR("{}/{}: the tables do not load: {}", resume, kModelImageFile, error);
     }

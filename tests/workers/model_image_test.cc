@@ -35,7 +35,7 @@ ModelImage sample() {
   t.optimizerKind = 1;
   t.keys = {11, 99};
   t.rows = {1, 2, 3, 4, 5, 6, 7, 8};
-  m.tables.push_back(t);
+  m.tables = std::make_shared<const std::vector<ps::TableImage>>(std::vector<ps::TableImage>{t});
   return m;
 }
 
@@ -59,10 +59,10 @@ TEST(ModelImageTest, WhatIsWrittenComesBackWhole) {
   EXPECT_EQ(r->samplesApplied, 96000);
   EXPECT_EQ(r->denseParameters, 4);
   EXPECT_EQ(r->dense, m.dense);
-  ASSERT_EQ(r->tables.size(), 1u);
-  EXPECT_EQ(r->tables[0].tableId, 2);
-  EXPECT_EQ(r->tables[0].keys, (std::vector<uint64_t>{11, 99}));
-  EXPECT_EQ(r->tables[0].rows, m.tables[0].rows);
+  ASSERT_EQ(r->tableCount(), 1u);
+  EXPECT_EQ((*r->tables)[0].tableId, 2);
+  EXPECT_EQ((*r->tables)[0].keys, (std::vector<uint64_t>{11, 99}));
+  EXPECT_EQ((*r->tables)[0].rows, (std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}));
   EXPECT_TRUE(checkModelImage(*r, "x", 3, 4, 8, 1).isOk());
 }
 
@@ -117,13 +117,13 @@ TEST(ModelImageTest, TheManifestListsTheModelFileOfASyncJobAndOnlyThen) {
   m.shape.mode = "allreduce";
   m.shape.model = "dlrm";
   m.shape.consistency = "bsp";
-  m.shape.workers = 2;
+  m.shape.workers = 3;
   m.shape.servers = 0;
   m.shape.tableDims = {16};
   m.shape.denseParameters = 4;
   m.shape.embeddingOptimizer = "adagrad";
   m.shape.denseOptimizer = "adam";
-  m.workerSteps = {250, 250};
+  m.workerSteps = {250, 250, 250};
   m.config = CheckpointFile{"config.toml", 3, 0x1234};
   m.models = {CheckpointFile{"model.ckpt", 99, 0xabcdef0123456789ULL}};
   m.cutEpoch = 1;
@@ -153,6 +153,23 @@ TEST(ModelImageTest, TheManifestListsTheModelFileOfASyncJobAndOnlyThen) {
   whole = verifyCheckpoint(ckpt, *r);
   EXPECT_NE(whole.message().find(ckpt + "/model.ckpt: 12 bytes, the manifest says 99"), std::string::npos)
       << whole.message();
+
+  // Divisions that do not follow from the job and the cut.
+  for (const std::vector<DataDivision>& bad :
+       {std::vector<DataDivision>{{0, 0, 2}}, std::vector<DataDivision>{{0, 0, 3}, {0, 126, 4}},
+        std::vector<DataDivision>{{0, 0, 3}, {0, 126, 2}, {0, 100, 2}}, std::vector<DataDivision>{{0, 0, 3}, {1, 50, 2}}}) {
+    CheckpointManifest odd = m;
+    odd.divisions = bad;
+    ASSERT_TRUE(writeManifest(ckpt, odd).isOk());
+    r = readManifest(ckpt);
+    ASSERT_FALSE(r.hasValue()) << bad.size();
+    EXPECT_NE(r.status().message().find("'divisions' entry"), std::string::npos) << r.status().message();
+  }
+  {
+    ASSERT_TRUE(writeManifest(ckpt, m).isOk());
+    std::string text = testing::readFile(ckpt + "/manifest.toml");
+    ASSERT_NE(text.find("divisions = ["), std::string::npos);
+  }
 
   // A sync job without its model file, a ps job with one.
   m.models.clear();
