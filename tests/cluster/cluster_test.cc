@@ -658,6 +658,32 @@ TEST_F(ClusterTest, InSyncModesAWorkerAliveButStuckIsDeclaredHungAndTheOthersWai
   }
 }
 
+// Trains `job` as run "crash" until its log says `text`, then kills the
+// `troupe train` process (the coordinator) with SIGKILL. Every process named
+// ("ps-0", "worker-1", ...) must go with it (PR_SET_PDEATHSIG, or its lost
+// coordinator). The run directory ("" after a failure, reported).
+std::string crashAfter(const TempDir& dir, const std::vector<std::string>& job, const std::string& text,
+                       const std::vector<std::string>& processes) {
+  {
+    Child crash(plus({TROUPE_BINARY, "train"}, plus(job, {"--set", "run.name=crash"})), dir.file("crash.log"));
+    if (!waitForText(dir.file("crash.log"), text, 120s)) {
+      ADD_FAILURE() << "no '" << text << "' in:\n" << readFile(dir.file("crash.log"));
+      return "";
+    }
+    crash.kill(SIGKILL);
+    crash.wait(10s);
+  }
+  const std::string run = dir.file("runs/crash");
+  for (const std::string& who : processes) {
+    const int pid = pidIn(readFile(run + "/" + who + ".log"), who.substr(0, who.find('-')) + " " + who.substr(who.find('-') + 1));
+    EXPECT_GT(pid, 0) << who;
+    if (pid <= 0) continue;
+    for (int i = 0; i < 200 && ::kill(pid, 0) == 0; ++i) std::this_thread::sleep_for(50ms);
+    EXPECT_NE(::kill(pid, 0), 0) << who << " outlived its coordinator";
+  }
+  return run;
+}
+
 // A BSP job writing a checkpoint every 40 steps loses its coordinator (and so
 // every process) after the first; `troupe train --resume` goes on from it
 // and ends with the very predictions of the uninterrupted run, every sample
@@ -670,20 +696,8 @@ TEST_F(ClusterTest, AResumedJobEqualsTheUninterruptedOneAndBrokenCheckpointsAreR
                         {"--set", "cluster.workers=2", "--set", "cluster.servers=2", "--set", "checkpoint.every_steps=40"});
   auto full = troupe(plus({"train"}, plus(job, {"--set", "run.name=full", "--predictions", dir.file("full.tsv")})));
   ASSERT_EQ(full.exitCode, 0) << full.err;
-  {
-    Child crash(plus({TROUPE_BINARY, "train"}, plus(job, {"--set", "run.name=crash"})), dir.file("crash.log"));
-    ASSERT_TRUE(waitForText(dir.file("crash.log"), "checkpoint 1 written", 120s)) << readFile(dir.file("crash.log"));
-    crash.kill(SIGKILL);
-    crash.wait(10s);
-  }
-  const std::string run = dir.file("runs/crash");
-  // Every process of the crashed job goes (PR_SET_PDEATHSIG, or its lost coordinator).
-  for (const std::string who : {"ps-0", "ps-1", "worker-0", "worker-1"}) {
-    const int pid = pidIn(readFile(run + "/" + who + ".log"), who.substr(0, who.find('-')) + " " + who.substr(who.find('-') + 1));
-    ASSERT_GT(pid, 0) << who;
-    for (int i = 0; i < 200 && ::kill(pid, 0) == 0; ++i) std::this_thread::sleep_for(50ms);
-    EXPECT_NE(::kill(pid, 0), 0) << who << " outlived its coordinator";
-  }
+  const std::string run = crashAfter(dir, job, "checkpoint 1 written", {"ps-0", "ps-1", "worker-0", "worker-1"});
+  ASSERT_FALSE(run.empty());
   const std::string ckpt = run + "/checkpoints/ckpt-000001";
   // Copies to break, before the resumed job writes more.
   ASSERT_TRUE(testing::shell("cp -r " + ckpt + " " + dir.file("trunc") + " && cp -r " + ckpt + " " + dir.file("flip") +
@@ -750,19 +764,10 @@ TEST_F(ClusterTest, InSyncModesAResumedJobEqualsTheUninterruptedOne) {
     auto full = troupe(plus({"train"}, plus(job, {"--set", "run.name=full", "--predictions", dir.file("full.tsv"),
                                                   "--summary-json", dir.file("full.json")})));
     ASSERT_EQ(full.exitCode, 0) << full.err;
-    {
-      Child crash(plus({TROUPE_BINARY, "train"}, plus(job, {"--set", "run.name=crash"})), dir.file("crash.log"));
-      ASSERT_TRUE(waitForText(dir.file("crash.log"), " written: ", 120s)) << readFile(dir.file("crash.log"));
-      crash.kill(SIGKILL);
-      crash.wait(10s);
-    }
-    const std::string run = dir.file("runs/crash");
-    for (const std::string who : {"worker-0", "worker-1"}) {
-      const int pid = pidIn(readFile(run + "/" + who + ".log"), "worker " + who.substr(7));
-      ASSERT_GT(pid, 0) << who;
-      for (int i = 0; i < 200 && ::kill(pid, 0) == 0; ++i) std::this_thread::sleep_for(50ms);
-      EXPECT_NE(::kill(pid, 0), 0) << who << " outlived its coordinator";
-    }
+    std::vector<std::string> processes = {"worker-0", "worker-1"};
+    if (mode == "hybrid") processes.insert(processes.end(), {"ps-0", "ps-1"});
+    const std::string run = crashAfter(dir, job, " written: ", processes);
+    ASSERT_FALSE(run.empty());
     // The one its log says was written ("checkpoint N written: DIR (...").
     const std::string crashLog = readFile(dir.file("crash.log"));
     const size_t at = crashLog.find(" written: ") + std::string(" written: ").size();
