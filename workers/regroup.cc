@@ -46,8 +46,8 @@ Expected<RegroupPlan> planRegroup(const std::vector<Standing>& all, bool backToL
   p.epoch = from.epoch;
   p.epochSteps = from.epochSteps - (back ? 1 : 0);
   p.samples = back ? from.previousSamples : from.samples;
-  const int64_t start = from.epoch == from.divisionEpoch ? from.divisionFrom : 0;
-  p.epochBatch = start + p.epochSteps * std::max<int64_t>(1, from.divisionParts);
+  p.epochBatch =
+      DataDivision{from.divisionEpoch, from.divisionFrom, from.divisionParts}.batchesTaken(from.epoch, p.epochSteps);
   return p;
 }
 

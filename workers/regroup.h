@@ -40,6 +40,11 @@ struct RegroupPlan {
 // the epoch among its ranks.
 struct DataDivision {
   int64_t epoch = 0, fromBatch = 0, parts = 1;
+  // The batches of `inEpoch` taken once a group under this division took
+  // `steps` steps of it.
+  int64_t batchesTaken(int64_t inEpoch, int64_t steps) const {
+    return (inEpoch == epoch ? fromBatch : 0) + steps * (parts < 1 ? 1 : parts);
+  }
 };
 
 // The samples a sync job applies when it trains `epochs` epochs of `rows`

@@ -618,8 +618,7 @@ caf::behavior worker(Self* self, WorkerOptions options, std::shared_ptr<WorkerCo
         img->step = core.steps();
         img->epoch = st.epoch;
         // Batches of the epoch the steps so far took (still to pass over count as passed).
-        img->epochBatch = (st.epoch == st.division.epoch ? st.division.fromBatch : 0) +
-                          (st.epochSteps + st.toSkip) * std::max<int64_t>(1, st.division.parts);
+        img->epochBatch = st.division.batchesTaken(st.epoch, st.epochSteps + st.toSkip);
         img->samplesApplied = core.samplesApplied();
         img->denseParameters = core.denseParameters();
         img->dense.assign(core.denseState(), core.denseState() + core.denseStateFloats());

@@ -283,17 +283,17 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   // A sync-mode job resumed from a checkpoint: every rank goes on with the
   // group's model at the cut (a replacement copies it from the group).
   std::shared_ptr<ModelImage> resumedModel;
+  std::string modelPath;  // its file
   const std::string resume = config.getString("checkpoint.resume");
   if (mode != TrainMode::kPs && !rejoin && !resume.empty()) {
-    auto manifest = readManifest(resume);
+    auto manifest = readManifest(resume);  // a sync job's lists exactly one model file
     if (!manifest.hasValue()) TROUPE_SETUP_ERROR("{}", manifest.status().message());
-    if (manifest->models.size() != 1) TROUPE_SETUP_ERROR("{}: holds no model file for a {} job", resume, trainModeName(mode));
-    const std::string path = resume + "/" + manifest->models[0].file;
-    auto image = readModelImage(path);
+    modelPath = resume + "/" + manifest->models.at(0).file;
+    auto image = readModelImage(modelPath);
     if (!image.hasValue()) TROUPE_SETUP_ERROR("{}", image.status().message());
     resumedModel = std::make_shared<ModelImage>(std::move(*image));
     resumeAt = resumedModel->step;
-    logger("job")->info("worker {}: goes on from {} (step {}, epoch {}, from its batch {})", rank, path, resumeAt,
+    logger("job")->info("worker {}: goes on from {} (step {}, epoch {}, from its batch {})", rank, modelPath, resumeAt,
                         resumedModel->epoch, resumedModel->epochBatch);
   }
   DataSources data = openData(config, threads);
@@ -303,7 +303,7 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   if (resumedModel) {
     WorkerCore& c = **core;
     const bool tables = model.replicatedTables;
-    Status fits = checkModelImage(*resumedModel, resume + "/" + kModelImageFile, workers, c.denseParameters(),
+    Status fits = checkModelImage(*resumedModel, modelPath, workers, c.denseParameters(),
                                   c.denseStateFloats(), tables ? model.dlrm.numTables : 0);
     if (!fits.isOk()) TROUPE_SETUP_ERROR("{}", fits.message());
     std::copy(resumedModel->dense.begin(), resumedModel->dense.end(), c.denseState());
@@ -331,7 +331,7 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
                                                              : std::make_shared<const std::vector<ps::TableImage>>();
       self->request(client, 120s, ps::load_atom::value, tables, rank, resumedModel->step)
           .receive([](int64_t) {}, [&](caf::error& e) { error = actors::describe(e); });
-      if (!error.empty()) TROUPE_SETUP_ERROR("{}/{}: the tables do not load: {}", resume, kModelImageFile, error);
+      if (!error.empty()) TROUPE_SETUP_ERROR("{}: the tables do not load: {}", modelPath, error);
     }
   }
   const int prefetch = int(positive(config, "data.prefetch"));
@@ -341,7 +341,7 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
     // The ranks divide what is left of the cut's epoch.
     division = DataDivision{resumedModel->epoch, resumedModel->epochBatch, workers};
     Status s = share->reshare(division.epoch, division.fromBatch, rank, workers);
-    if (!s.isOk()) TROUPE_SETUP_ERROR("{}/{}: {}", resume, kModelImageFile, s.message());
+    if (!s.isOk()) TROUPE_SETUP_ERROR("{}: {}", modelPath, s.message());
   }
   auto trainLoader = spawnLoader(ctx.system, share, prefetch);
   auto testLoader = spawnLoader(ctx.system, data.test, prefetch);
