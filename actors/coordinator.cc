@@ -23,6 +23,7 @@ struct Slot {
   bool replacing = false;     // a replacement is wanted and not yet ready
   int64_t replaceRound = 0;   // counts the replacements wanted (names the timer of each)
   int64_t eventIndex = -1;    // its open RecoveryEvent while replacing
+  bool moved = false;         // it lives in the process of another rank (Adopt)
 };
 
 // Whether a lost member's process may still exist and must be stopped for
@@ -48,9 +49,11 @@ struct CoordinatorState : JobContext {
 
   void answerLate() {
     if (lateWaiters.empty()) return;
+    // A rank being moved into a live process is not missing: its node is
+    // that process's (and the process takes its ranks one at a time).
     for (const auto& g : groups) {
       for (const auto& s : g) {
-        if (s.replacing) return;
+        if (s.replacing && !s.moved) return;
       }
     }
     const Roster r = roster();
@@ -145,9 +148,14 @@ struct CoordinatorState : JobContext {
     readyWaiters.clear();
     for (auto& w : lateWaiters) w.deliver(caf::make_error(Errc::kJobFailed, why));
     lateWaiters.clear();
+    std::vector<caf::actor_addr> told;  // one Shutdown per process (a process may run several ranks)
     for (auto& g : groups) {
       for (auto& s : g) {
-        if (s.member.agent && s.member.state != MemberState::kLost) actor->send(s.member.agent, Shutdown{why});
+        if (s.member.agent && s.member.state != MemberState::kLost &&
+            std::find(told.begin(), told.end(), s.member.agent.address()) == told.end()) {
+          told.push_back(s.member.agent.address());
+          actor->send(s.member.agent, Shutdown{why});
+        }
         if (s.replacing && s.eventIndex >= 0) events_[size_t(s.eventIndex)].action = "not replaced: the job ended";
       }
     }
@@ -237,6 +245,43 @@ struct CoordinatorState : JobContext {
         actor->delayed_send(actor, options.replaceTimeout, replace_atom::value, m.role, m.rank, s.replaceRound);
         return;
       }
+      case LossDecision::Action::kAdopt: {
+        Slot* host = slot(m.role, d.host);
+        // Not a process that is going with this one (a rank it hosts).
+        if (host == &s || host == nullptr || !host->member.agent || host->member.node == m.node ||
+            (host->member.state != MemberState::kReady && host->member.state != MemberState::kFinished)) {
+          e.action = "failed the job";
+          events_.push_back(std::move(e));
+          return end(false, fmt::format("{}; it was to move into the process of {} {}, which is not running",
+                                        events_.back().what, m.role, d.host));
+        }
+        if (!s.budget.take(actor->clock().now())) {
+          const std::string why = fmt::format(
+              "{}; its restart budget is spent ({} restarts in {} s, supervision.max_restarts)", e.what,
+              s.budget.policy().maxRestarts, std::chrono::duration<double>(s.budget.policy().window).count());
+          e.action = "gave up";
+          s.eventIndex = int64_t(events_.size());
+          events_.push_back(std::move(e));
+          return escalate(s, why);
+        }
+        const Member& h = host->member;
+        e.action = fmt::format("moved to the process of {} {}", h.role, h.rank);
+        s.replacing = true;
+        s.moved = true;
+        s.replaceRound += 1;
+        s.eventIndex = int64_t(events_.size());
+        events_.push_back(std::move(e));
+        m.incarnation += 1;
+        m.state = MemberState::kJoined;
+        m.node = h.node;
+        m.address = h.address;
+        m.pid = h.pid;
+        m.agent = h.agent;  // monitored already, as the host's
+        log->warn("{}; {} {} takes it into its process (pid {})", events_.back().what, h.role, h.rank, h.pid);
+        actor->send(m.agent, Adopt{m.role, m.rank, m.incarnation, policy->configFor(*this, m, options.config)});
+        actor->delayed_send(actor, options.replaceTimeout, replace_atom::value, m.role, m.rank, s.replaceRound);
+        return;
+      }
     }
   }
 
@@ -280,11 +325,15 @@ caf::behavior coordinator(Self* self, CoordinatorOptions options, std::shared_pt
     return caf::make_error(Errc::kBadMessage, "the coordinator does not take this message");
   });
   self->set_down_handler([=](caf::down_msg& dm) {
-    for (auto& g : self->state.groups) {
-      for (auto& s : g) {
-        if (s.member.agent && s.member.agent.address() == dm.source) return self->state.onMemberDown(s, lossOf(dm.reason));
+    // Every member of the process (a rank moved into it goes with it).
+    std::vector<std::pair<size_t, size_t>> of;
+    for (size_t g = 0; g < self->state.groups.size(); ++g) {
+      for (size_t r = 0; r < self->state.groups[g].size(); ++r) {
+        const auto& m = self->state.groups[g][r].member;
+        if (m.agent && m.agent.address() == dm.source) of.emplace_back(g, r);
       }
     }
+    for (auto [g, r] : of) self->state.onMemberDown(self->state.groups[g][r], lossOf(dm.reason));
   });
   self->delayed_send(self, st.options.startTimeout, deadline_atom::value);
   caf::message_handler lifecycle{
@@ -329,8 +378,9 @@ caf::behavior coordinator(Self* self, CoordinatorOptions options, std::shared_pt
                                             rank, std::chrono::duration<double>(st.options.replaceTimeout).count());
         st.log->error("{}", why);
         if (s->member.live()) {
-          // One joined but is not ready: it is not coming.
-          if (st.options.terminate) st.options.terminate(s->member);
+          // One joined but is not ready: it is not coming (a rank moved
+          // into a live process leaves that process alone).
+          if (st.options.terminate && !s->moved) st.options.terminate(s->member);
           s->member.state = MemberState::kLost;
           s->member.agent = caf::actor();
         }
@@ -343,7 +393,7 @@ caf::behavior coordinator(Self* self, CoordinatorOptions options, std::shared_pt
         if (!list) return caf::make_error(Errc::kNotInJob, fmt::format("the job has no role '{}'", h.role));
         // The same process saying hello again gets the same answer.
         for (auto& s : *list) {
-          if (s.member.live() && s.member.node == h.node) {
+          if (s.member.live() && !s.moved && s.member.node == h.node) {
             return Welcome{s.member.rank, s.member.incarnation, st.policy->configFor(st, s.member, st.options.config)};
           }
         }
@@ -365,6 +415,7 @@ caf::behavior coordinator(Self* self, CoordinatorOptions options, std::shared_pt
                                                                list->size(), h.role));
         }
         Member& m = chosen->member;
+        chosen->moved = false;
         const bool replacement = m.state == MemberState::kLost;
         m.incarnation += 1;
         m.state = MemberState::kJoined;

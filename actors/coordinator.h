@@ -7,14 +7,18 @@
 //     process's agent;
 //   - answers Ready with the Roster once every member is ready (for a
 //     replacement, once every rank it may need is back: none is lost and
-//     waiting for its own replacement);
+//     waiting for a new process; a rank moving into a live process has
+//     that process's node);
 //   - hears of a lost member the way every supervisor does (lossOf): its
 //     agent's proxy goes down (crashed, timed out, left before it finished),
 //     and asks the job's policy what the loss means: fail the job, go on
-//     without the member, or replace it. A replacement spends one restart of
-//     the rank's budget (supervision.max_restarts in restart_window_s); a
-//     spent budget, or no replacement within the replace timeout, is
-//     escalated to the policy again (JobPolicy::onEscalation);
+//     without the member, replace it, or move it into the live process of
+//     another member of its role (Adopt: that process takes the rank as
+//     well, and the two share its fate from then on). A replacement or a
+//     move spends one restart of the rank's budget (supervision.max_restarts
+//     in restart_window_s); a spent budget, or no replacement ready within
+//     the replace timeout, is escalated to the policy again
+//     (JobPolicy::onEscalation);
 //   - fails the job when not every process is ready within the start
 //     timeout, or when told to abort (Ctrl-C, a child that failed);
 //   - when the job is over (JobContext::finish or fail), sends Shutdown to
@@ -75,12 +79,15 @@ struct LossDecision {
     kFail,      // the job ends with `why`
     kContinue,  // the others go on without the member (it stays lost)
     kReplace,   // a new process takes the rank
+    kAdopt,     // the live process of rank `host` (same role) takes it as well
   } action = Action::kFail;
-  std::string why;  // kFail: the job's error
+  std::string why;    // kFail: the job's error
+  int64_t host = -1;  // kAdopt
 
-  static LossDecision fail(std::string why) { return {Action::kFail, std::move(why)}; }
-  static LossDecision goOn() { return {Action::kContinue, {}}; }
-  static LossDecision replace() { return {Action::kReplace, {}}; }
+  static LossDecision fail(std::string why) { return {Action::kFail, std::move(why), -1}; }
+  static LossDecision goOn() { return {Action::kContinue, {}, -1}; }
+  static LossDecision replace() { return {Action::kReplace, {}, -1}; }
+  static LossDecision adopt(int64_t host) { return {Action::kAdopt, {}, host}; }
 };
 
 // One failure and what became of it (summary.json's "recovery").
@@ -89,7 +96,7 @@ struct RecoveryEvent {
   std::string detectedBy;    // "crashed", "timed out", ... (the departure), or the error
   double lostAtSeconds = 0;  // since the job started
   double lostAtUnix = 0;     // wall clock (seconds since 1970), to set beside when the failure happened
-  std::string action;        // "failed the job", "went on without it", "replaced", "gave up"
+  std::string action;        // "failed the job", "went on without it", "replaced", "moved to ...", "gave up"
   double recoveredAtSeconds = -1;  // when its replacement was ready; -1: not (yet)
 };
 

@@ -22,7 +22,8 @@ transport::WireTypes lifecycleWireTypes() {
       .add<Ready>("troupe.Ready")
       .add<Roster>("troupe.Roster")
       .add<Shutdown>("troupe.Shutdown")
-      .add<MemberFailed>("troupe.MemberFailed");
+      .add<MemberFailed>("troupe.MemberFailed")
+      .add<Adopt>("troupe.Adopt");
   return t;
 }
 

@@ -13,7 +13,10 @@
 //   Ready -> Roster         once every member is ready (a replacement gets
 //                           the roster at once); the roster names every
 //                           member's transport node
-// A member whose work failed says MemberFailed before its process exits. The
+// A member whose work failed says MemberFailed before its process exits. A
+// lost member may be moved into a live process of its role (Adopt, to that
+// process's agent): the process takes the rank as well, as a replacement
+// would (Ready -> Roster), and the two ranks share its fate from then on. The
 // coordinator sends Shutdown to every agent when the job is over; an agent
 // that loses its coordinator stops its process (actors/node_agent.h).
 #pragma once
@@ -65,6 +68,16 @@ struct Roster {
   std::vector<uint64_t> nodesOf(const std::string& role) const;
 };
 
+// To an agent, from the coordinator: this process takes `rank` of its role
+// as well (a lost member the job goes on with in a live process), as
+// incarnation `incarnation`, with the job's config.
+struct Adopt {
+  std::string role;
+  int64_t rank = -1;
+  int64_t incarnation = 0;
+  std::string config;
+};
+
 // To an agent: the job is over; its process stops.
 struct Shutdown {
   std::string why;  // "" when the job succeeded
@@ -98,6 +111,10 @@ typename Inspector::result_type inspect(Inspector& f, Roster& x) {
   return f(caf::meta::type_name("Roster"), x.roles, x.counts, x.nodes, x.generation);
 }
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Adopt& x) {
+  return f(caf::meta::type_name("Adopt"), x.role, x.rank, x.incarnation, x.config);
+}
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Shutdown& x) {
   return f(caf::meta::type_name("Shutdown"), x.why);
 }
@@ -123,4 +140,5 @@ CAF_ADD_TYPE_ID(troupe_actors, (troupe::actors::Ready))
 CAF_ADD_TYPE_ID(troupe_actors, (troupe::actors::Roster))
 CAF_ADD_TYPE_ID(troupe_actors, (troupe::actors::Shutdown))
 CAF_ADD_TYPE_ID(troupe_actors, (troupe::actors::MemberFailed))
+CAF_ADD_TYPE_ID(troupe_actors, (troupe::actors::Adopt))
 CAF_END_TYPE_ID_BLOCK(troupe_actors)

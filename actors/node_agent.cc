@@ -4,6 +4,7 @@
 
 #include <condition_variable>
 #include <cstdlib>
+#include <deque>
 #include <mutex>
 #include <thread>
 
@@ -31,6 +32,13 @@ struct Signals {
   enum class End { kNone, kShutdown, kCoordinatorLost, kFailed } end = End::kNone;
   std::string why;
   bool stopped = false;  // the main thread is done stopping (the watchdog stands down)
+  std::deque<Adopt> adoptions;  // ranks moved into this process, for the main thread
+
+  void adopt(Adopt a) {
+    std::lock_guard<std::mutex> lock(mutex);
+    adoptions.push_back(std::move(a));
+    changed.notify_all();
+  }
 
   void set(End e, std::string w) {
     std::lock_guard<std::mutex> lock(mutex);
@@ -55,7 +63,7 @@ int statusOf(Signals::End end) {
 
 struct AgentState {
   caf::actor coordinator;
-  caf::actor supervisor;  // the role's actors; watched once they run
+  std::vector<caf::actor> supervisors;  // the roles' actors; watched once they run
   std::chrono::milliseconds confirmTimeout{6000};
   std::shared_ptr<Signals> signals;
   std::string role;
@@ -95,11 +103,14 @@ caf::behavior agent(Agent* self, caf::actor coordinator, std::shared_ptr<Signals
     auto& st = self->state;
     if (dm.source == st.coordinator.address()) {
       st.signals->set(Signals::End::kCoordinatorLost, lossOf(dm.reason).describe());
-    } else if (st.supervisor && dm.source == st.supervisor.address()) {
-      // It ended without escalating (an exception in a handler, say): the
-      // member's actors are gone all the same.
-      const Loss loss = lossOf(dm.reason);
-      if (loss.kind != Loss::Kind::kNormal) reportFailure(self, "its supervisor stopped: " + loss.describe());
+    } else {
+      for (const auto& sup : st.supervisors) {
+        if (dm.source != sup.address()) continue;
+        // It ended without escalating (an exception in a handler, say): the
+        // member's actors are gone all the same.
+        const Loss loss = lossOf(dm.reason);
+        if (loss.kind != Loss::Kind::kNormal) reportFailure(self, "its supervisor stopped: " + loss.describe());
+      }
     }
   });
   self->set_error_handler([=](caf::error& err) { logger("job")->warn("agent: ignored an error: {}", describe(err)); });
@@ -114,8 +125,18 @@ caf::behavior agent(Agent* self, caf::actor coordinator, std::shared_ptr<Signals
         self->state.incarnation = w.incarnation;
       },
       [=](watch_atom, caf::actor supervisor) {
-        self->state.supervisor = supervisor;
+        self->state.supervisors.push_back(supervisor);
         self->monitor(supervisor);
+      },
+      [=](const Adopt& a) {
+        // Only the coordinator moves a rank here.
+        const auto& sender = self->current_sender();
+        if (!sender || sender->node() != self->state.coordinator.node() || a.role != self->state.role) {
+          logger("job")->warn("agent: refused an Adopt of {} {} that did not come from the coordinator", a.role,
+                              a.rank);
+          return;
+        }
+        self->state.signals->adopt(a);
       },
       [=](const ChildFailed& f) { reportFailure(self, fmt::format("{}: {}", f.child, f.reason)); },
       [=](lost_atom, const std::string& why) { self->state.signals->set(Signals::End::kFailed, why); },
@@ -198,6 +219,44 @@ int runMember(const MemberOptions& options, Role& role) {
   int status = kExitOk;
   caf::actor supervisor;
   std::optional<Welcome> welcome;
+  // Ranks moved into this process (Adopt): their roles and supervisors.
+  std::vector<std::unique_ptr<Role>> adopted;
+  std::vector<caf::actor> adoptedSupervisors;
+  auto adoptRank = [&](const Adopt& a) {
+    const std::string name = fmt::format("{} {}", a.role, a.rank);
+    std::unique_ptr<Role> other = options.anotherRole ? options.anotherRole() : nullptr;
+    if (!other) {
+      log->error("{}: cannot take {} as well (this process runs one rank)", who, name);
+      self->send(coord, MemberFailed{a.role, a.rank, a.incarnation, "its process cannot take another rank", true});
+      return;
+    }
+    log->warn("{}: takes {} into this process as well (process {} of its rank)", who, name, a.incarnation + 1);
+    try {
+      Config config(troupeConfigSchema());
+      config.loadString(a.config, "the coordinator");
+      const auto readyTimeout = std::chrono::seconds(config.getInt("cluster.start_timeout_s")) + 30s;
+      MemberContext ctx{system, **remote, coord, a.role, Welcome{a.rank, a.incarnation, a.config}, std::move(config)};
+      other->prepare(ctx);
+      std::optional<Roster> roster;
+      std::string error;
+      self->request(coord, readyTimeout, Ready{a.role, a.rank, a.incarnation})
+          .receive([&](Roster& r) { roster = std::move(r); }, [&](caf::error& e) { error = describe(e); });
+      if (!roster) TROUPE_SETUP_ERROR("{} did not rejoin the job: {}", name, error);
+      SupervisorOptions so;
+      so.name = name;
+      so.children = other->start(ctx, *roster);
+      so.parent = agentActor;
+      adoptedSupervisors.push_back(spawnSupervisor(system, std::move(so)));
+      self->send(agentActor, watch_atom::value, adoptedSupervisors.back());
+      adopted.push_back(std::move(other));
+    } catch (const std::exception& e) {
+      const bool setup = dynamic_cast<const SetupError*>(&e) != nullptr;
+      const std::string why = setup ? e.what() : fmt::format("internal error: {}", e.what());
+      log->error("{}: {}", name, why);
+      other->release();
+      self->send(coord, MemberFailed{a.role, a.rank, a.incarnation, why, setup});
+    }
+  };
   {
     Watchdog watchdog(signals, who);
     std::string failure;  // set-up or internal errors, said once below
@@ -244,13 +303,24 @@ int runMember(const MemberOptions& options, Role& role) {
       }
       signals->set(Signals::End::kFailed, failure);
     }
-    // Until the job is over, the coordinator goes, or the work fails. The
-    // coordinator's heartbeats bound the wait.
+    // Until the job is over, the coordinator goes, or the work fails
+    // (taking the ranks moved here meanwhile). The coordinator's
+    // heartbeats bound the wait.
     std::string why;
     Signals::End end;
     {
       std::unique_lock<std::mutex> lock(signals->mutex);
-      while (signals->end == Signals::End::kNone) signals->changed.wait_for(lock, 1s);
+      while (signals->end == Signals::End::kNone) {
+        if (!signals->adoptions.empty() && failure.empty()) {
+          const Adopt a = std::move(signals->adoptions.front());
+          signals->adoptions.pop_front();
+          lock.unlock();
+          adoptRank(a);
+          lock.lock();
+          continue;
+        }
+        signals->changed.wait_for(lock, 1s);
+      }
       end = signals->end;
       why = signals->why;
     }
@@ -270,10 +340,14 @@ int runMember(const MemberOptions& options, Role& role) {
         break;
       case Signals::End::kNone: break;
     }
-    if (supervisor) {
-      self->send_exit(supervisor, caf::exit_reason::user_shutdown);
-      self->wait_for(supervisor);  // its children go first; bounded by the watchdog
-    }
+    for (const auto& sup : adoptedSupervisors) self->send_exit(sup, caf::exit_reason::user_shutdown);
+    if (supervisor) self->send_exit(supervisor, caf::exit_reason::user_shutdown);
+    // Their children go first; bounded by the watchdog.
+    for (const auto& sup : adoptedSupervisors) self->wait_for(sup);
+    if (supervisor) self->wait_for(supervisor);
+    adoptedSupervisors.clear();
+    for (auto& other : adopted) other->release();
+    adopted.clear();
     role.release();
   }
   self->send_exit(agentActor, caf::exit_reason::user_shutdown);

@@ -17,8 +17,13 @@
 //    process says so in one line, stops its actors and exits with
 //    kExitCoordinatorLost; one that is still stuck after kStopGrace (a
 //    collective waiting on a dead peer, say) exits hard;
-//  - ends on Shutdown: it stops its actors, lets the role release what it
-//    holds (Role::release, before the transport goes) and exits 0.
+//  - takes a lost rank of its role when the coordinator moves one into it
+//    (Adopt): another role object (MemberOptions::anotherRole) goes through
+//    prepare, Ready and start as a replacement process would, under a
+//    supervisor of its own. The process's ranks share its fate: a failure
+//    of either's actors ends the process;
+//  - ends on Shutdown: it stops its actors, lets the roles release what
+//    they hold (Role::release, before the transport goes) and exits 0.
 // Every wait is bounded: the requests by their timeouts, the wait for
 // Shutdown by the coordinator's liveness (its heartbeats), the stop by
 // kStopGrace.
@@ -27,6 +32,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -85,6 +91,9 @@ struct MemberOptions {
   transport::WireTypes types;   // the job's own records (the lifecycle's are added)
   // Registers the job's own message types with the actor system.
   std::function<void(caf::actor_system_config&)> configure;
+  // Another role object of the same kind, for a rank the coordinator moves
+  // into this process (Adopt); null: the process takes no other rank.
+  std::function<std::unique_ptr<Role>()> anotherRole;
 };
 
 // Runs a member process until the job ends; returns its exit status.

@@ -64,6 +64,9 @@ int runLaunch(const LaunchFlags& flags) {
     return actors::runMember(m, role);
   }
   workers::WorkerRole role(threads);
+  // supervision.on_worker_loss = shrink in ps mode moves a lost rank into a
+  // live worker's process.
+  m.anotherRole = [threads] { return std::make_unique<workers::WorkerRole>(threads); };
   return actors::runMember(m, role);
 }
 

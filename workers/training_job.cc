@@ -56,11 +56,14 @@ WorkerLoss workerLossPolicy(const Config& config) {
   if (p == "restart") return WorkerLoss::kRestart;
   if (p == "fail") return WorkerLoss::kFail;
   if (p == "shrink") {
-    // A lost rank's pushes may be at some shards and not others (ps,
-    // hybrid); only a group of replicas can go on without it as it is.
-    if (trainMode(config) != TrainMode::kAllReduce || collectivesBackend(config) != "ring") {
-      TROUPE_SETUP_ERROR("config: supervision.on_worker_loss = shrink is built for train.mode = allreduce with the "
-                         "ring backend; this job runs {}{} (use restart or fail)",
+    // ps mode: the lost rank moves into a live worker's process. allreduce:
+    // the group forms again without it. hybrid: a lost rank's pushes may be
+    // at some shards and not others, and the group that goes on divides
+    // its batches anew, so it is not built.
+    const TrainMode mode = trainMode(config);
+    if (mode == TrainMode::kHybrid || (mode == TrainMode::kAllReduce && collectivesBackend(config) != "ring")) {
+      TROUPE_SETUP_ERROR("config: supervision.on_worker_loss = shrink is built for train.mode = ps, and for "
+                         "allreduce with the ring backend; this job runs {}{} (use restart or fail)",
                          trainModeName(trainMode(config)),
                          trainMode(config) == TrainMode::kAllReduce
                              ? fmt::format(" with collectives.backend = {}", collectivesBackend(config))
@@ -260,7 +263,7 @@ actors::LossDecision TrainingJob::onLoss(actors::JobContext& job, const actors::
       log()->warn("{}: a new process takes its rank, and the group forms again", what);
     }
     for (const auto& w : job.members("worker")) {
-      if (w.rank != m.rank && w.live()) job.self()->send(job.actorOf(w, kTrainerName), RegroupNow{m.rank, regroupEpoch_ + 1});
+      if (w.rank != m.rank && w.live()) job.self()->send(job.actorOf(w, trainerName(w.rank)), RegroupNow{m.rank, regroupEpoch_ + 1});
     }
     if (shrink) {
       // The others may all be ready already (their collectives failed first).
@@ -269,15 +272,42 @@ actors::LossDecision TrainingJob::onLoss(actors::JobContext& job, const actors::
     }
     return actors::LossDecision::replace();
   }
-  // A new process takes the rank and resumes from the last step the shards
-  // have; whatever it had asked the gate for, it asks again.
+  // A new process takes the rank (or, under shrink, a live worker's
+  // process does) and resumes from the last step the shards have;
+  // whatever it had asked the gate for, it asks again.
   gateWaiters_.erase(m.rank);
   // A checkpoint whose cut is taken (every shard has its copy) stands.
   if (ckpt_.active && (!ckpt_.snapshotting || ckpt_.snapshotsLeft > 0)) {
     abandonCheckpoint(job, fmt::format("worker {} was lost", m.rank));
   }
   outcome_.workers[size_t(m.rank)].restarts += 1;
+  if (onWorkerLoss_ == WorkerLoss::kShrink) {
+    const int64_t host = adoptiveHost(job, m);
+    if (host < 0) return actors::LossDecision::fail(what + "; no worker process is left to take its rank");
+    log()->warn("{}: worker {}'s process takes its rank, and the job goes on with fewer processes "
+                "(supervision.on_worker_loss = shrink)",
+                what, host);
+    return actors::LossDecision::adopt(host);
+  }
   return actors::LossDecision::replace();
+}
+
+// ps mode, shrink: the process that takes a lost rank is a live one (not
+// the lost rank's own, nor one going with it) that runs the fewest ranks,
+// the lowest rank among those.
+int64_t TrainingJob::adoptiveHost(actors::JobContext& job, const actors::Member& lost) const {
+  const auto& members = job.members("worker");
+  std::map<uint64_t, int64_t> ranksOn;  // by process (transport node)
+  for (const auto& w : members) {
+    if (w.live() || w.state == actors::MemberState::kFinished) ranksOn[w.node] += 1;
+  }
+  int64_t best = -1, fewest = std::numeric_limits<int64_t>::max();
+  for (const auto& w : members) {
+    if (w.rank == lost.rank || w.node == lost.node || !w.agent) continue;
+    if (w.state != actors::MemberState::kReady && w.state != actors::MemberState::kFinished) continue;
+    if (ranksOn[w.node] < fewest) fewest = ranksOn[w.node], best = w.rank;
+  }
+  return best;
 }
 
 // Sync modes: once every live worker is ready (none is being replaced), the
@@ -313,8 +343,14 @@ void TrainingJob::tryRegroup(actors::JobContext& job) {
   ++outcome_.regroups;
 }
 
-void TrainingJob::onReplaced(actors::JobContext&, const actors::Member& m) {
+void TrainingJob::onReplaced(actors::JobContext& job, const actors::Member& m) {
   lastProgress_[size_t(m.rank)] = Clock::now();
+  for (const auto& w : job.members("worker")) {
+    if (w.rank != m.rank && w.node == m.node && (w.live() || w.state == actors::MemberState::kFinished)) {
+      log()->info("worker {} is back, in worker {}'s process; it resumes where the shards left it", m.rank, w.rank);
+      return;
+    }
+  }
   log()->info("worker {} is back (process {} of its rank); it resumes where the shards left it", m.rank,
               m.incarnation + 1);
 }
@@ -403,7 +439,9 @@ void TrainingJob::maybeCheckpoint(actors::JobContext& job) {
   const auto& members = job.members("worker");
   int64_t slowest = std::numeric_limits<int64_t>::max();
   for (const auto& w : members) {
-    if (onWorkerLoss_ == WorkerLoss::kShrink && w.state == actors::MemberState::kLost) continue;  // not replaced
+    if (mode_ != TrainMode::kPs && onWorkerLoss_ == WorkerLoss::kShrink && w.state == actors::MemberState::kLost) {
+      continue;  // not replaced
+    }
     // Not while a rank is lost or its new process is not running yet.
     if (w.state != actors::MemberState::kReady && w.state != actors::MemberState::kFinished) return;
     if (w.live() && !reported_[size_t(w.rank)] && !gateWaiters_.count(w.rank)) {
@@ -472,7 +510,7 @@ void TrainingJob::maybeCheckpoint(actors::JobContext& job) {
 void TrainingJob::pauseWorkers(actors::JobContext& job, int64_t atStep) {
   ckpt_.atStep = atStep;
   for (const auto& w : job.members("worker")) {
-    if (ckpt_.waiting.count(w.rank)) job.self()->send(job.actorOf(w, kTrainerName), CheckpointPause{ckpt_.id, atStep});
+    if (ckpt_.waiting.count(w.rank)) job.self()->send(job.actorOf(w, trainerName(w.rank)), CheckpointPause{ckpt_.id, atStep});
   }
   log()->info("checkpoint {}: pausing the workers at {}", ckpt_.id,
               atStep < 0 ? std::string("their next step boundary") : fmt::format("step {}", atStep));
@@ -561,7 +599,7 @@ void TrainingJob::takeCut(actors::JobContext& job) {
   if (!source) return abandonCheckpoint(job, "no live worker holds the model");
   const int64_t rank = source->rank;
   job.self()
-      ->request(job.actorOf(*source, kTrainerName), 60s, ModelSnapshot{id, ckpt_.dir + "/" + kModelImageFile, workers_})
+      ->request(job.actorOf(*source, trainerName(source->rank)), 60s, ModelSnapshot{id, ckpt_.dir + "/" + kModelImageFile, workers_})
       .then(
           [this, &job, id, step, agreeOnCut](const ModelCut& cut) {
             if (!ckpt_.active || ckpt_.id != id) return;
@@ -590,7 +628,7 @@ void TrainingJob::cutTaken(actors::JobContext& job) {
   // Every copy is taken: the workers train on.
   for (int64_t w : ckpt_.paused) {
     for (const auto& m : job.members("worker")) {
-      if (m.rank == w && m.live()) job.self()->send(job.actorOf(m, kTrainerName), CheckpointResume{id});
+      if (m.rank == w && m.live()) job.self()->send(job.actorOf(m, trainerName(m.rank)), CheckpointResume{id});
     }
   }
   ckpt_.paused.clear();
@@ -640,7 +678,7 @@ void TrainingJob::abandonCheckpoint(actors::JobContext& job, const std::string& 
   // resume cancels a pause still to come).
   for (const auto& m : job.members("worker")) {
     if (m.live() && (ckpt_.paused.count(m.rank) || ckpt_.waiting.count(m.rank))) {
-      job.self()->send(job.actorOf(m, kTrainerName), CheckpointResume{ckpt_.id});
+      job.self()->send(job.actorOf(m, trainerName(m.rank)), CheckpointResume{ckpt_.id});
     }
   }
   lastProgress_.assign(size_t(workers_), Clock::now());

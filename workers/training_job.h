@@ -132,7 +132,9 @@ struct JobOutcome {
 // The published names of a ps process's shard actor and of a worker
 // process's worker actor.
 inline constexpr const char* kShardName = "shard";
-inline constexpr const char* kTrainerName = "trainer";
+// A worker process publishes each of its ranks' trainer (a rank moved
+// into it has one of its own) as trainerName(rank).
+inline std::string trainerName(int64_t rank) { return "trainer" + std::to_string(rank); }
 
 struct TrainingJobOptions {
   std::function<void(const JobProgress&)> onProgress;  // on the coordinator's thread
@@ -163,6 +165,7 @@ class TrainingJob final : public actors::JobPolicy {
   int64_t expectedSamples(int64_t rowsPerEpoch) const;
   void checkGate(actors::JobContext& job);
   void tryRegroup(actors::JobContext& job);
+  int64_t adoptiveHost(actors::JobContext& job, const actors::Member& lost) const;
   void checkDone(actors::JobContext& job);
   void finalize(actors::JobContext& job);
   // Finds workers alive but making no step (supervision.stall_timeout_s).

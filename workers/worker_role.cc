@@ -398,9 +398,9 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   std::vector<actors::ChildSpec> children = {existing("train loader", trainLoader),
                                              existing("test loader", testLoader)};
   if (client) children.push_back(existing("tables", client));
-  auto spawnWorker = [&system = ctx.system, &remote = ctx.remote, wo, core, trainLoader, testLoader, client]() {
+  auto spawnWorker = [&system = ctx.system, &remote = ctx.remote, wo, core, trainLoader, testLoader, client, rank]() {
     auto w = workers::spawnWorker(system, wo, std::move(*core), trainLoader, testLoader, client);
-    remote.publish(w, kTrainerName);  // the coordinator pauses it for checkpoints
+    remote.publish(w, trainerName(rank));  // the coordinator pauses it for checkpoints
     return w;
   };
   children.push_back(actors::ChildSpec{"worker",

@@ -26,11 +26,13 @@ using finish_atom = caf::atom_constant<caf::atom("finish")>;
 // A member process's agent: records the Shutdown it gets, departs on demand.
 struct AgentLog {
   std::vector<std::string> shutdowns;
+  std::vector<std::string> adopts;  // "worker 0 #1 the config"
 };
 
 caf::behavior fakeAgent(caf::event_based_actor* self, std::shared_ptr<AgentLog> log) {
   return {
       [=](const Shutdown& s) { log->shutdowns.push_back(s.why); },
+      [=](const Adopt& a) { log->adopts.push_back(fmt::format("{} {} #{} {}", a.role, a.rank, a.incarnation, a.config)); },
       [=](depart_atom, uint8_t how) { self->quit(caf::make_error(transport::Departure(how), "test")); },
   };
 }
@@ -293,6 +295,82 @@ TEST_F(CoordinatorTest, AReplacementTakesTheLostRankAndGetsTheRosterAtOnce) {
   EXPECT_EQ(r->events[0].action, "replaced");
   EXPECT_GE(r->events[0].recoveredAtSeconds, r->events[0].lostAtSeconds);
   EXPECT_EQ(logs_[30]->shutdowns.size(), 1u) << "the replacement is a member like any other";
+}
+
+// A lost rank moved into a live process (shrink): that process's agent is
+// told, no new process is started, the rank's Ready gets the roster at once
+// (with the host's node), and when the host goes, every rank it runs goes
+// with it, a moving rank holding no other one back.
+TEST_F(CoordinatorTest, ALostRankMovesIntoALiveProcessAndGoesWithIt) {
+  startJob(0, 3, RestartPolicy{3, 60s});
+  everyoneReady(0, 3);
+  policy_->decisions = {LossDecision::adopt(1)};
+  depart(11);
+  EXPECT_TRUE(replacements_.empty()) << "no new process";
+  EXPECT_EQ(terminated_, (std::vector<std::string>{"worker 0 (10.0.0.11:7000)"}));
+  EXPECT_EQ(logs_[12]->adopts, (std::vector<std::string>{"worker 0 #1 the config"}));
+  ready("worker", 0, 1);
+  auto roster = take<Roster>();
+  ASSERT_TRUE(roster);
+  EXPECT_EQ(roster->nodesOf("worker"), (std::vector<uint64_t>{12, 12, 13}));
+  EXPECT_EQ(policy_->replaced, (std::vector<std::string>{"worker 0 #1"}));
+  // The host's process goes: both its ranks are lost, and move on.
+  terminated_.clear();
+  policy_->decisions = {LossDecision::adopt(2), LossDecision::adopt(2)};
+  depart(12);
+  EXPECT_EQ(policy_->losses.size(), 3u);
+  EXPECT_EQ(terminated_, (std::vector<std::string>{"worker 0 (10.0.0.12:7000)", "worker 1 (10.0.0.12:7000)"}));
+  EXPECT_EQ(logs_[13]->adopts, (std::vector<std::string>{"worker 0 #2 the config", "worker 1 #1 the config"}));
+  // Rank 1 is ready first: rank 0, still moving, does not hold its roster.
+  ready("worker", 1, 1);
+  roster = take<Roster>();
+  ASSERT_TRUE(roster);
+  EXPECT_EQ(roster->nodesOf("worker"), (std::vector<uint64_t>{13, 13, 13}));
+  ready("worker", 0, 2);
+  ASSERT_TRUE(take<Roster>());
+  // The moves' timers find them done.
+  advance(30s);
+  EXPECT_FALSE(result());
+  self()->send(coord_, finish_atom::value);
+  run();
+  auto r = result();
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(r->ok);
+  ASSERT_EQ(r->events.size(), 3u);
+  EXPECT_EQ(r->events[0].action, "moved to the process of worker 1");
+  EXPECT_EQ(r->events[1].action, "moved to the process of worker 2");
+  EXPECT_EQ(r->events[2].action, "moved to the process of worker 2");
+  for (const auto& e : r->events) EXPECT_GE(e.recoveredAtSeconds, e.lostAtSeconds);
+  EXPECT_EQ(logs_[13]->shutdowns.size(), 1u) << "one process, one Shutdown";
+}
+
+// A move into a process that is not running (the lost rank's own, one
+// going with it, one not there) fails the job saying so; a spent budget is
+// escalated as for a replacement.
+TEST_F(CoordinatorTest, AMoveIntoNoLiveProcessFailsAndASpentBudgetIsEscalated) {
+  startJob(0, 2, RestartPolicy{3, 60s});
+  everyoneReady(0, 2);
+  policy_->decisions = {LossDecision::adopt(0)};
+  depart(11);
+  auto r = result();
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(r->ok);
+  EXPECT_NE(r->error.find("it was to move into the process of worker 0, which is not running"), std::string::npos)
+      << r->error;
+  EXPECT_TRUE(logs_[12]->adopts.empty());
+}
+
+TEST_F(CoordinatorTest, AMoveSpendsTheRanksRestartBudget) {
+  startJob(0, 2, RestartPolicy{0, 60s});
+  everyoneReady(0, 2);
+  policy_->decisions = {LossDecision::adopt(1)};
+  depart(11);
+  ASSERT_EQ(policy_->escalated.size(), 1u);
+  EXPECT_NE(policy_->escalated[0].find("its restart budget is spent"), std::string::npos) << policy_->escalated[0];
+  EXPECT_TRUE(logs_[12]->adopts.empty());
+  auto r = result();
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(r->ok);
 }
 
 TEST_F(CoordinatorTest, ASpentRestartBudgetIsEscalatedToThePolicy) {

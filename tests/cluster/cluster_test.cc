@@ -547,15 +547,103 @@ TEST_F(ClusterTest, WithShrinkTheGroupGoesOnWithoutTheLostWorkerAndDividesWhatIs
         << survivorLog;
     EXPECT_NE(::kill(pid, 0), 0) << "the lost process " << pid << " still exists";
   }
-  for (const std::string mode : {"ps", "hybrid"}) {
-    auto r = troupe(plus({"train"}, plus(smallJob(dir, "refused"), {"--set", "train.mode=" + mode, "--set",
-                                                                    "cluster.workers=2", "--set", "cluster.servers=1",
-                                                                    "--set", "supervision.on_worker_loss=shrink"})));
-    EXPECT_EQ(r.exitCode, 2) << r.err;
-    EXPECT_NE(r.err.find("supervision.on_worker_loss = shrink is built for train.mode = allreduce with the ring "
-                         "backend; this job runs " + mode),
-              std::string::npos)
-        << r.err;
+  auto r = troupe(plus({"train"}, plus(smallJob(dir, "refused"), {"--set", "train.mode=hybrid", "--set",
+                                                                  "cluster.workers=2", "--set", "cluster.servers=1",
+                                                                  "--set", "supervision.on_worker_loss=shrink"})));
+  EXPECT_EQ(r.exitCode, 2) << r.err;
+  EXPECT_NE(r.err.find("supervision.on_worker_loss = shrink is built for train.mode = ps, and for allreduce with the "
+                       "ring backend; this job runs hybrid"),
+            std::string::npos)
+      << r.err;
+}
+
+// supervision.on_worker_loss = shrink in ps mode: no new process is
+// started; the lost rank moves into the live worker process that runs the
+// fewest ranks, which resumes it where the shards left it. Three workers
+// (worker 2 takes 15 ms a step): worker 0 is lost at step 40 and moves
+// into worker 1's process; in the first case that process is then killed
+// as well, and both its ranks move into worker 2's. Every shard applies
+// every sample once (a rank's data and its pushes keep its identity, so a
+// push the lost process had got to one shard only is applied there once);
+// BSP ends with the fault-free run's predictions bit for bit (every step
+// averages the same pushes), SSP and ASP within 0.005 AUC.
+TEST_F(ClusterTest, InPsModeShrinkMovesALostRankIntoALiveWorkerProcess) {
+  TempDir dir;
+  struct Case {
+    std::string mode;
+    int signal;
+    bool thenTheHost;  // kill the process that took worker 0 too
+  };
+  std::map<std::string, std::string> freeJson;
+  for (const Case& c : {Case{"bsp", SIGKILL, true}, Case{"ssp", SIGKILL, false}, Case{"asp", SIGKILL, false},
+                        Case{"bsp", SIGSTOP, false}}) {
+    const std::string tag = "ps-shrink-" + c.mode + (c.signal == SIGKILL ? "-kill" : "-stop");
+    SCOPED_TRACE(tag);
+    const auto job = plus(smallJob(dir, tag), {"--set", "ps.consistency=" + c.mode, "--set", "cluster.workers=3",
+                                               "--set", "cluster.servers=2", "--set", "cluster.slow_worker=2", "--set",
+                                               "cluster.slow_ms=15"});
+    const std::string free = faultFreeRun(dir, job, c.mode, freeJson);
+    ASSERT_FALSE(free.empty());
+    Child train(plus({TROUPE_BINARY, "train"},
+                     plus(job, {"--set", "supervision.on_worker_loss=shrink", "--predictions", dir.file(tag + ".tsv"),
+                                "--summary-json", dir.file(tag + ".json")})),
+                dir.file(tag + ".log"));
+    ASSERT_TRUE(waitForText(dir.file(tag + ".log"), "step 40 ", 120s)) << readFile(dir.file(tag + ".log"));
+    const int pid0 = pidIn(readFile(dir.file("runs/" + tag + "/worker-0.log")), "worker 0");
+    const int pid1 = pidIn(readFile(dir.file("runs/" + tag + "/worker-1.log")), "worker 1");
+    ASSERT_GT(pid0, 0);
+    ASSERT_GT(pid1, 0);
+    ::kill(pid0, c.signal);
+    if (c.thenTheHost) {
+      ASSERT_TRUE(waitForText(dir.file("runs/" + tag + "/worker-1.log"), "takes worker 0 into this process", 60s))
+          << readFile(dir.file(tag + ".log"));
+      ::kill(pid1, SIGKILL);
+    }
+    const auto r = train.wait(180s);
+    const std::string log = readFile(dir.file(tag + ".log"));
+    ASSERT_EQ(r.exitCode, 0) << log;
+    const std::string json = readFile(dir.file(tag + ".json"));
+    EXPECT_NE(json.find("\"samples_applied_per_shard\": [40000, 40000]"), std::string::npos) << json;
+    EXPECT_NE(json.find("\"exact\": true"), std::string::npos) << json;
+    const std::string recovery = textOf(json, "recovery");
+    const size_t losses = c.thenTheHost ? 3 : 1;
+    EXPECT_EQ(fields(recovery, "lost_at_s").size(), losses) << recovery;
+    EXPECT_EQ(fields(recovery, "recovered_at_s").size(), losses) << recovery;
+    for (double at : fields(recovery, "recovered_at_s")) EXPECT_GE(at, 0) << recovery;
+    EXPECT_NE(recovery.find("\"what\": \"worker 0 (127.0.0.1:"), std::string::npos) << recovery;
+    EXPECT_NE(recovery.find("\"action\": \"moved to the process of worker 1\""), std::string::npos) << recovery;
+    const auto restarts = fields(json, "restarts");
+    ASSERT_EQ(restarts.size(), 3u) << json;
+    if (c.thenTheHost) {
+      // Worker 0 moved twice (into 1's process, then with it into 2's),
+      // worker 1 once, both into worker 2's process.
+      EXPECT_NE(recovery.find("\"what\": \"worker 1 (127.0.0.1:"), std::string::npos) << recovery;
+      size_t intoTwo = 0;
+      for (size_t at = recovery.find("moved to the process of worker 2"); at != std::string::npos;
+           at = recovery.find("moved to the process of worker 2", at + 1)) {
+        ++intoTwo;
+      }
+      EXPECT_EQ(intoTwo, 2u) << recovery;
+      EXPECT_EQ(restarts[0], 2) << json;
+      EXPECT_EQ(restarts[1], 1) << json;
+      EXPECT_NE(::kill(pid1, 0), 0) << "the lost process " << pid1 << " still exists";
+    } else {
+      EXPECT_EQ(restarts[0], 1) << json;
+      EXPECT_EQ(restarts[1], 0) << json;
+    }
+    EXPECT_EQ(restarts[2], 0) << json;
+    // Moved, not replaced: no new process was started.
+    EXPECT_EQ(log.find("replacing it"), std::string::npos) << log;
+    EXPECT_NE(log.find("worker 1 takes it into its process"), std::string::npos) << log;
+    EXPECT_NE(readFile(dir.file("runs/" + tag + "/worker-1.log")).find("worker 0 (process 2 of its rank) resumes at step"),
+              std::string::npos);
+    if (c.mode == "bsp") {
+      EXPECT_EQ(readFile(dir.file(tag + ".tsv")), readFile(dir.file("free-bsp.tsv")))
+          << "BSP after a move predicts exactly what the fault-free run does";
+    } else {
+      EXPECT_NEAR(field(json, "test_auc"), field(free, "test_auc"), 0.005) << json;
+    }
+    EXPECT_NE(::kill(pid0, 0), 0) << "the lost process " << pid0 << " still exists";
   }
 }
 
