@@ -9,22 +9,26 @@ ASP; allreduce; hybrid) and, while they train, kills a worker (SIGKILL) every
 heartbeat timeout) --stops times in BSP and allreduce. Mode "shrink" is
 allreduce with supervision.on_worker_loss = shrink: jobs of 4 workers, each
 losing ranks 1, 2, 3 in turn (not replaced: the group goes on smaller and
-divides what is left of the data). In BSP and hybrid mode it also kills a
+divides what is left of the data). Mode "ps-shrink" is ps mode (BSP) with
+shrink: jobs of 4 workers losing ranks 1 and 2 in turn, each rank moving into
+the live worker process that runs the fewest ranks (no new process; recovered
+once it is ready there). In BSP and hybrid mode it also kills a
 parameter server --shard-losses times in jobs with a checkpoint every
 --ckpt-steps steps (each loss rolls the job back). For each loss:
   detect  = the coordinator's lost_at_unix - the moment this script sent the
             signal (both wall clocks of this machine)
   recover = seconds_to_recover from summary.json (loss -> replacement ready;
-            in allreduce, hybrid and shrink mode -> the group formed again trains)
+            in allreduce, hybrid and shrink mode -> the group formed again trains;
+            in ps-shrink -> the rank is ready in its new process)
 Each job's test AUC and final dense weights are set beside a fault-free run
-of the same config (same bits expected in BSP, allreduce and hybrid; not
+of the same config (same bits expected in BSP, ps-shrink, allreduce and hybrid; not
 after a shrink, whose later steps average fewer gradients), and
 its ledger (every sample applied once, per shard or over the workers) is
 checked.
 
 Usage (from the repository root, after a build):
   bench/recovery.py [--kills 20] [--stops 10] [--shard-losses 5] [--ckpt-steps 150] [--rows 600000]
-                    [--interval 1.5] [--modes bsp,ssp,asp,allreduce,hybrid,shrink] [--json out.json]
+                    [--interval 1.5] [--modes bsp,ssp,asp,allreduce,hybrid,shrink,ps-shrink] [--json out.json]
 """
 import argparse
 import json
@@ -55,19 +59,19 @@ SYNC = ("allreduce", "hybrid", "shrink")
 
 
 def workers_of(mode):
-    return 4 if mode == "shrink" else 2
+    return 4 if mode in ("shrink", "ps-shrink") else 2
 
 
 def job_args(out, rows, mode, name):
     train_mode = "allreduce" if mode == "shrink" else mode if mode in SYNC else "ps"
-    consistency = "bsp" if train_mode != "ps" else mode
+    consistency = "bsp" if train_mode != "ps" or mode == "ps-shrink" else mode
     servers = 0 if train_mode == "allreduce" else 2
     return [BIN, "train", "--config", "configs/dlrm-synthetic.toml",
             "--set", f"data.synthetic.rows={rows}", "--set", f"run.dir={out}/runs", "--set", f"run.name={name}",
             "--set", f"cluster.workers={workers_of(mode)}", "--set", f"cluster.servers={servers}",
             "--set", f"train.mode={train_mode}", "--set", f"ps.consistency={consistency}",
             "--set", "supervision.max_restarts=1000", "--set", "supervision.restart_window_s=1",
-            "--set", f"supervision.on_worker_loss={'shrink' if mode == 'shrink' else 'restart'}",
+            "--set", f"supervision.on_worker_loss={'shrink' if 'shrink' in mode else 'restart'}",
             "--summary-json", f"{out}/{name}.json"]
 
 
@@ -99,8 +103,10 @@ def faulty_run(out, rows, mode, name, sig, wanted, interval):
     with open(log_path, "w") as log:
         proc = subprocess.Popen(job_args(out, rows, mode, name), stdout=log, stderr=subprocess.STDOUT)
     sent = []
-    # Ranks to signal, in turn (shrink: each once, rank 0 stays).
-    ranks = [1, 2, 3] if mode == "shrink" else [0, 1]
+    # Ranks to signal, in turn (shrink: each once, rank 0 stays; ps-shrink:
+    # two, each in a process of its own, so one signal is one loss).
+    ranks = [1, 2, 3] if mode == "shrink" else [1, 2] if mode == "ps-shrink" else [0, 1]
+    once = "shrink" in mode
     deadline = time.time() + 600
     while proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)
@@ -109,7 +115,7 @@ def faulty_run(out, rows, mode, name, sig, wanted, interval):
             continue
         # Recovered: the replacement is ready (ps mode), the group trains again (sync modes).
         ready = text.count("trains again from step" if mode in SYNC else "it replaces the lost process")
-        if len(sent) > ready or len(sent) >= wanted or (mode == "shrink" and len(sent) >= len(ranks)):
+        if len(sent) > ready or len(sent) >= wanted or (once and len(sent) >= len(ranks)):
             continue  # a replacement is still coming, or enough were sent
         if progress(text) >= 85:
             continue  # leave the end of training alone
@@ -142,8 +148,8 @@ def measure(out, rows, mode, sig, count, interval, free_auc, free_hash):
         if len(events) != len(sent):
             sys.exit(f"{name}: {len(sent)} signals but {len(events)} losses recorded")
         for t, e in zip(sent, events):
-            action = "went on without it" if mode == "shrink" else "replaced"
-            if e["action"] != action or e["seconds_to_recover"] is None:
+            action = {"shrink": "went on without it", "ps-shrink": "moved to the process of worker"}.get(mode, "replaced")
+            if not e["action"].startswith(action) or e["seconds_to_recover"] is None:
                 sys.exit(f"{name}: a loss was not recovered: {e}")
             detect.append(e["lost_at_unix"] - t)
             recover.append(e["seconds_to_recover"])

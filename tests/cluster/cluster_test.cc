@@ -566,16 +566,19 @@ TEST_F(ClusterTest, WithShrinkTheGroupGoesOnWithoutTheLostWorkerAndDividesWhatIs
 // every sample once (a rank's data and its pushes keep its identity, so a
 // push the lost process had got to one shard only is applied there once);
 // BSP ends with the fault-free run's predictions bit for bit (every step
-// averages the same pushes), SSP and ASP within 0.005 AUC.
+// averages the same pushes), SSP and ASP within 0.005 AUC. The ASP job
+// checkpoints every 30 steps: the moved rank pauses for them in its new
+// process like any other.
 TEST_F(ClusterTest, InPsModeShrinkMovesALostRankIntoALiveWorkerProcess) {
   TempDir dir;
   struct Case {
     std::string mode;
     int signal;
     bool thenTheHost;  // kill the process that took worker 0 too
+    bool checkpoints = false;
   };
   std::map<std::string, std::string> freeJson;
-  for (const Case& c : {Case{"bsp", SIGKILL, true}, Case{"ssp", SIGKILL, false}, Case{"asp", SIGKILL, false},
+  for (const Case& c : {Case{"bsp", SIGKILL, true}, Case{"ssp", SIGKILL, false}, Case{"asp", SIGKILL, false, true},
                         Case{"bsp", SIGSTOP, false}}) {
     const std::string tag = "ps-shrink-" + c.mode + (c.signal == SIGKILL ? "-kill" : "-stop");
     SCOPED_TRACE(tag);
@@ -585,8 +588,9 @@ TEST_F(ClusterTest, InPsModeShrinkMovesALostRankIntoALiveWorkerProcess) {
     const std::string free = faultFreeRun(dir, job, c.mode, freeJson);
     ASSERT_FALSE(free.empty());
     Child train(plus({TROUPE_BINARY, "train"},
-                     plus(job, {"--set", "supervision.on_worker_loss=shrink", "--predictions", dir.file(tag + ".tsv"),
-                                "--summary-json", dir.file(tag + ".json")})),
+                     plus(job, {"--set", "supervision.on_worker_loss=shrink", "--set",
+                                std::string("checkpoint.every_steps=") + (c.checkpoints ? "30" : "0"), "--predictions",
+                                dir.file(tag + ".tsv"), "--summary-json", dir.file(tag + ".json")})),
                 dir.file(tag + ".log"));
     ASSERT_TRUE(waitForText(dir.file(tag + ".log"), "step 40 ", 120s)) << readFile(dir.file(tag + ".log"));
     const int pid0 = pidIn(readFile(dir.file("runs/" + tag + "/worker-0.log")), "worker 0");
@@ -642,6 +646,13 @@ TEST_F(ClusterTest, InPsModeShrinkMovesALostRankIntoALiveWorkerProcess) {
           << "BSP after a move predicts exactly what the fault-free run does";
     } else {
       EXPECT_NEAR(field(json, "test_auc"), field(free, "test_auc"), 0.005) << json;
+    }
+    if (c.checkpoints) {
+      // Worker 0 was lost after its step 40 of about 105; one written after
+      // it moved has a cut of 60 steps or more.
+      const auto steps = fields(textOf(json, "checkpoints"), "step");
+      ASSERT_FALSE(steps.empty()) << json;
+      EXPECT_GE(*std::max_element(steps.begin(), steps.end()), 60) << json;
     }
     EXPECT_NE(::kill(pid0, 0), 0) << "the lost process " << pid0 << " still exists";
   }
