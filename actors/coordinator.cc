@@ -59,6 +59,7 @@ struct CoordinatorState : JobContext {
     const Roster r = roster();
     for (auto& w : lateWaiters) w.deliver(r);
     lateWaiters.clear();
+    markRunning();
   }
   bool started = false;
   bool over_ = false;
@@ -125,6 +126,13 @@ struct CoordinatorState : JobContext {
     return r;
   }
 
+  // Every ready member has its roster now.
+  void markRunning() {
+    for (auto& g : groups) {
+      for (auto& s : g) s.member.running = s.member.state == MemberState::kReady || s.member.state == MemberState::kFinished;
+    }
+  }
+
   bool everyoneReady() const {
     for (const auto& g : groups) {
       for (const auto& s : g) {
@@ -173,7 +181,12 @@ struct CoordinatorState : JobContext {
     Member& m = s.member;
     if (m.state == MemberState::kLost) return;
     const bool wasFinished = m.state == MemberState::kFinished;
+    // A rank moved into another's process: its loss stops that process
+    // through its agent (below), not by the PID of the rank's own.
+    const bool wasMoved = s.moved;
+    s.moved = false;
     m.state = MemberState::kLost;
+    m.running = false;
     caf::actor agent = std::move(m.agent);
     m.agent = caf::actor();
     if (over_) return;
@@ -189,7 +202,7 @@ struct CoordinatorState : JobContext {
       // Stop it for good: by PID where that can be done, and in any case by
       // telling its agent (a hung role's agent still answers).
       if (loss.kind == Loss::Kind::kFailed && agent) actor->send(agent, Shutdown{what});
-      if (options.terminate) options.terminate(m);
+      if (options.terminate && !wasMoved) options.terminate(m);
     }
     const LossDecision d = policy->onLoss(*this, m, loss);
     // A member stopped for a rollback did nothing wrong: its restart is free.
@@ -247,8 +260,10 @@ struct CoordinatorState : JobContext {
       }
       case LossDecision::Action::kAdopt: {
         Slot* host = slot(m.role, d.host);
-        // Not a process that is going with this one (a rank it hosts).
+        // A process whose role runs (one still waiting for its roster
+        // takes no other rank), and not one going with this one.
         if (host == &s || host == nullptr || !host->member.agent || host->member.node == m.node ||
+            !host->member.running ||
             (host->member.state != MemberState::kReady && host->member.state != MemberState::kFinished)) {
           e.action = "failed the job";
           events_.push_back(std::move(e));
@@ -273,6 +288,7 @@ struct CoordinatorState : JobContext {
         events_.push_back(std::move(e));
         m.incarnation += 1;
         m.state = MemberState::kJoined;
+        m.running = false;
         m.node = h.node;
         m.address = h.address;
         m.pid = h.pid;
@@ -280,6 +296,7 @@ struct CoordinatorState : JobContext {
         log->warn("{}; {} {} takes it into its process (pid {})", events_.back().what, h.role, h.rank, h.pid);
         actor->send(m.agent, Adopt{m.role, m.rank, m.incarnation, policy->configFor(*this, m, options.config)});
         actor->delayed_send(actor, options.replaceTimeout, replace_atom::value, m.role, m.rank, s.replaceRound);
+        answerLate();  // replacements waiting for this rank's process wait no more
         return;
       }
     }
@@ -382,6 +399,8 @@ caf::behavior coordinator(Self* self, CoordinatorOptions options, std::shared_pt
           // into a live process leaves that process alone).
           if (st.options.terminate && !s->moved) st.options.terminate(s->member);
           s->member.state = MemberState::kLost;
+          s->member.running = false;
+          s->moved = false;
           s->member.agent = caf::actor();
         }
         st.escalate(*s, why);
@@ -419,6 +438,7 @@ caf::behavior coordinator(Self* self, CoordinatorOptions options, std::shared_pt
         const bool replacement = m.state == MemberState::kLost;
         m.incarnation += 1;
         m.state = MemberState::kJoined;
+        m.running = false;
         m.node = h.node;
         m.address = h.address;
         m.pid = h.pid;
@@ -466,6 +486,7 @@ caf::behavior coordinator(Self* self, CoordinatorOptions options, std::shared_pt
           st.started = true;
           const Roster roster = st.roster();
           for (auto& w : st.readyWaiters) w.deliver(roster);
+          st.markRunning();
           st.readyWaiters.clear();
           st.policy->onStart(st);
         }

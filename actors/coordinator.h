@@ -67,6 +67,7 @@ struct Member {
   std::string address;
   int64_t pid = 0;
   caf::actor agent;  // monitored while it is a live member
+  bool running = false;  // ready and given its roster: its role's actors run (it can take another rank)
 
   bool live() const { return state == MemberState::kJoined || state == MemberState::kReady; }
   // "worker 1 (127.0.0.1:4242)"

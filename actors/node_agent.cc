@@ -61,9 +61,17 @@ int statusOf(Signals::End end) {
   }
 }
 
+// A supervisor of a rank's actors, and the rank (the process's own, or one
+// moved into it).
+struct Watched {
+  caf::actor supervisor;
+  int64_t rank = -1, incarnation = 0;
+  bool reported = false;  // its failure was told
+};
+
 struct AgentState {
   caf::actor coordinator;
-  std::vector<caf::actor> supervisors;  // the roles' actors; watched once they run
+  std::vector<Watched> supervisors;  // the ranks' actors; watched once they run
   std::chrono::milliseconds confirmTimeout{6000};
   std::shared_ptr<Signals> signals;
   std::string role;
@@ -73,6 +81,16 @@ struct AgentState {
 };
 
 using Agent = caf::stateful_actor<AgentState>;
+
+// A rank moved into this process failed (its supervisor gave up): the
+// coordinator hears it as that rank's loss, and the process goes on with
+// its own.
+void reportMovedFailure(Agent* self, Watched& w, const std::string& why) {
+  if (w.reported) return;
+  w.reported = true;
+  logger("job")->error("{} {}: {}", self->state.role, w.rank, why);
+  self->send(self->state.coordinator, MemberFailed{self->state.role, w.rank, w.incarnation, why});
+}
 
 // The member failed: the coordinator is told, then the process exits. When
 // the coordinator does not take the report, it is gone or hung; if it is
@@ -104,12 +122,18 @@ caf::behavior agent(Agent* self, caf::actor coordinator, std::shared_ptr<Signals
     if (dm.source == st.coordinator.address()) {
       st.signals->set(Signals::End::kCoordinatorLost, lossOf(dm.reason).describe());
     } else {
-      for (const auto& sup : st.supervisors) {
-        if (dm.source != sup.address()) continue;
+      for (auto& w : st.supervisors) {
+        if (dm.source != w.supervisor.address()) continue;
         // It ended without escalating (an exception in a handler, say): the
-        // member's actors are gone all the same.
+        // rank's actors are gone all the same.
         const Loss loss = lossOf(dm.reason);
-        if (loss.kind != Loss::Kind::kNormal) reportFailure(self, "its supervisor stopped: " + loss.describe());
+        if (loss.kind == Loss::Kind::kNormal) continue;
+        const std::string why = "its supervisor stopped: " + loss.describe();
+        if (w.rank == st.rank) {
+          reportFailure(self, why);
+        } else {
+          reportMovedFailure(self, w, why);
+        }
       }
     }
   });
@@ -124,8 +148,8 @@ caf::behavior agent(Agent* self, caf::actor coordinator, std::shared_ptr<Signals
         self->state.rank = w.rank;
         self->state.incarnation = w.incarnation;
       },
-      [=](watch_atom, caf::actor supervisor) {
-        self->state.supervisors.push_back(supervisor);
+      [=](watch_atom, caf::actor supervisor, int64_t rank, int64_t incarnation) {
+        self->state.supervisors.push_back(Watched{supervisor, rank, incarnation});
         self->monitor(supervisor);
       },
       [=](const Adopt& a) {
@@ -138,7 +162,18 @@ caf::behavior agent(Agent* self, caf::actor coordinator, std::shared_ptr<Signals
         }
         self->state.signals->adopt(a);
       },
-      [=](const ChildFailed& f) { reportFailure(self, fmt::format("{}: {}", f.child, f.reason)); },
+      [=](const ChildFailed& f) {
+        // From the supervisor of the process's own rank, or of a rank moved here.
+        auto& st = self->state;
+        const std::string why = fmt::format("{}: {}", f.child, f.reason);
+        const auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
+        for (auto& w : st.supervisors) {
+          if (from == w.supervisor.address() && w.rank != st.rank) {
+            return reportMovedFailure(self, w, why);
+          }
+        }
+        reportFailure(self, why);
+      },
       [=](lost_atom, const std::string& why) { self->state.signals->set(Signals::End::kFailed, why); },
   };
 }
@@ -221,6 +256,7 @@ int runMember(const MemberOptions& options, Role& role) {
   std::optional<Welcome> welcome;
   // Ranks moved into this process (Adopt): their roles and supervisors.
   std::vector<std::unique_ptr<Role>> adopted;
+  std::vector<std::unique_ptr<MemberContext>> adoptedContexts;  // as long as the process (Role's contract)
   std::vector<caf::actor> adoptedSupervisors;
   auto adoptRank = [&](const Adopt& a) {
     const std::string name = fmt::format("{} {}", a.role, a.rank);
@@ -235,8 +271,9 @@ int runMember(const MemberOptions& options, Role& role) {
       Config config(troupeConfigSchema());
       config.loadString(a.config, "the coordinator");
       const auto readyTimeout = std::chrono::seconds(config.getInt("cluster.start_timeout_s")) + 30s;
-      MemberContext ctx{system, **remote, coord, a.role, Welcome{a.rank, a.incarnation, a.config}, std::move(config)};
-      other->prepare(ctx);
+      auto ctx = std::make_unique<MemberContext>(
+          MemberContext{system, **remote, coord, a.role, Welcome{a.rank, a.incarnation, a.config}, std::move(config)});
+      other->prepare(*ctx);
       std::optional<Roster> roster;
       std::string error;
       self->request(coord, readyTimeout, Ready{a.role, a.rank, a.incarnation})
@@ -244,11 +281,12 @@ int runMember(const MemberOptions& options, Role& role) {
       if (!roster) TROUPE_SETUP_ERROR("{} did not rejoin the job: {}", name, error);
       SupervisorOptions so;
       so.name = name;
-      so.children = other->start(ctx, *roster);
+      so.children = other->start(*ctx, *roster);
       so.parent = agentActor;
       adoptedSupervisors.push_back(spawnSupervisor(system, std::move(so)));
-      self->send(agentActor, watch_atom::value, adoptedSupervisors.back());
+      self->send(agentActor, watch_atom::value, adoptedSupervisors.back(), a.rank, a.incarnation);
       adopted.push_back(std::move(other));
+      adoptedContexts.push_back(std::move(ctx));
     } catch (const std::exception& e) {
       const bool setup = dynamic_cast<const SetupError*>(&e) != nullptr;
       const std::string why = setup ? e.what() : fmt::format("internal error: {}", e.what());
@@ -285,7 +323,7 @@ int runMember(const MemberOptions& options, Role& role) {
       so.children = role.start(ctx, *roster);
       so.parent = agentActor;
       supervisor = spawnSupervisor(system, std::move(so));
-      self->send(agentActor, watch_atom::value, supervisor);
+      self->send(agentActor, watch_atom::value, supervisor, welcome->rank, welcome->incarnation);
     } catch (const SetupError& e) {
       failure = e.what();
       failureStatus = kExitSetup;

@@ -198,6 +198,9 @@ void TrainingJob::finalize(actors::JobContext& job) {
 
 actors::LossDecision TrainingJob::onLoss(actors::JobContext& job, const actors::Member& m, const actors::Loss& loss) {
   const std::string what = fmt::format("{} {}", m.describe(), loss.describe());
+  // Whatever takes the rank next starts a new stall clock (a rank lost
+  // because it hung must not be found hung again, in its new place, at once).
+  if (m.role == "worker") lastProgress_[size_t(m.rank)] = Clock::now();
   if (m.role == "ps") {
     if (latestCheckpoint_.empty()) {
       return actors::LossDecision::fail(what + "; its shard of the model is gone, and the job has no checkpoint to "
@@ -281,7 +284,9 @@ actors::LossDecision TrainingJob::onLoss(actors::JobContext& job, const actors::
     abandonCheckpoint(job, fmt::format("worker {} was lost", m.rank));
   }
   outcome_.workers[size_t(m.rank)].restarts += 1;
-  if (onWorkerLoss_ == WorkerLoss::kShrink) {
+  // Before training starts every process is still setting up: a new one
+  // takes the rank.
+  if (onWorkerLoss_ == WorkerLoss::kShrink && started_) {
     const int64_t host = adoptiveHost(job, m);
     if (host < 0) return actors::LossDecision::fail(what + "; no worker process is left to take its rank");
     log()->warn("{}: worker {}'s process takes its rank, and the job goes on with fewer processes "
@@ -292,9 +297,9 @@ actors::LossDecision TrainingJob::onLoss(actors::JobContext& job, const actors::
   return actors::LossDecision::replace();
 }
 
-// ps mode, shrink: the process that takes a lost rank is a live one (not
-// the lost rank's own, nor one going with it) that runs the fewest ranks,
-// the lowest rank among those.
+// ps mode, shrink: the process that takes a lost rank is one whose role
+// runs (it has its roster; not the lost rank's own process, nor one going
+// with it) that runs the fewest ranks, the lowest rank among those.
 int64_t TrainingJob::adoptiveHost(actors::JobContext& job, const actors::Member& lost) const {
   const auto& members = job.members("worker");
   std::map<uint64_t, int64_t> ranksOn;  // by process (transport node)
@@ -303,7 +308,7 @@ int64_t TrainingJob::adoptiveHost(actors::JobContext& job, const actors::Member&
   }
   int64_t best = -1, fewest = std::numeric_limits<int64_t>::max();
   for (const auto& w : members) {
-    if (w.rank == lost.rank || w.node == lost.node || !w.agent) continue;
+    if (w.rank == lost.rank || w.node == lost.node || !w.agent || !w.running) continue;
     if (w.state != actors::MemberState::kReady && w.state != actors::MemberState::kFinished) continue;
     if (ranksOn[w.node] < fewest) fewest = ranksOn[w.node], best = w.rank;
   }
@@ -366,7 +371,12 @@ void TrainingJob::checkStalls(actors::JobContext& job) {
   std::vector<int64_t> silent, training;
   std::map<int64_t, int64_t> incarnation;
   for (const auto& w : job.members("worker")) {
-    if (!w.live() || reported_[size_t(w.rank)] || gateWaiters_.count(w.rank) || regroupReady_.count(w.rank)) continue;
+    // Only a rank that runs (not one whose new process or place is still
+    // setting up: the replace timeout bounds that).
+    if (w.state != actors::MemberState::kReady || reported_[size_t(w.rank)] || gateWaiters_.count(w.rank) ||
+        regroupReady_.count(w.rank)) {
+      continue;
+    }
     if (forming_ && !regroupDone_.count(w.rank)) continue;  // joining the group, copying the model
     // Paused for a checkpoint is not hung (the checkpoint has a timeout of its own).
     if (ckpt_.active && (ckpt_.waiting.count(w.rank) || ckpt_.paused.count(w.rank))) continue;

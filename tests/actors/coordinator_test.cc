@@ -319,7 +319,8 @@ TEST_F(CoordinatorTest, ALostRankMovesIntoALiveProcessAndGoesWithIt) {
   policy_->decisions = {LossDecision::adopt(2), LossDecision::adopt(2)};
   depart(12);
   EXPECT_EQ(policy_->losses.size(), 3u);
-  EXPECT_EQ(terminated_, (std::vector<std::string>{"worker 0 (10.0.0.12:7000)", "worker 1 (10.0.0.12:7000)"}));
+  // The process is stopped as worker 1's; worker 0, moved into it, names no process of its own.
+  EXPECT_EQ(terminated_, (std::vector<std::string>{"worker 1 (10.0.0.12:7000)"}));
   EXPECT_EQ(logs_[13]->adopts, (std::vector<std::string>{"worker 0 #2 the config", "worker 1 #1 the config"}));
   // Rank 1 is ready first: rank 0, still moving, does not hold its roster.
   ready("worker", 1, 1);
@@ -344,19 +345,57 @@ TEST_F(CoordinatorTest, ALostRankMovesIntoALiveProcessAndGoesWithIt) {
   EXPECT_EQ(logs_[13]->shutdowns.size(), 1u) << "one process, one Shutdown";
 }
 
-// A move into a process that is not running (the lost rank's own, one
-// going with it, one not there) fails the job saying so; a spent budget is
-// escalated as for a replacement.
-TEST_F(CoordinatorTest, AMoveIntoNoLiveProcessFailsAndASpentBudgetIsEscalated) {
-  startJob(0, 2, RestartPolicy{3, 60s});
-  everyoneReady(0, 2);
-  policy_->decisions = {LossDecision::adopt(0)};
+// A move into a process that is not running fails the job saying so: the
+// lost rank's own process, one going with it (the host of a rank moved
+// there), one whose role does not run yet (it has no roster).
+TEST_F(CoordinatorTest, AMoveIntoAProcessThatDoesNotRunFailsTheJob) {
+  {
+    SCOPED_TRACE("its own");
+    startJob(0, 2, RestartPolicy{3, 60s});
+    everyoneReady(0, 2);
+    policy_->decisions = {LossDecision::adopt(0)};
+    depart(11);
+    auto r = result();
+    ASSERT_TRUE(r);
+    EXPECT_FALSE(r->ok);
+    EXPECT_NE(r->error.find("it was to move into the process of worker 0, which is not running"), std::string::npos)
+        << r->error;
+    EXPECT_TRUE(logs_[12]->adopts.empty());
+  }
+}
+
+TEST_F(CoordinatorTest, AMoveIntoTheProcessGoingWithTheLostRankFailsTheJob) {
+  startJob(0, 3, RestartPolicy{3, 60s});
+  everyoneReady(0, 3);
+  policy_->decisions = {LossDecision::adopt(1)};
+  depart(11);
+  ready("worker", 0, 1);
+  ASSERT_TRUE(take<Roster>());
+  // Worker 1's process goes: worker 0 (in it) is lost first and may not
+  // move into worker 1, which goes with it.
+  policy_->decisions = {LossDecision::adopt(1)};
+  depart(12);
+  auto r = result();
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(r->ok);
+  EXPECT_NE(r->error.find("it was to move into the process of worker 1, which is not running"), std::string::npos)
+      << r->error;
+}
+
+TEST_F(CoordinatorTest, AMoveIntoAProcessStillWaitingForItsRosterFailsTheJob) {
+  startJob(0, 3, RestartPolicy{3, 60s});
+  // Workers 0 and 1 ready, 2 joined: nobody has a roster yet.
+  ASSERT_TRUE(hello("worker", 0, 11));
+  ASSERT_TRUE(hello("worker", 1, 12));
+  ASSERT_TRUE(hello("worker", 2, 13));
+  ready("worker", 0);
+  ready("worker", 1);
+  policy_->decisions = {LossDecision::adopt(1)};
   depart(11);
   auto r = result();
   ASSERT_TRUE(r);
   EXPECT_FALSE(r->ok);
-  EXPECT_NE(r->error.find("it was to move into the process of worker 0, which is not running"), std::string::npos)
-      << r->error;
+  EXPECT_NE(r->error.find("which is not running"), std::string::npos) << r->error;
   EXPECT_TRUE(logs_[12]->adopts.empty());
 }
 
