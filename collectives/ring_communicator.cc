@@ -288,7 +288,10 @@ Status RingCommunicator::connect() {
       std::lock_guard<std::mutex> lock(inbox_->mutex);
       if (!inbox_->failed.isOk()) return inbox_->failed;
       for (int r = 0; r < n; ++r) {
-        if (!inbox_->acked[size_t(r)]) missing.push_back(r);
+        if (inbox_->acked[size_t(r)]) continue;
+        // A rank that left the job (its process exited) will never answer.
+        if (auto g = inbox_->gone.find(r); g != inbox_->gone.end()) return g->second;
+        missing.push_back(r);
       }
     }
     if (missing.empty()) return Status::ok();

@@ -215,9 +215,16 @@ int peerMain(const PeerArgs& a) {
     std::this_thread::sleep_for(3s);  // the others see this rank's goodbye only after their own verdict
     return down.isOk() ? 1 : 3;
   }
+  if (a.scenario == "leave" && a.rank == a.n - 1) {
+    // This rank leaves the job (its process exits) instead of forming the group.
+    std::printf("leaving\n");
+    std::fflush(stdout);
+    return 0;
+  }
   RingOptions ro;
   ro.rank = a.rank;
   ro.nodes = nodes;
+  if (a.scenario == "leave") ro.connectTimeout = 60s;
   ro.chunkBytes = a.chunk;
   ro.smallBytes = a.small;
   ro.timeout = 60s;
@@ -425,6 +432,25 @@ TEST_P(KilledRank, FailsEveryOtherRankWithinTheHeartbeatTimeout) {
     EXPECT_LT(after, 6.0) << "rank " << r << " took " << after << " s to fail";
   }
   g.children[size_t(victim)]->wait(5s);
+}
+
+// A rank that leaves the job (its process exits cleanly) while the others
+// form a group: they learn it and fail at once, rather than waiting the 60 s
+// of their connect timeout for a hello that never comes.
+TEST(Collectives, ARankThatLeftFailsTheGroupFormingAtOnce) {
+  TempDir dir;
+  const auto start = std::chrono::steady_clock::now();
+  Group g = startGroup(dir, 3, "leave", {"--heartbeat-ms", "1000"});
+  for (int r = 0; r < 2; ++r) {
+    auto res = g.children[size_t(r)]->wait(30s);
+    const double after = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const std::string log = slurp(g.logs[size_t(r)]);
+    EXPECT_EQ(res.exitCode, 2) << "rank " << r << ":\n" << log;
+    EXPECT_NE(log.find("error create: "), std::string::npos) << log;
+    EXPECT_NE(log.find("rank 2"), std::string::npos) << log;
+    EXPECT_LT(after, 20.0) << "rank " << r << " took " << after << " s";
+  }
+  EXPECT_EQ(g.children[2]->wait(10s).exitCode, 0);
 }
 
 // A process that forms a group again before its old communicator is gone
