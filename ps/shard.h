@@ -74,10 +74,6 @@ struct ShardOptions {
   // Rollbacks of the job so far (cluster.generation): pulls and pushes of
   // another generation are refused.
   int64_t generation = 0;
-  // The workers train as one group (allreduce / hybrid): after a restore
-  // from a checkpoint every worker trains again (a group that shrank before
-  // the cut resumes with all of them), so the shard waits for every one.
-  bool groupTrains = false;
   int threads = 1;
   std::shared_ptr<kernels::Kernels> kernels;  // null: its own, with `threads`
 };

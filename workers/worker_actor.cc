@@ -146,27 +146,18 @@ void trainOn(Self* self, BatchPtr batch, ps::PullReplyPtr rows) {
   if (*push) {
     // The holder applies pushes and pulls in arrival order, so the next pull
     // sees this update; the acknowledgement is only counted.
-    const int64_t attempt = st.attempt;
-    auto drained = [=] {
-      auto& st = self->state;
-      if (--st.pushesInFlight == 0 && st.whenDrained) {
-        auto next = std::move(st.whenDrained);
-        st.whenDrained = nullptr;
-        next();
-      }
-    };
     self->request(st.tables, st.options.requestTimeout, ps::push_atom::value, *push)
         .then(
             [=](int64_t) {
-              ++self->state.report->pushesAcked;
-              drained();
+              auto& st = self->state;
+              ++st.report->pushesAcked;
+              if (--st.pushesInFlight == 0 && st.whenDrained) {
+                auto next = std::move(st.whenDrained);
+                st.whenDrained = nullptr;
+                next();
+              }
             },
-            [=](caf::error& err) {
-              // A push of a step this worker left for the group to form
-              // again (the shards may have undone that step): not its failure.
-              if (self->state.attempt == attempt && !self->state.regrouping) return fail(self, err);
-              drained();
-            });
+            [=](caf::error& err) { fail(self, err); });
     ++st.pushesInFlight;
   }
   afterStep(self, *batch);
@@ -368,7 +359,6 @@ void enterRegroup(Self* self, const Status& why) {
                            rank, st.core->steps() + 1, why.message());
   }
   st.regrouping = true;
-  ++st.attempt;  // what it asked for in the old group is dropped when the answer comes
   st.core->setCommunicator(nullptr);
   if (st.options.regroup.leave) st.options.regroup.leave();
   self->send(st.options.regroup.coordinator,
@@ -455,15 +445,6 @@ Status formGroup(Self* self, const Regroup& r) {
   auto& st = self->state;
   WorkerCore& core = *st.core;
   const int64_t rank = core.options().worker;
-  if (r.generation >= 0 && st.tables) {
-    // The shards went back for a group without a lost rank: from now on
-    // this worker's pulls and pushes are of their new generation.
-    caf::scoped_actor ask{self->system()};
-    std::string error;
-    ask->request(st.tables, st.options.requestTimeout, ps::generation_atom::value, r.generation)
-        .receive([](int64_t) {}, [&](caf::error& e) { error = caf::to_string(e); });
-    if (!error.empty()) return Status::internal(fmt::format("worker {}: its shard client: {}", rank, error));
-  }
   auto comm = st.options.regroup.join(uint64_t(r.epoch), r.nodes);
   if (!comm.hasValue()) return comm.status();
   core.setCommunicator(*comm);
@@ -486,7 +467,6 @@ Status formGroup(Self* self, const Regroup& r) {
   } else {
     mine.shardClock = st.options.regroup.shardClock;
   }
-  if (r.shardStep >= 0) mine.shardClock = mine.shardClock < 0 ? r.shardStep : std::min(mine.shardClock, r.shardStep);
   std::vector<Standing> all(size_t(c.size()));
   Status s = c.allGather(&mine, all.data(), sizeof(Standing));
   if (!s.isOk()) return s;
