@@ -9,7 +9,10 @@ ASP; allreduce; hybrid) and, while they train, kills a worker (SIGKILL) every
 heartbeat timeout) --stops times in BSP and allreduce. Mode "shrink" is
 allreduce with supervision.on_worker_loss = shrink: jobs of 4 workers, each
 losing ranks 1, 2, 3 in turn (not replaced: the group goes on smaller and
-divides what is left of the data). Mode "ps-shrink" is ps mode (BSP) with
+divides what is left of the data); "hybrid-shrink" likewise in hybrid mode
+with 2 BSP shards, which first undo every step from the one the group goes
+on from (the number of steps a shard really undid, because a lost rank's
+push had reached it and not every shard, is counted). Mode "ps-shrink" is ps mode (BSP) with
 shrink: jobs of 4 workers losing ranks 1 and 2 in turn, each rank moving into
 the live worker process that runs the fewest ranks (no new process; recovered
 once it is ready there). In BSP and hybrid mode it also kills a
@@ -28,7 +31,7 @@ checked.
 
 Usage (from the repository root, after a build):
   bench/recovery.py [--kills 20] [--stops 10] [--shard-losses 5] [--ckpt-steps 150] [--rows 600000]
-                    [--interval 1.5] [--modes bsp,ssp,asp,allreduce,hybrid,shrink,ps-shrink] [--json out.json]
+                    [--interval 1.5] [--modes bsp,ssp,asp,allreduce,hybrid,shrink,hybrid-shrink,ps-shrink] [--json out.json]
 """
 import argparse
 import json
@@ -55,17 +58,18 @@ def percentile(xs, p):
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
-SYNC = ("allreduce", "hybrid", "shrink")
+SYNC = ("allreduce", "hybrid", "shrink", "hybrid-shrink")
 
 
 def workers_of(mode):
-    return 4 if mode in ("shrink", "ps-shrink") else 2
+    return 4 if "shrink" in mode else 2
 
 
 def job_args(out, rows, mode, name):
-    train_mode = "allreduce" if mode == "shrink" else mode if mode in SYNC else "ps"
+    train_mode = {"shrink": "allreduce", "hybrid-shrink": "hybrid"}.get(mode, mode if mode in SYNC else "ps")
     consistency = "bsp" if train_mode != "ps" or mode == "ps-shrink" else mode
     servers = 0 if train_mode == "allreduce" else 2
+    # (hybrid-shrink: BSP shards, as consistency is bsp for every sync mode)
     return [BIN, "train", "--config", "configs/dlrm-synthetic.toml",
             "--set", f"data.synthetic.rows={rows}", "--set", f"run.dir={out}/runs", "--set", f"run.name={name}",
             "--set", f"cluster.workers={workers_of(mode)}", "--set", f"cluster.servers={servers}",
@@ -105,7 +109,7 @@ def faulty_run(out, rows, mode, name, sig, wanted, interval):
     sent = []
     # Ranks to signal, in turn (shrink: each once, rank 0 stays; ps-shrink:
     # two, each in a process of its own, so one signal is one loss).
-    ranks = [1, 2, 3] if mode == "shrink" else [1, 2] if mode == "ps-shrink" else [0, 1]
+    ranks = [1, 2, 3] if mode in ("shrink", "hybrid-shrink") else [1, 2] if mode == "ps-shrink" else [0, 1]
     once = "shrink" in mode
     deadline = time.time() + 600
     while proc.poll() is None and time.time() < deadline:
@@ -139,6 +143,7 @@ def faulty_run(out, rows, mode, name, sig, wanted, interval):
 
 def measure(out, rows, mode, sig, count, interval, free_auc, free_hash):
     detect, recover, aucs, ledgers, same = [], [], [], [], []
+    undone = 0  # steps a shard undid (hybrid-shrink)
     n = 0
     while len(detect) < count:
         name = f"{mode}-{'kill' if sig == signal.SIGKILL else 'stop'}-{n}"
@@ -148,11 +153,14 @@ def measure(out, rows, mode, sig, count, interval, free_auc, free_hash):
         if len(events) != len(sent):
             sys.exit(f"{name}: {len(sent)} signals but {len(events)} losses recorded")
         for t, e in zip(sent, events):
-            action = {"shrink": "went on without it", "ps-shrink": "moved to the process of worker"}.get(mode, "replaced")
+            action = {"shrink": "went on without it", "hybrid-shrink": "went on without it",
+                      "ps-shrink": "moved to the process of worker"}.get(mode, "replaced")
             if not e["action"].startswith(action) or e["seconds_to_recover"] is None:
                 sys.exit(f"{name}: a loss was not recovered: {e}")
             detect.append(e["lost_at_unix"] - t)
             recover.append(e["seconds_to_recover"])
+        undone += sum(len(re.findall(r"undid step", read(p)))
+                      for p in (f"{out}/runs/{name}/ps-{i}.log" for i in range(2)))
         aucs.append(s["test_auc"] - free_auc)
         ledgers.append(s["ledger"]["exact"])
         same.append(dense_hash(s) == free_hash)
@@ -160,7 +168,7 @@ def measure(out, rows, mode, sig, count, interval, free_auc, free_hash):
             "detect_s": {"p50": percentile(detect, 50), "p99": percentile(detect, 99), "max": max(detect)},
             "recover_s": {"p50": percentile(recover, 50), "p99": percentile(recover, 99), "max": max(recover)},
             "auc_change": {"min": min(aucs), "max": max(aucs)}, "ledger_exact": all(ledgers),
-            "same_bits": f"{sum(same)}/{len(same)}"}
+            "same_bits": f"{sum(same)}/{len(same)}", "steps_undone_at_shards": undone}
 
 
 def ps_pid(out, name, rank):
@@ -265,7 +273,8 @@ def main():
         print(f"{mode} SIGKILL x{r['losses']}: detect p50 {r['detect_s']['p50']:.3f} s  p99 {r['detect_s']['p99']:.3f} s"
               f"  | recover p50 {r['recover_s']['p50']:.3f} s  p99 {r['recover_s']['p99']:.3f} s"
               f"  | AUC change {r['auc_change']['min']:+.5f} .. {r['auc_change']['max']:+.5f}"
-              f"  | ledger exact: {r['ledger_exact']}  | same bits as fault-free: {r['same_bits']}", flush=True)
+              f"  | ledger exact: {r['ledger_exact']}  | same bits as fault-free: {r['same_bits']}"
+              f"  | steps undone at shards: {r['steps_undone_at_shards']}", flush=True)
         if mode in ("bsp", "allreduce") and a.stops > 0:
             r = measure(out, a.rows, mode, signal.SIGSTOP, a.stops, max(a.interval, 4.0), free_auc, free_hash)
             results[f"{mode} SIGSTOP"] = r

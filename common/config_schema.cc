@@ -102,9 +102,9 @@ std::vector<Config::Key> troupeConfigSchema() {
        "last step the shards applied; in allreduce / hybrid mode with the ring the group forms again with it, it "
        "copies the model from a survivor, and the step under way is redone), shrink (no new process: in ps mode the "
        "live worker process running the fewest ranks takes the lost rank as well and resumes its share where the "
-       "shards left it; in allreduce mode with the ring the others form the group without it, redo the step and "
-       "divide what is left of the data among themselves; not built for hybrid mode) or fail (the job ends, naming "
-       "the worker)"},
+       "shards left it; in allreduce and hybrid mode with the ring the others form the group without it, redo the "
+       "step and divide what is left of the data among themselves, hybrid with BSP shards only, which first undo "
+       "the step the lost rank may have left half pushed) or fail (the job ends, naming the worker)"},
       {"supervision.max_restarts", T::kInt, int64_t{3},
        "restarts of one rank allowed within supervision.restart_window_s; one more fails the job"},
       {"supervision.restart_window_s", T::kInt, int64_t{300}, "see supervision.max_restarts"},

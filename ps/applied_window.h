@@ -39,6 +39,12 @@ class AppliedWindow {
     }
     return true;
   }
+  // Every number from `sequence` on counts as not applied (their updates
+  // were undone).
+  void forgetFrom(int64_t sequence) {
+    if (floor_ > sequence) floor_ = sequence;
+    early_.erase(early_.lower_bound(sequence), early_.end());
+  }
   // The lowest sequence number not applied yet.
   int64_t floor() const { return floor_; }
   size_t early() const { return early_.size(); }

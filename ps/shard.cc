@@ -124,11 +124,18 @@ struct ShardState {
   // worker lost after its push of step t reached this shard but not every
   // shard is replaced, and its replacement redoes step t: its pull for step
   // t must see the weights before step t, as the lost one did, for the redone
-  // gradient (and so the model) to be the same bits.
+  // gradient (and so the model) to be the same bits. A hybrid group that
+  // goes on without a lost rank undoes step t altogether (revert_atom).
   struct Undo {
+    struct Part {
+      int64_t worker = 0, sequence = 0, samples = 0;
+    };
     int64_t step = -1;
+    bool whole = false;  // ShardOptions::undoWholeSteps: rows and dense with their optimizer state
     std::vector<uint64_t> counts, keys;
-    std::vector<float> rows, dense;
+    std::vector<float> rows;   // key by key: the weights, or (whole) the whole row
+    std::vector<float> dense;  // the dense weights, or (whole) the whole dense state
+    std::vector<Part> parts;   // the pushes the step applied
     std::vector<std::unordered_map<uint64_t, size_t>> index;  // per table: key -> float offset in rows
     bool indexed = false;
   } undo;
@@ -168,7 +175,7 @@ void restoreFrom(ShardState& st, const ShardImage& img) {
     const WorkerCut& c = img.workerCut[size_t(w)];
     st.applied[size_t(w)] = AppliedWindow(c.floor, c.early);
     st.clock[size_t(w)] = c.clock;
-    if (c.live) st.live.insert(w);
+    if (c.live || st.options.groupTrains) st.live.insert(w);
   }
   st.stats.samplesApplied = img.samplesApplied;
   st.stats.pushesApplied = img.pushesApplied;
@@ -193,7 +200,8 @@ void overlayUndo(ShardState& st, const PullView& v, float* rows, std::vector<flo
     u.index.assign(dims.size(), {});
     size_t at = 0, k = 0;
     for (size_t t = 0; t < dims.size(); ++t) {
-      for (uint64_t i = 0; i < u.counts[t]; ++i, ++k, at += size_t(dims[t])) u.index[t].emplace(u.keys[k], at);
+      const size_t stride = size_t(u.whole ? st.tables->table(t).rowFloats() : dims[t]);
+      for (uint64_t i = 0; i < u.counts[t]; ++i, ++k, at += stride) u.index[t].emplace(u.keys[k], at);
     }
     u.indexed = true;
   }
@@ -204,7 +212,7 @@ void overlayUndo(ShardState& st, const PullView& v, float* rows, std::vector<flo
       if (it != u.index[t].end()) std::copy_n(u.rows.data() + it->second, dims[t], rows + at);
     }
   }
-  if (!dense->empty()) *dense = u.dense;
+  if (!dense->empty()) std::copy_n(u.dense.begin(), dense->size(), dense->begin());
 }
 
 void serve(Self* self, const PullView& v, PullPromise& promise) {
@@ -307,11 +315,29 @@ void applyReadySteps(Self* self) {
     u.step = stepIndex;
     u.counts = st.counts;
     u.keys = st.keys;
+    u.whole = st.options.undoWholeSteps;
     size_t floats = 0;
-    for (size_t t = 0; t < tables; ++t) floats += size_t(st.counts[t]) * size_t(st.tables->dims()[t]);
+    for (size_t t = 0; t < tables; ++t) {
+      floats += size_t(st.counts[t]) * size_t(u.whole ? st.tables->table(t).rowFloats() : st.tables->dims()[t]);
+    }
     u.rows.resize(floats);
-    st.tables->pull(u.counts.data(), u.keys.data(), false, u.rows.data());
-    u.dense.assign(st.dense.begin(), st.dense.begin() + st.denseSize);
+    if (!u.whole) {
+      st.tables->pull(u.counts.data(), u.keys.data(), false, u.rows.data());
+      u.dense.assign(st.dense.begin(), st.dense.begin() + st.denseSize);
+    } else {
+      float* out = u.rows.data();
+      const uint64_t* key = u.keys.data();
+      for (size_t t = 0; t < tables; ++t) {
+        EmbeddingTable& table = st.tables->table(t);
+        const size_t rowFloats = size_t(table.rowFloats());
+        for (uint64_t i = 0; i < u.counts[t]; ++i, ++key, out += rowFloats) {
+          std::copy_n(table.findOrCreate(*key), rowFloats, out);  // the push creates it anyway
+        }
+      }
+      u.dense = st.dense;
+    }
+    u.parts.clear();
+    for (auto& [w, part] : step.parts) u.parts.push_back({w, part.view.sequence, part.view.samples});
     u.indexed = false;
     Status s = apply(st, st.counts.data(), st.keys.data(), st.grads.data(), anyDense ? st.denseGrads.data() : nullptr);
     for (auto& [w, part] : step.parts) {
@@ -469,6 +495,64 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
         }
         return received(st, worker);
       },
+      [=](revert_atom, int64_t lost, int64_t from, int64_t generation) -> caf::result<int64_t> {
+        auto& st = self->state;
+        if (generation < st.generation) return staleGeneration(st, lost, generation);
+        if (lost < 0 || lost >= st.options.workers || from < 0) {
+          return invalid(Status::invalidArgument(
+              fmt::format("revert of worker {} from step {}; the job has {} workers", lost, from, st.options.workers)));
+        }
+        if (st.options.consistency != Consistency::kBsp) {
+          return invalid(Status::invalidArgument("only a BSP shard can undo a step"));
+        }
+        int64_t highest = 0;  // steps applied, over the workers
+        for (int64_t c : st.clock) highest = std::max(highest, c);
+        if (highest > from + 1 || (highest == from + 1 && (st.undo.step != from || !st.undo.whole))) {
+          const std::string why = fmt::format("shard {}: cannot go back to step {}: it applied steps up to {} and kept "
+                                              "the state before step {} only",
+                                              st.options.shard, from, highest - 1, st.undo.step);
+          st.log->error("{}", why);
+          return caf::make_error(caf::sec::runtime_error, why);
+        }
+        const auto gone = caf::make_error(
+            caf::sec::runtime_error,
+            fmt::format("shard {}: steps from {} were undone (worker {} was lost; the group goes on without it)",
+                        st.options.shard, from, lost));
+        for (auto it = st.pending.lower_bound(from); it != st.pending.end(); it = st.pending.erase(it)) {
+          for (auto& [w, part] : it->second.parts) {
+            for (auto& p : part.promises) p.deliver(gone);
+          }
+        }
+        for (auto& p : st.parked) p.promise.deliver(gone);
+        st.parked.clear();
+        if (highest == from + 1) {
+          // Step `from` as if it never was: its rows, the dense slice, the counters.
+          auto& u = st.undo;
+          const float* in = u.rows.data();
+          const uint64_t* key = u.keys.data();
+          for (size_t t = 0; t < st.tables->size(); ++t) {
+            EmbeddingTable& table = st.tables->table(t);
+            const size_t rowFloats = size_t(table.rowFloats());
+            for (uint64_t i = 0; i < u.counts[t]; ++i, ++key, in += rowFloats) {
+              std::copy_n(in, rowFloats, table.findOrCreate(*key));
+            }
+          }
+          st.dense = u.dense;
+          st.updates -= 1;
+          st.stats.pushesApplied -= 1;
+          for (const auto& p : u.parts) st.stats.samplesApplied -= p.samples;
+          st.log->info("shard {}: undid step {} ({} pushes): worker {} was lost and the group goes on without it",
+                       st.options.shard, from, u.parts.size(), lost);
+          st.undo = ShardState::Undo{};  // used (one not used stays: a later revert may go back to it)
+        }
+        for (int w = 0; w < st.options.workers; ++w) {
+          st.applied[size_t(w)].forgetFrom(from);
+          st.clock[size_t(w)] = std::min(st.clock[size_t(w)], from);
+        }
+        st.live.erase(lost);
+        st.generation = generation;
+        return from;
+      },
       [=](tick_atom) {
         // Pulls parked past parkTimeout fail, naming whom they waited for.
         auto& st = self->state;
@@ -508,12 +592,26 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
         img->denseSize = st.denseSize;
         img->dense = st.dense;
         std::vector<int64_t> floors;
+        // A group job (hybrid) whose group went on without a lost rank: that
+        // rank is cut where the group is (every rank trains again from the
+        // cut when the job resumes).
+        int64_t groupFloor = -1, groupClock = -1;
+        for (int64_t w : st.live) {
+          groupFloor = std::max(groupFloor, st.applied[size_t(w)].floor());
+          groupClock = std::max(groupClock, st.clock[size_t(w)]);
+        }
         for (int w = 0; w < st.options.workers; ++w) {
           // Pushes held for a BSP step are not in the cut: their workers
           // redo them (they were not acknowledged).
-          img->workerCut.push_back(WorkerCut{st.applied[size_t(w)].floor(), st.applied[size_t(w)].earlyList(),
-                                             st.clock[size_t(w)], st.live.count(w) > 0});
-          floors.push_back(st.applied[size_t(w)].floor());
+          WorkerCut cut{st.applied[size_t(w)].floor(), st.applied[size_t(w)].earlyList(), st.clock[size_t(w)],
+                        st.live.count(w) > 0};
+          if (st.options.groupTrains && !cut.live && groupFloor >= 0) {
+            cut.floor = groupFloor;
+            cut.early.clear();
+            cut.clock = groupClock;
+          }
+          floors.push_back(cut.floor);
+          img->workerCut.push_back(std::move(cut));
         }
         img->samplesApplied = st.stats.samplesApplied;
         img->pushesApplied = st.stats.pushesApplied;

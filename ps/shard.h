@@ -74,6 +74,15 @@ struct ShardOptions {
   // Rollbacks of the job so far (cluster.generation): pulls and pushes of
   // another generation are refused.
   int64_t generation = 0;
+  // The workers train as one group (allreduce / hybrid): after a restore
+  // from a checkpoint every worker trains again (a group that shrank before
+  // the cut resumes with all of them), so the shard waits for every one.
+  bool groupTrains = false;
+  // BSP: keep each step's rows with their optimizer state and the whole
+  // dense state (not only the weights a redone pull needs), so that
+  // revert_atom can undo the step (hybrid with supervision.on_worker_loss
+  // = shrink). It costs a copy of the step's rows per step.
+  bool undoWholeSteps = false;
   int threads = 1;
   std::shared_ptr<kernels::Kernels> kernels;  // null: its own, with `threads`
 };

@@ -23,6 +23,13 @@
 //           the shard drops its state for the checkpoint image at `path`
 //           (the job rolls back) and from then on refuses pulls and pushes
 //           of an older generation (from workers of before the rollback)
+//   revert: (revert_atom, i64 lost, i64 from, i64 generation) -> i64 from:
+//           BSP only. A hybrid group goes on without worker `lost` and
+//           redoes step `from` with the data divided anew: the shard
+//           undoes what it applied of steps >= from (at most its last
+//           step, from the copy it kept), drops what it holds for them,
+//           no longer waits for `lost`, and refuses messages of an older
+//           generation (pushes of the old group still on their way)
 //   snapshot: (snapshot_atom, i64 id, string path) -> (i64 id, vector<i64>
 //           every worker's applied floor, i64 samples applied) once the shard's state is copied
 //           in memory; then the shard writes it to `path` and sends the
@@ -59,6 +66,10 @@ using clock_atom = caf::atom_constant<caf::atom("clock")>;
 using snapshot_atom = caf::atom_constant<caf::atom("snapshot")>;
 using written_atom = caf::atom_constant<caf::atom("written")>;
 using restore_atom = caf::atom_constant<caf::atom("restore")>;
+using revert_atom = caf::atom_constant<caf::atom("revert")>;
+// To a worker's ps client (local): its pulls and pushes carry this
+// generation from now on.
+using generation_atom = caf::atom_constant<caf::atom("gen")>;
 
 // More tables than this in one message is refused.
 inline constexpr size_t kMaxWireTables = 4096;

@@ -35,6 +35,9 @@
 //                  workers agree among themselves on the step to go on from
 //                  and copy the model from a survivor (workers/worker_actor.h);
 //                  each then says RegroupDone (the step it goes on from).
+//                  A hybrid group that goes on without a lost rank (shrink)
+//                  gets the step the shards went back to and their new
+//                  generation with it.
 //                  RegroupNow (coordinator -> workers, at the loss) makes a
 //                  survivor that waits on something else than a collective
 //                  (a pull held for the lost rank) leave its step
@@ -158,6 +161,11 @@ struct RegroupReady {
 struct Regroup {
   int64_t epoch = 0;
   std::vector<uint64_t> nodes;  // node id of each rank
+  // Hybrid shrink: the shards undid every step from `shardStep` on (the
+  // group goes on from there at the latest) and refuse pulls and pushes of
+  // a generation older than `generation`. -1: the shards did not move.
+  int64_t shardStep = -1;
+  int64_t generation = -1;
 };
 
 // coordinator -> every live worker (its "trainer") when a rank is lost.
@@ -189,7 +197,7 @@ typename Inspector::result_type inspect(Inspector& f, RegroupReady& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Regroup& x) {
-  return f(caf::meta::type_name("Regroup"), x.epoch, x.nodes);
+  return f(caf::meta::type_name("Regroup"), x.epoch, x.nodes, x.shardStep, x.generation);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Progress& x) {

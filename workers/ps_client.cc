@@ -152,6 +152,10 @@ caf::behavior psClient(Self* self, PsClientOptions options) {
         }
         return promise;
       },
+      [=](ps::generation_atom, int64_t generation) -> int64_t {
+        self->state.options.generation = generation;
+        return generation;
+      },
       [=](ps::leave_atom) -> caf::typed_response_promise<int64_t> {
         auto& o = self->state.options;
         auto promise = self->make_response_promise<int64_t>();

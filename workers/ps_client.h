@@ -10,6 +10,9 @@
 //        applied its part (every shard gets a push each step, empty or not,
 //        so their consistency clocks advance)
 //   (leave_atom) -> unit once every shard knows this worker trains no more
+//   (generation_atom, i64 g) -> g: its pulls and pushes carry generation g
+//        from now on (the shards moved on: a rollback, or a hybrid group
+//        that went on without a lost rank)
 //
 // The first error from a shard (or a timeout) fails the request with it.
 #pragma once

@@ -46,6 +46,8 @@ void PsRole::prepare(actors::MemberContext& ctx) {
   so.staleness = config.getInt("ps.staleness");
   so.parkTimeout = pullWaitBound(config);
   so.generation = config.getInt("cluster.generation");
+  so.groupTrains = trainMode(config) != TrainMode::kPs;
+  so.undoWholeSteps = trainMode(config) == TrainMode::kHybrid && workerLossPolicy(config) == WorkerLoss::kShrink;
   so.kernels = kernels;
   // A resumed job (or a rolled-back shard): the checkpoint's image of this shard.
   const std::string resume = config.getString("checkpoint.resume");

@@ -17,8 +17,10 @@ Expected<RegroupPlan> planRegroup(const std::vector<Standing>& all, bool backToL
   }
   if (source < 0) return Status::internal("no rank of the group holds the model (every worker was lost)");
   if (backToLeast) {
+    // A replacement's rank, or (a group going on without a lost rank) the
+    // shards, bound the step.
     for (const auto& x : all) {
-      if (x.steps < 0 && x.shardClock >= 0) at = std::min(at, x.shardClock);
+      if (x.shardClock >= 0) at = std::min(at, x.shardClock);
     }
     for (int q = 0; q < int(all.size()); ++q) {
       const Standing& x = all[size_t(q)];

@@ -18,7 +18,8 @@ struct Standing {
   int64_t samples = 0;                // samples applied (the ledger)
   int64_t canRevert = 0;              // it kept the dense state from before its last step
   int64_t previousSamples = 0;        // samples applied before its last step
-  int64_t shardClock = -1;            // hybrid replacement: its rank's first step the shards lack
+  int64_t shardClock = -1;            // hybrid: a replacement's rank's first step the shards lack, or
+                                      // the step the shards went back to (a group without a lost rank)
   // The division of the data its group trains by (DataDivision): from
   // batch divisionFrom of epoch divisionEpoch, one batch of every
   // divisionParts per rank (a replacement: parts 0, none).
@@ -57,8 +58,8 @@ int64_t syncSamples(int64_t rows, int64_t batch, int64_t epochs, const std::vect
 // allreduce mode (backToLeast false): the furthest a survivor got (a step
 // some survivor finished had every rank's gradient in it), from the lowest
 // survivor there. hybrid mode (true): the least a survivor got, and no
-// further than a replacement's shardClock (every push of the steps before
-// is at the shards); a survivor one step further goes back (it must have
+// further than any rank's shardClock (every push of the steps before is
+// at the shards); a survivor one step further goes back (it must have
 // kept the copy, within its epoch), from the lowest survivor. Fails, saying
 // why, when no rank holds the model or a survivor would have to go back
 // further.

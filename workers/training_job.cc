@@ -56,18 +56,20 @@ WorkerLoss workerLossPolicy(const Config& config) {
   if (p == "restart") return WorkerLoss::kRestart;
   if (p == "fail") return WorkerLoss::kFail;
   if (p == "shrink") {
-    // ps mode: the lost rank moves into a live worker's process. allreduce:
-    // the group forms again without it. hybrid: a lost rank's pushes may be
-    // at some shards and not others, and the group that goes on divides
-    // its batches anew, so it is not built.
+    // ps mode: the lost rank moves into a live worker's process. allreduce
+    // and hybrid (ring backend): the group forms again without it; in
+    // hybrid mode the shards first undo the steps it may have left half
+    // pushed, which BSP shards can (they keep their last step's state).
     const TrainMode mode = trainMode(config);
-    if (mode == TrainMode::kHybrid || (mode == TrainMode::kAllReduce && collectivesBackend(config) != "ring")) {
-      TROUPE_SETUP_ERROR("config: supervision.on_worker_loss = shrink is built for train.mode = ps, and for "
-                         "allreduce with the ring backend; this job runs {}{} (use restart or fail)",
-                         trainModeName(trainMode(config)),
-                         trainMode(config) == TrainMode::kAllReduce
-                             ? fmt::format(" with collectives.backend = {}", collectivesBackend(config))
-                             : std::string());
+    if (mode != TrainMode::kPs && collectivesBackend(config) != "ring") {
+      TROUPE_SETUP_ERROR("config: supervision.on_worker_loss = shrink in {} mode is built for the ring backend; this "
+                         "job has collectives.backend = {} (use restart or fail)",
+                         trainModeName(mode), collectivesBackend(config));
+    }
+    if (mode == TrainMode::kHybrid && config.getString("ps.consistency") != "bsp") {
+      TROUPE_SETUP_ERROR("config: supervision.on_worker_loss = shrink in hybrid mode is built for ps.consistency = "
+                         "bsp (its shards can undo a step); this job has {} (use restart or fail)",
+                         config.getString("ps.consistency"));
     }
     return WorkerLoss::kShrink;
   }
@@ -206,6 +208,15 @@ actors::LossDecision TrainingJob::onLoss(actors::JobContext& job, const actors::
       return actors::LossDecision::fail(what + "; its shard of the model is gone, and the job has no checkpoint to "
                                                "roll back to (checkpoint.every_steps, checkpoint.every_seconds)");
     }
+    if (mode_ == TrainMode::kHybrid && onWorkerLoss_ == WorkerLoss::kShrink) {
+      for (const auto& w : job.members("worker")) {
+        if (w.state != actors::MemberState::kLost) continue;
+        return actors::LossDecision::fail(fmt::format(
+            "{}; the workers' group went on without worker {} (supervision.on_worker_loss = shrink), so the job "
+            "cannot roll back to checkpoint {} with every rank (resume it: troupe train --resume)",
+            what, w.rank, latestCheckpointId_));
+      }
+    }
     for (int64_t w = 0; w < workers_; ++w) {
       if (reported_[size_t(w)]) {
         return actors::LossDecision::fail(
@@ -234,6 +245,7 @@ actors::LossDecision TrainingJob::onLoss(actors::JobContext& job, const actors::
       abandonCheckpoint(job, fmt::format("worker {} was lost", m.rank));
     }
     regroupReady_.erase(m.rank);
+    regroupSteps_.erase(m.rank);
     regroupsSinceLoss_ = 0;
     forming_ = false;  // that group cannot form now; the next one will
     // In a sync mode every worker ends training at the same step: one at the
@@ -269,6 +281,8 @@ actors::LossDecision TrainingJob::onLoss(actors::JobContext& job, const actors::
       if (w.rank != m.rank && w.live()) job.self()->send(job.actorOf(w, trainerName(w.rank)), RegroupNow{m.rank, regroupEpoch_ + 1});
     }
     if (shrink) {
+      // Hybrid: the shards undo what it left half done before the group forms.
+      if (mode_ == TrainMode::kHybrid) toRevert_.insert(m.rank);
       // The others may all be ready already (their collectives failed first).
       job.self()->send(job.self(), regroup_check_atom::value);
       return actors::LossDecision::goOn();
@@ -328,6 +342,10 @@ void TrainingJob::tryRegroup(actors::JobContext& job) {
   if (nodes.empty()) return;
   // Groups formed again with no loss since the last: a rank slower than
   // the collectives' timeout makes the others give up again and again.
+  // Hybrid shrink: the shards first undo what the lost ranks left half
+  // done (their pushes may be at some shards and not others).
+  if (!toRevert_.empty()) return revertShards(job);
+  if (reverting_) return;
   if (++regroupsSinceLoss_ > 3) {
     return job.fail(fmt::format(
         "the workers' group formed again {} times without a lost worker: a rank is slower than the collectives' "
@@ -337,15 +355,98 @@ void TrainingJob::tryRegroup(actors::JobContext& job) {
   ++regroupEpoch_;
   log()->info("every worker is ready: the group forms again (epoch {})", regroupEpoch_);
   const auto now = Clock::now();
+  const int64_t shardStep = revertedStep_;
+  revertedStep_ = -1;
   for (auto& [rank, who] : regroupReady_) {
-    job.self()->send(who, Regroup{regroupEpoch_, nodes});
+    job.self()->send(who, Regroup{regroupEpoch_, nodes, shardStep, shardStep >= 0 ? generation_ : -1});
     lastProgress_[size_t(rank)] = now;  // forming the group is no stall (it has bounds of its own)
   }
   regroupReady_.clear();
+  regroupSteps_.clear();
   regroupDone_.clear();
   regroupSize_ = nodes.size();
   forming_ = true;
   ++outcome_.regroups;
+}
+
+// Hybrid shrink, once every survivor is ready: the step the group goes
+// on from is the least of where the survivors are and of where every
+// shard has the pushes of each rank, lost or not (a survivor's last push
+// may still be on its way: it will be refused, and its step redone); the
+// shards undo every step from there (at most their last, from the copy
+// they kept), stop waiting for the lost ranks and move to a new generation
+// (the old group's pushes still on their way are refused). Then the group
+// forms, from that step at the latest.
+void TrainingJob::revertShards(actors::JobContext& job) {
+  if (reverting_) return;
+  reverting_ = true;
+  const std::vector<int64_t> lost(toRevert_.begin(), toRevert_.end());
+  toRevert_.clear();
+  int64_t least = std::numeric_limits<int64_t>::max();
+  for (const auto& [rank, steps] : regroupSteps_) {
+    if (steps >= 0) least = std::min(least, steps);
+  }
+  const auto& shards = job.members("ps");
+  std::vector<int64_t> asked = lost;  // whose pushes the shards are asked about
+  for (const auto& [rank, steps] : regroupSteps_) asked.push_back(rank);
+  auto from = std::make_shared<int64_t>(least);
+  auto left = std::make_shared<size_t>(shards.size() * asked.size());
+  auto failed = std::make_shared<bool>(false);
+  const int64_t generation = generation_ + 1;
+  auto fail = [this, &job, failed](const std::string& why) {
+    if (*failed) return;
+    *failed = true;
+    reverting_ = false;
+    // A shard lost meanwhile is a loss of its own (it ends a job that shrank).
+    for (const auto& s : job.members("ps")) {
+      if (s.state != actors::MemberState::kReady) return;
+    }
+    job.fail(why);
+  };
+  auto undo = [this, &job, lost, from, generation, fail, failed] {
+    auto& shards = job.members("ps");
+    auto left = std::make_shared<size_t>(shards.size() * lost.size());
+    log()->warn("the shards undo every step from {} (worker{} {} lost; the group goes on without {})", *from,
+                lost.size() > 1 ? "s" : "", fmt::join(lost, ", "), lost.size() > 1 ? "them" : "it");
+    for (const auto& s : shards) {
+      for (int64_t w : lost) {
+        const int64_t shard = s.rank;
+        job.self()
+            ->request(job.actorOf(s, kShardName), 30s, ps::revert_atom::value, w, *from, generation)
+            .then(
+                [this, &job, left, from, generation, failed](int64_t) {
+                  if (*failed || --*left > 0) return;
+                  generation_ = generation;
+                  revertedStep_ = *from;
+                  reverting_ = false;
+                  tryRegroup(job);
+                },
+                [fail, shard](caf::error& err) {
+                  fail(fmt::format("ps {} could not undo the lost worker's steps: {}", shard, actors::describe(err)));
+                });
+      }
+    }
+  };
+  if (shards.empty() || lost.empty()) {
+    reverting_ = false;
+    return tryRegroup(job);
+  }
+  for (const auto& s : shards) {
+    for (int64_t w : asked) {
+      const int64_t shard = s.rank;
+      job.self()
+          ->request(job.actorOf(s, kShardName), 30s, ps::clock_atom::value, w)
+          .then(
+              [from, left, undo, failed](int64_t next) {
+                *from = std::min(*from, next);
+                if (!*failed && --*left == 0) undo();
+              },
+              [fail, shard](caf::error& err) {
+                fail(fmt::format("ps {} did not say where the lost worker's pushes end: {}", shard,
+                                 actors::describe(err)));
+              });
+    }
+  }
 }
 
 void TrainingJob::onReplaced(actors::JobContext& job, const actors::Member& m) {
@@ -874,6 +975,7 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
         log()->info("worker {} is ready for the group to form again ({})", r.rank,
                     r.steps < 0 ? std::string("a replacement") : fmt::format("{} steps taken", r.steps));
         regroupReady_[r.rank] = caf::actor_cast<caf::actor>(job.self()->current_sender());
+        regroupSteps_[r.rank] = r.steps;
         lastProgress_[size_t(r.rank)] = Clock::now();
         tryRegroup(job);
       },

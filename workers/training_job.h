@@ -248,6 +248,13 @@ class TrainingJob final : public actors::JobPolicy {
   // Sync modes: the workers ready for the group to form again (each one's
   // worker actor), and the groups formed so far.
   std::map<int64_t, caf::actor> regroupReady_;
+  std::map<int64_t, int64_t> regroupSteps_;  // the steps each ready survivor took (-1: a replacement)
+  // Hybrid shrink: ranks lost whose steps the shards must undo before the
+  // group goes on without them; the undo under way; what the group gets.
+  std::set<int64_t> toRevert_;
+  bool reverting_ = false;
+  int64_t revertedStep_ = -1;  // the shards went back to this step for the group to come
+  void revertShards(actors::JobContext& job);
   int64_t regroupEpoch_ = 0;
   std::set<int64_t> regroupDone_;     // ranks in the group of regroupEpoch_ that copied the model
   size_t regroupSize_ = 0;            // ranks in that group

@@ -146,18 +146,27 @@ void trainOn(Self* self, BatchPtr batch, ps::PullReplyPtr rows) {
   if (*push) {
     // The holder applies pushes and pulls in arrival order, so the next pull
     // sees this update; the acknowledgement is only counted.
+    const int64_t attempt = st.attempt;
+    auto drained = [=] {
+      auto& st = self->state;
+      if (--st.pushesInFlight == 0 && st.whenDrained) {
+        auto next = std::move(st.whenDrained);
+        st.whenDrained = nullptr;
+        next();
+      }
+    };
     self->request(st.tables, st.options.requestTimeout, ps::push_atom::value, *push)
         .then(
             [=](int64_t) {
-              auto& st = self->state;
-              ++st.report->pushesAcked;
-              if (--st.pushesInFlight == 0 && st.whenDrained) {
-                auto next = std::move(st.whenDrained);
-                st.whenDrained = nullptr;
-                next();
-              }
+              ++self->state.report->pushesAcked;
+              drained();
             },
-            [=](caf::error& err) { fail(self, err); });
+            [=](caf::error& err) {
+              // A push of a step this worker left for the group to form
+              // again (the shards may have undone that step): not its failure.
+              if (self->state.attempt == attempt && !self->state.regrouping) return fail(self, err);
+              drained();
+            });
     ++st.pushesInFlight;
   }
   afterStep(self, *batch);
@@ -359,6 +368,8 @@ void enterRegroup(Self* self, const Status& why) {
                            rank, st.core->steps() + 1, why.message());
   }
   st.regrouping = true;
+  ++st.attempt;  // what it asked for in the old group is dropped when the answer comes
+  st.whenDrained = nullptr;  // a step boundary of the old group (a checkpoint's pause) is no more
   st.core->setCommunicator(nullptr);
   if (st.options.regroup.leave) st.options.regroup.leave();
   self->send(st.options.regroup.coordinator,
@@ -445,6 +456,15 @@ Status formGroup(Self* self, const Regroup& r) {
   auto& st = self->state;
   WorkerCore& core = *st.core;
   const int64_t rank = core.options().worker;
+  if (r.generation >= 0 && st.tables) {
+    // The shards went back for a group without a lost rank: from now on
+    // this worker's pulls and pushes are of their new generation.
+    caf::scoped_actor ask{self->system()};
+    std::string error;
+    ask->request(st.tables, st.options.requestTimeout, ps::generation_atom::value, r.generation)
+        .receive([](int64_t) {}, [&](caf::error& e) { error = caf::to_string(e); });
+    if (!error.empty()) return Status::internal(fmt::format("worker {}: its shard client: {}", rank, error));
+  }
   auto comm = st.options.regroup.join(uint64_t(r.epoch), r.nodes);
   if (!comm.hasValue()) return comm.status();
   core.setCommunicator(*comm);
@@ -467,6 +487,7 @@ Status formGroup(Self* self, const Regroup& r) {
   } else {
     mine.shardClock = st.options.regroup.shardClock;
   }
+  if (r.shardStep >= 0) mine.shardClock = mine.shardClock < 0 ? r.shardStep : std::min(mine.shardClock, r.shardStep);
   std::vector<Standing> all(size_t(c.size()));
   Status s = c.allGather(&mine, all.data(), sizeof(Standing));
   if (!s.isOk()) return s;
@@ -564,8 +585,12 @@ caf::behavior worker(Self* self, WorkerOptions options, std::shared_ptr<WorkerCo
         // else than a collective (hybrid: a pull the shards hold for the lost
         // rank's push): it leaves the step and waits for the group.
         auto& st = self->state;
-        if (!st.running || st.regrouping || st.finished || st.trainingOver || !st.options.regroup.join) return;
+        if (!st.running || st.regrouping || st.finished || !st.options.regroup.join) return;
+        // Past its last step it is done, unless its last pushes wait at the
+        // shards (hybrid: for the lost rank's): then that step is redone.
+        if (st.trainingOver && (st.pushesInFlight == 0 || st.awaitingGate)) return;
         if (n.epoch <= st.groupEpoch) return;  // late: the group that took the replacement formed already
+        st.trainingOver = false;
         ++st.attempt;
         enterRegroup(self, Status::unavailable(fmt::format("rank {} was lost", n.lost)));
       },

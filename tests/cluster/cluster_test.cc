@@ -484,28 +484,33 @@ TEST_F(ClusterTest, InSyncModesAWorkerKilledOrStoppedIsReplacedAndTheGroupRedoes
   }
 }
 
-// supervision.on_worker_loss = shrink (allreduce): a worker killed or
-// stopped at step 40 is not replaced; the others form the group without it
-// and divide what is left of the epoch among themselves. Killed: worker 0
-// of 3 (the others become ranks 0 and 1 of a group of 2, and worker 1
-// evaluates); stopped: worker 1 of 2 (worker 0 goes on alone). Every batch
-// is applied once but those left over at the epoch's end (fewer than the
-// group's ranks), worked out here from the step the group went on from,
-// and the AUC is within 0.005 of the fault-free run's (the steps after the
-// loss average fewer gradients, so the bits differ). Asked of a ps or hybrid
-// job, it is refused before any process starts.
+// supervision.on_worker_loss = shrink (allreduce, and hybrid with BSP
+// shards): a worker killed or stopped at step 40 is not replaced; the
+// others form the group without it and divide what is left of the epoch
+// among themselves (hybrid: once the shards undid every step from the one
+// the group goes on from). Killed: worker 0 of 3 (the others become ranks
+// 0 and 1 of a group of 2, and worker 1 evaluates); stopped: worker 1 of 2
+// (worker 0 goes on alone). Every batch is applied once (hybrid: at every
+// shard) but those left over at the epoch's end (fewer than the group's
+// ranks), worked out here from the step the group went on from, and the
+// AUC is within 0.005 of the fault-free run's (the steps after the loss
+// average fewer gradients, so the bits differ). Asked of a hybrid job with
+// SSP shards, it is refused before any process starts.
 TEST_F(ClusterTest, WithShrinkTheGroupGoesOnWithoutTheLostWorkerAndDividesWhatIsLeft) {
   TempDir dir;
   struct Case {
+    std::string mode;
     int workers, lost, signal;
   };
-  for (const Case& c : {Case{3, 0, SIGKILL}, Case{2, 1, SIGSTOP}}) {
-    const std::string tag = c.signal == SIGKILL ? "shrink-kill" : "shrink-stop";
+  for (const Case& c : {Case{"allreduce", 3, 0, SIGKILL}, Case{"allreduce", 2, 1, SIGSTOP},
+                        Case{"hybrid", 3, 0, SIGKILL}, Case{"hybrid", 2, 1, SIGSTOP}}) {
+    const bool hybrid = c.mode == "hybrid";
+    const std::string tag = c.mode + (c.signal == SIGKILL ? "-shrink-kill" : "-shrink-stop");
     SCOPED_TRACE(tag);
     std::map<std::string, std::string> freeJson;
     const auto job = plus(slowJob(dir, "x", "bsp"), {"--set", "cluster.workers=" + std::to_string(c.workers), "--set",
-                                                     "cluster.servers=0", "--set", "train.mode=allreduce", "--set",
-                                                     "cluster.slow_worker=1"});
+                                                     std::string("cluster.servers=") + (hybrid ? "2" : "0"), "--set",
+                                                     "train.mode=" + c.mode, "--set", "cluster.slow_worker=1"});
     const std::string free = faultFreeRun(dir, plus(job, {"--set", "run.name=free-" + tag}), tag, freeJson);
     ASSERT_FALSE(free.empty());
     const auto [pid, r] = signalWorkerAtStep40(
@@ -523,11 +528,22 @@ TEST_F(ClusterTest, WithShrinkTheGroupGoesOnWithoutTheLostWorkerAndDividesWhatIs
     ASSERT_GE(k, 30) << log;
     const int used = c.workers * k + (313 - c.workers * k) / (c.workers - 1) * (c.workers - 1);
     const int expected = used == 313 ? 40000 : used * 128;
-    EXPECT_NE(json.find(fmt::format("\"expected_samples\": {0}, \"samples_applied\": {0}, \"workers_agree\": true, "
-                                    "\"exact\": true",
-                                    expected)),
-              std::string::npos)
-        << "k = " << k << ": " << json;
+    if (hybrid) {
+      EXPECT_NE(json.find(fmt::format("\"expected_samples_per_shard\": {0}, \"samples_applied_per_shard\": [{0}, {0}]",
+                                      expected)),
+                std::string::npos)
+          << "k = " << k << ": " << json;
+      EXPECT_NE(json.find("\"exact\": true"), std::string::npos) << json;
+      EXPECT_NE(log.find(fmt::format("the shards undo every step from {} (worker {} lost", k, c.lost)),
+                std::string::npos)
+          << log;
+    } else {
+      EXPECT_NE(json.find(fmt::format("\"expected_samples\": {0}, \"samples_applied\": {0}, \"workers_agree\": true, "
+                                      "\"exact\": true",
+                                      expected)),
+                std::string::npos)
+          << "k = " << k << ": " << json;
+    }
     EXPECT_NEAR(field(json, "test_auc"), field(free, "test_auc"), 0.005) << json;
     const std::string recovery = textOf(json, "recovery");
     EXPECT_EQ(fields(recovery, "lost_at_s").size(), 1u) << recovery;
@@ -549,10 +565,11 @@ TEST_F(ClusterTest, WithShrinkTheGroupGoesOnWithoutTheLostWorkerAndDividesWhatIs
   }
   auto r = troupe(plus({"train"}, plus(smallJob(dir, "refused"), {"--set", "train.mode=hybrid", "--set",
                                                                   "cluster.workers=2", "--set", "cluster.servers=1",
-                                                                  "--set", "supervision.on_worker_loss=shrink"})));
+                                                                  "--set", "ps.consistency=ssp", "--set",
+                                                                  "supervision.on_worker_loss=shrink"})));
   EXPECT_EQ(r.exitCode, 2) << r.err;
-  EXPECT_NE(r.err.find("supervision.on_worker_loss = shrink is built for train.mode = ps, and for allreduce with the "
-                       "ring backend; this job runs hybrid"),
+  EXPECT_NE(r.err.find("supervision.on_worker_loss = shrink in hybrid mode is built for ps.consistency = bsp (its "
+                       "shards can undo a step); this job has ssp"),
             std::string::npos)
       << r.err;
 }
@@ -668,6 +685,47 @@ TEST_F(ClusterTest, InPsModeShrinkMovesALostRankIntoALiveWorkerProcess) {
     }
     EXPECT_NE(::kill(pid0, 0), 0) << "the lost process " << pid0 << " still exists";
   }
+}
+
+// A hybrid group that went on without a lost rank (shrink) checkpoints:
+// the shards cut the lost rank where the group is, so the checkpoint is
+// taken; the job is then lost (its coordinator killed) and `--resume` goes
+// on from it with every rank, each shard applying what the ledger expects.
+TEST_F(ClusterTest, AHybridGroupThatShrankCheckpointsAndResumesWithEveryRank) {
+  TempDir dir;
+  const auto job = plus(slowJob(dir, "shrank", "bsp"),
+                        {"--set", "cluster.workers=3", "--set", "cluster.servers=2", "--set", "train.mode=hybrid",
+                         "--set", "cluster.slow_worker=1", "--set", "cluster.slow_ms=40", "--set",
+                         "supervision.on_worker_loss=shrink", "--set", "checkpoint.every_steps=20"});
+  const std::string log = dir.file("shrank.log");
+  {
+    Child train(plus({TROUPE_BINARY, "train"}, job), log);
+    ASSERT_TRUE(waitForText(log, "step 40 ", 120s)) << readFile(log);
+    const int pid = pidIn(readFile(dir.file("runs/shrank/worker-0.log")), "worker 0");
+    ASSERT_GT(pid, 0);
+    ::kill(pid, SIGKILL);
+    ASSERT_TRUE(waitForText(log, "trains again from step", 60s)) << readFile(log);
+    // A checkpoint written after the group went on without worker 0.
+    bool after = false;
+    for (int i = 0; i < 1200 && !after; ++i) {
+      const std::string text = readFile(log);
+      const size_t regrouped = text.find("trains again from step");
+      after = text.find(" written: ", regrouped) != std::string::npos;
+      if (!after) std::this_thread::sleep_for(50ms);
+    }
+    ASSERT_TRUE(after) << readFile(log);
+    train.kill(SIGKILL);
+    train.wait(10s);
+  }
+  const std::string text = readFile(log);
+  EXPECT_EQ(text.find("cut the workers at steps"), std::string::npos)
+      << "the shards and the model agree on the cut: " << text;
+  auto resumed = troupe({"train", "--resume", dir.file("runs/shrank"), "--summary-json", dir.file("r.json")});
+  ASSERT_EQ(resumed.exitCode, 0) << resumed.err;
+  const std::string json = readFile(dir.file("r.json"));
+  EXPECT_NE(json.find("\"exact\": true"), std::string::npos) << json;
+  EXPECT_EQ(fields(json, "restarts").size(), 3u) << "every rank trains again: " << json;
+  EXPECT_GT(field(json, "test_auc"), 0.70) << json;
 }
 
 // Alive but stuck: the first process of worker 1 sleeps a minute in its

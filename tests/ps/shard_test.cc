@@ -29,14 +29,15 @@ struct Job {
   int64_t denseSize = 10;
 
   Job(int workers, int numShards, Consistency c, int64_t staleness = 0,
-      std::chrono::milliseconds parkTimeout = std::chrono::milliseconds(0)) {
+      std::chrono::milliseconds parkTimeout = std::chrono::milliseconds(0),
+      kernels::OptimizerKind optimizer = kernels::OptimizerKind::kSgd, bool undoWholeSteps = false) {
     system = std::make_unique<caf::actor_system>(cfg);
     for (int t = 0; t < 2; ++t) {
       EmbeddingTableOptions table;
       table.tableId = t;
       table.dim = t == 0 ? 2 : 3;
       table.seed = 5;
-      table.optimizer.kind = kernels::OptimizerKind::kSgd;
+      table.optimizer.kind = optimizer;
       table.optimizer.learningRate = 1.0f;
       tables.push_back(table);
     }
@@ -48,11 +49,12 @@ struct Job {
       o.tables = tables;
       auto slice = denseSlice(denseSize, s, numShards);
       for (int64_t i = slice.first; i < slice.second; ++i) o.denseInit.push_back(float(i));
-      o.denseOptimizer.kind = kernels::OptimizerKind::kSgd;
+      o.denseOptimizer.kind = optimizer;
       o.denseOptimizer.learningRate = 1.0f;
       o.consistency = c;
       o.staleness = staleness;
       o.parkTimeout = parkTimeout;
+      o.undoWholeSteps = undoWholeSteps;
       shards.push_back(spawnShard(*system, o));
     }
     for (int w = 0; w < workers; ++w) {
@@ -373,4 +375,84 @@ TEST(Shard, AParkedPullFailsAfterItsTimeoutNamingWhoItWaitedFor) {
 }
 
 }  // namespace
+// A hybrid group going on without a lost worker (shrink): the shard undoes
+// the last step it applied (rows with their Adagrad state, the dense slice,
+// the counters, the applied pushes), fails what it held for later steps,
+// stops waiting for the lost worker and refuses the old generation. Then
+// training on gives the very bits of a shard that never saw the undone
+// step (there the lost worker left after step 0); it cannot go back two
+// steps, and a malformed revert changes nothing. A shard that keeps no
+// whole step (ShardOptions::undoWholeSteps) refuses to undo one.
+TEST(Shard, ARevertUndoesTheLastStepAsIfItNeverWas) {
+  {
+    Job plain(2, 1, Consistency::kBsp);
+    caf::scoped_actor self{*plain.system};
+    const std::vector<std::vector<uint64_t>> keys = {{1}, {}};
+    self->send(plain.clients[0], push_atom::value, pushOf(0, 0, 0, keys, 1.0f, 1.0f));
+    self->send(plain.clients[1], push_atom::value, pushOf(1, 0, 0, keys, 1.0f, 1.0f));
+    for (int i = 0; i < 2; ++i) self->receive([](int64_t) {}, caf::after(kTimeout) >> [] {});
+    std::string error;
+    self->request(plain.shards[0], kTimeout, revert_atom::value, int64_t{1}, int64_t{0}, int64_t{1})
+        .receive([](int64_t) {}, [&](caf::error& e) { error = caf::to_string(e); });
+    EXPECT_NE(error.find("cannot go back to step 0"), std::string::npos) << error;
+  }
+  const auto adagrad = kernels::OptimizerKind::kAdagrad;
+  Job a(2, 1, Consistency::kBsp, 0, std::chrono::milliseconds(0), adagrad, true);
+  Job b(2, 1, Consistency::kBsp, 0, std::chrono::milliseconds(0), adagrad);
+  caf::scoped_actor self{*a.system};
+  caf::scoped_actor selfB{*b.system};
+  const std::vector<std::vector<uint64_t>> keys = {{1, 2, 3}, {4, 5}};
+  auto bothWorkers = [&](caf::scoped_actor& s, Job& job, int64_t step, float g0, float g1) {
+    s->send(job.clients[0], push_atom::value, pushOf(0, step, step, keys, g0, g0));
+    s->send(job.clients[1], push_atom::value, pushOf(1, step, step, keys, g1, g1));
+    int acks = 0;
+    for (int i = 0; i < 2; ++i) s->receive([&](int64_t) { ++acks; }, caf::after(kTimeout) >> [] {});
+    EXPECT_EQ(acks, 2) << "step " << step;
+  };
+  bothWorkers(self, a, 0, 1.0f, 2.0f);
+  bothWorkers(selfB, b, 0, 1.0f, 2.0f);
+  bothWorkers(self, a, 1, 3.0f, 4.0f);  // undone below
+  // Worker 0's step 2 waits for worker 1's, which never comes.
+  self->send(a.clients[0], push_atom::value, pushOf(0, 2, 2, keys, 5.0f, 5.0f));
+  auto revert = [&](int64_t lost, int64_t from, int64_t generation) {
+    int64_t out = -1;
+    std::string error;
+    self->request(a.shards[0], kTimeout, revert_atom::value, lost, from, generation)
+        .receive([&](int64_t f) { out = f; }, [&](caf::error& e) { error = caf::to_string(e); });
+    return std::make_pair(out, error);
+  };
+  EXPECT_NE(revert(1, 0, 1).second.find("cannot go back to step 0"), std::string::npos) << "two steps back";
+  EXPECT_FALSE(revert(7, 1, 1).second.empty()) << "no worker 7";
+  EXPECT_EQ(revert(1, 1, 1), std::make_pair(int64_t{1}, std::string()));
+  std::string held;
+  self->receive([&](int64_t) { held = "acknowledged"; }, [&](caf::error& e) { held = caf::to_string(e); },
+                caf::after(kTimeout) >> [&] { held = "no answer"; });
+  EXPECT_NE(held.find("steps from 1 were undone"), std::string::npos) << held;
+  const Counters c = countersOf(self, a.shards[0]);
+  EXPECT_EQ(c.pushes, 1);
+  EXPECT_EQ(c.samples, 20);
+  EXPECT_EQ(clockOf(self, a.shards[0], 0), 1);
+  EXPECT_EQ(clockOf(self, a.shards[0], 1), 1);
+  // The old group's pushes are refused; the new generation's are applied.
+  std::string stale;
+  self->request(a.clients[0], kTimeout, push_atom::value, pushOf(0, 1, 1, keys, 6.0f, 6.0f))
+      .receive([&](int64_t) { stale = "applied"; }, [&](caf::error& e) { stale = caf::to_string(e); });
+  EXPECT_NE(stale.find("generation 0"), std::string::npos) << stale;
+  self->request(a.clients[0], kTimeout, generation_atom::value, int64_t{1}).receive([](int64_t) {}, [](caf::error&) {});
+  // Worker 0 goes on alone, in both; worker 1 left after step 0 in b.
+  selfB->request(b.clients[1], kTimeout, leave_atom::value).receive([](int64_t) {}, [](caf::error&) {});
+  for (int64_t step = 1; step < 4; ++step) {
+    EXPECT_EQ(pushNow(self, a.clients[0], pushOf(0, step, step, keys, 6.0f + float(step), 1.0f)), step);
+    EXPECT_EQ(pushNow(selfB, b.clients[0], pushOf(0, step, step, keys, 6.0f + float(step), 1.0f)), step);
+  }
+  auto ra = pullNow(self, a.clients[0], pullOf(keys, 0, false));
+  auto rb = pullNow(selfB, b.clients[0], pullOf(keys, 0, false));
+  ASSERT_TRUE(ra);
+  ASSERT_TRUE(rb);
+  EXPECT_EQ(ra->rows, rb->rows) << "the rows and their Adagrad state as if step 1 of both workers never was";
+  EXPECT_EQ(ra->dense, rb->dense);
+  EXPECT_EQ(countersOf(self, a.shards[0]).samples, countersOf(selfB, b.shards[0]).samples);
+  EXPECT_EQ(countersOf(self, a.shards[0]).pushes, countersOf(selfB, b.shards[0]).pushes);
+}
+
 }  // namespace troupe::ps

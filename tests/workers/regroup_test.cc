@@ -61,6 +61,22 @@ TEST(PlanRegroup, HybridGoesBackToTheLeastAndToWhatTheShardsHaveOfTheLostRank) {
   EXPECT_EQ(p->samples, 5120);
 }
 
+TEST(PlanRegroup, AHybridGroupWithoutTheLostRankGoesBackToWhereTheShardsWent) {
+  // Shrink: no replacement; the shards undid every step from 11 (the lost
+  // rank's step 11 was at some of them), and every survivor carries that.
+  Standing a = survivor(12, 6, 3072, true, 2816), b = survivor(11, 5, 2816);
+  a.shardClock = b.shardClock = 11;
+  auto p = planRegroup({a, b}, true);
+  ASSERT_TRUE(p.hasValue()) << p.status().message();
+  EXPECT_EQ(p->step, 11);
+  EXPECT_EQ(p->source, 0);
+  EXPECT_EQ(p->epochSteps, 5) << "rank 0 goes back a step, from the copy it kept";
+  EXPECT_EQ(p->samples, 2816);
+  // Two steps back cannot be done.
+  a.shardClock = b.shardClock = 10;
+  EXPECT_FALSE(planRegroup({a, b}, true).hasValue());
+}
+
 TEST(PlanRegroup, RefusesWhatCannotBeDoneSayingWhy) {
   auto p = planRegroup({replacement(), replacement()}, false);
   ASSERT_FALSE(p.hasValue());
