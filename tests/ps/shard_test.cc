@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <memory>
+#include <thread>
 
 #include <caf/all.hpp>
 #include <gtest/gtest.h>
@@ -412,8 +413,11 @@ TEST(Shard, ARevertUndoesTheLastStepAsIfItNeverWas) {
   bothWorkers(self, a, 0, 1.0f, 2.0f);
   bothWorkers(selfB, b, 0, 1.0f, 2.0f);
   bothWorkers(self, a, 1, 3.0f, 4.0f);  // undone below
-  // Worker 0's step 2 waits for worker 1's, which never comes.
+  // Worker 0's step 2 waits for worker 1's, which never comes (held at the
+  // shard before the revert below: its clock counts it).
   self->send(a.clients[0], push_atom::value, pushOf(0, 2, 2, keys, 5.0f, 5.0f));
+  for (int i = 0; i < 500 && clockOf(self, a.shards[0], 0) < 3; ++i) std::this_thread::sleep_for(2ms);
+  ASSERT_EQ(clockOf(self, a.shards[0], 0), 3);
   auto revert = [&](int64_t lost, int64_t from, int64_t generation) {
     int64_t out = -1;
     std::string error;
