@@ -355,8 +355,9 @@ void TrainingJob::tryRegroup(actors::JobContext& job) {
   ++regroupEpoch_;
   log()->info("every worker is ready: the group forms again (epoch {})", regroupEpoch_);
   const auto now = Clock::now();
+  // The shards' step and generation go with every group formed until one
+  // trains (a group that fails to form without a new loss forms again).
   const int64_t shardStep = revertedStep_;
-  revertedStep_ = -1;
   for (auto& [rank, who] : regroupReady_) {
     job.self()->send(who, Regroup{regroupEpoch_, nodes, shardStep, shardStep >= 0 ? generation_ : -1});
     lastProgress_[size_t(rank)] = now;  // forming the group is no stall (it has bounds of its own)
@@ -856,6 +857,9 @@ void TrainingJob::rollBack(actors::JobContext& job, int64_t lostShard) {
   lastProgress_.assign(size_t(workers_), Clock::now());
   if (mode_ != TrainMode::kPs) {
     regroupReady_.clear();
+    regroupSteps_.clear();
+    toRevert_.clear();
+    revertedStep_ = -1;
     regroupDone_.clear();
     forming_ = false;
     awaitingGroup_ = false;
@@ -986,6 +990,7 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
         lastProgress_[size_t(d.rank)] = Clock::now();
         if (regroupDone_.size() < regroupSize_) return;
         forming_ = false;
+        revertedStep_ = -1;  // the group trains: the shards' undo is behind it
         awaitingGroup_ = false;
         regroupedAt_.push_back(job.elapsed());
         log()->info("the group of epoch {} trains again from step {}", d.epoch, d.step);

@@ -585,12 +585,8 @@ caf::behavior worker(Self* self, WorkerOptions options, std::shared_ptr<WorkerCo
         // else than a collective (hybrid: a pull the shards hold for the lost
         // rank's push): it leaves the step and waits for the group.
         auto& st = self->state;
-        if (!st.running || st.regrouping || st.finished || !st.options.regroup.join) return;
-        // Past its last step it is done, unless its last pushes wait at the
-        // shards (hybrid: for the lost rank's): then that step is redone.
-        if (st.trainingOver && (st.pushesInFlight == 0 || st.awaitingGate)) return;
+        if (!st.running || st.regrouping || st.finished || st.trainingOver || !st.options.regroup.join) return;
         if (n.epoch <= st.groupEpoch) return;  // late: the group that took the replacement formed already
-        st.trainingOver = false;
         ++st.attempt;
         enterRegroup(self, Status::unavailable(fmt::format("rank {} was lost", n.lost)));
       },
