@@ -232,15 +232,7 @@ struct CoordinatorState : JobContext {
         events_.push_back(std::move(e));
         return;
       case LossDecision::Action::kReplace: {
-        if (!free && !s.budget.take(actor->clock().now())) {
-          const std::string why = fmt::format(
-              "{}; its restart budget is spent ({} restarts in {} s, supervision.max_restarts)", e.what,
-              s.budget.policy().maxRestarts, std::chrono::duration<double>(s.budget.policy().window).count());
-          e.action = "gave up";
-          s.eventIndex = int64_t(events_.size());
-          events_.push_back(std::move(e));
-          return escalate(s, why);
-        }
+        if (!free && !takeRestart(s, e)) return;
         e.action = "replaced";
         s.replacing = true;
         s.replaceRound += 1;
@@ -270,15 +262,7 @@ struct CoordinatorState : JobContext {
           return end(false, fmt::format("{}; it was to move into the process of {} {}, which is not running",
                                         events_.back().what, m.role, d.host));
         }
-        if (!s.budget.take(actor->clock().now())) {
-          const std::string why = fmt::format(
-              "{}; its restart budget is spent ({} restarts in {} s, supervision.max_restarts)", e.what,
-              s.budget.policy().maxRestarts, std::chrono::duration<double>(s.budget.policy().window).count());
-          e.action = "gave up";
-          s.eventIndex = int64_t(events_.size());
-          events_.push_back(std::move(e));
-          return escalate(s, why);
-        }
+        if (!takeRestart(s, e)) return;
         const Member& h = host->member;
         e.action = fmt::format("moved to the process of {} {}", h.role, h.rank);
         s.replacing = true;
@@ -300,6 +284,20 @@ struct CoordinatorState : JobContext {
         return;
       }
     }
+  }
+
+  // One restart of the rank's budget for its replacement or move; when the
+  // budget is spent the loss is escalated instead (false).
+  bool takeRestart(Slot& s, RecoveryEvent& e) {
+    if (s.budget.take(actor->clock().now())) return true;
+    const std::string why = fmt::format(
+        "{}; its restart budget is spent ({} restarts in {} s, supervision.max_restarts)", e.what,
+        s.budget.policy().maxRestarts, std::chrono::duration<double>(s.budget.policy().window).count());
+    e.action = "gave up";
+    s.eventIndex = int64_t(events_.size());
+    events_.push_back(std::move(e));
+    escalate(s, why);
+    return false;
   }
 
   // A wanted replacement cannot be had: the policy decides what now.

@@ -221,6 +221,27 @@ class Watchdog {
   std::thread thread_;
 };
 
+// A rank's role in this process: set up (Role::prepare), Ready and the
+// roster, then its actors under a supervisor the agent watches. Throws
+// SetupError (`notStarted` names what did not happen).
+caf::actor startRole(caf::scoped_actor& self, const caf::actor& coord, const caf::actor& agentActor, Role& role,
+                     MemberContext& ctx, const std::string& name, const std::string& notStarted) {
+  role.prepare(ctx);
+  std::optional<Roster> roster;
+  std::string error;
+  const auto readyTimeout = std::chrono::seconds(ctx.config.getInt("cluster.start_timeout_s")) + 30s;
+  self->request(coord, readyTimeout, Ready{ctx.role, ctx.welcome.rank, ctx.welcome.incarnation})
+      .receive([&](Roster& r) { roster = std::move(r); }, [&](caf::error& e) { error = describe(e); });
+  if (!roster) TROUPE_SETUP_ERROR("{}: {}", notStarted, error);
+  SupervisorOptions so;
+  so.name = name;
+  so.children = role.start(ctx, *roster);
+  so.parent = agentActor;
+  caf::actor supervisor = spawnSupervisor(ctx.system, std::move(so));
+  self->send(agentActor, watch_atom::value, supervisor, ctx.welcome.rank, ctx.welcome.incarnation);
+  return supervisor;
+}
+
 }  // namespace
 
 int runMember(const MemberOptions& options, Role& role) {
@@ -270,21 +291,10 @@ int runMember(const MemberOptions& options, Role& role) {
     try {
       Config config(troupeConfigSchema());
       config.loadString(a.config, "the coordinator");
-      const auto readyTimeout = std::chrono::seconds(config.getInt("cluster.start_timeout_s")) + 30s;
       auto ctx = std::make_unique<MemberContext>(
           MemberContext{system, **remote, coord, a.role, Welcome{a.rank, a.incarnation, a.config}, std::move(config)});
-      other->prepare(*ctx);
-      std::optional<Roster> roster;
-      std::string error;
-      self->request(coord, readyTimeout, Ready{a.role, a.rank, a.incarnation})
-          .receive([&](Roster& r) { roster = std::move(r); }, [&](caf::error& e) { error = describe(e); });
-      if (!roster) TROUPE_SETUP_ERROR("{} did not rejoin the job: {}", name, error);
-      SupervisorOptions so;
-      so.name = name;
-      so.children = other->start(*ctx, *roster);
-      so.parent = agentActor;
-      adoptedSupervisors.push_back(spawnSupervisor(system, std::move(so)));
-      self->send(agentActor, watch_atom::value, adoptedSupervisors.back(), a.rank, a.incarnation);
+      adoptedSupervisors.push_back(
+          startRole(self, coord, agentActor, *other, *ctx, name, name + " did not rejoin the job"));
       adopted.push_back(std::move(other));
       adoptedContexts.push_back(std::move(ctx));
     } catch (const std::exception& e) {
@@ -311,19 +321,8 @@ int runMember(const MemberOptions& options, Role& role) {
       Config config(troupeConfigSchema());
       config.loadString(welcome->config, "the coordinator");
       MemberContext ctx{system, **remote, coord, options.role, *welcome, std::move(config)};
-      role.prepare(ctx);
-      // Everyone ready: the roster.
-      std::optional<Roster> roster;
-      const auto readyTimeout = std::chrono::seconds(ctx.config.getInt("cluster.start_timeout_s")) + 30s;
-      self->request(coord, readyTimeout, Ready{options.role, welcome->rank, welcome->incarnation})
-          .receive([&](Roster& r) { roster = std::move(r); }, [&](caf::error& e) { error = describe(e); });
-      if (!roster) TROUPE_SETUP_ERROR("the job did not start: {}", error);
-      SupervisorOptions so;
-      so.name = who;
-      so.children = role.start(ctx, *roster);
-      so.parent = agentActor;
-      supervisor = spawnSupervisor(system, std::move(so));
-      self->send(agentActor, watch_atom::value, supervisor, welcome->rank, welcome->incarnation);
+      // Everyone ready: the roster, then the role's actors.
+      supervisor = startRole(self, coord, agentActor, role, ctx, who, "the job did not start");
     } catch (const SetupError& e) {
       failure = e.what();
       failureStatus = kExitSetup;
