@@ -14,6 +14,13 @@ std::string Member::describe() const {
 
 namespace {
 
+std::string causeOf(const Loss& loss) {
+  if (loss.kind == Loss::Kind::kDeparted) return transport::departureName(loss.departure);
+  if (loss.reason == Errc::kRolledBack) return "rolled back";
+  if (loss.reason == Errc::kStalled) return "hung";
+  return "failed";
+}
+
 using Clock = std::chrono::steady_clock;
 using replace_atom = caf::atom_constant<caf::atom("replace")>;
 
@@ -197,7 +204,7 @@ struct CoordinatorState : JobContext {
     const std::string what = fmt::format("{} {}", m.describe(), loss.describe());
     RecoveryEvent e{what, loss.describe(), elapsed(),
                     std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(), "",
-                    -1};
+                    -1, m.role, m.rank, m.incarnation, causeOf(loss)};
     if (mayStillRun(loss)) {
       // Stop it for good: by PID where that can be done, and in any case by
       // telling its agent (a hung role's agent still answers).

@@ -99,6 +99,14 @@ struct RecoveryEvent {
   double lostAtUnix = 0;     // wall clock (seconds since 1970), to set beside when the failure happened
   std::string action;        // "failed the job", "went on without it", "replaced", "moved to ...", "gave up"
   double recoveredAtSeconds = -1;  // when its replacement was ready; -1: not (yet)
+  std::string role;                // the member lost: its role, rank and process
+  int64_t rank = 0;
+  int64_t incarnation = 0;
+  // How it was found, in one word: "crashed", "timed out", "left" (its
+  // transport departed), "hung" (the job found it making no progress),
+  // "rolled back" (stopped by the job for another member's loss), "failed"
+  // (it reported a failure).
+  std::string cause;
 };
 
 // What the coordinator offers the job's policy (on the coordinator's thread).

@@ -108,7 +108,9 @@ void LocalJob::start(const std::string& role, int64_t rank) {
   argv.insert(argv.end(), options_.extraArgs.begin(), options_.extraArgs.end());
   Process& p = processes_[{role, rank}];
   if (p.child) {
+    noteCrash({role, rank}, p);
     p.child->kill();
+    p.crashNoted = false;
     ++p.incarnation;
     logger("job")->info("starting a new process for {} {} (its log goes on in {})", role, rank, logOf(role, rank));
   }
@@ -125,9 +127,26 @@ void LocalJob::kill(const std::string& role, int64_t rank) {
   }
 }
 
+void LocalJob::noteCrash(const std::pair<std::string, int64_t>& key, Process& p) {
+  auto status = p.child && !p.crashNoted ? p.child->poll() : std::nullopt;
+  if (!status || *status >= 0) return;
+  const int sig = -*status;
+  if (sig == SIGKILL || sig == SIGTERM || sig == SIGINT) return;
+  p.crashNoted = true;
+  crashes_.push_back(fmt::format("{} {} (pid {}) died of signal {} ({}); see {}", key.first, key.second,
+                                 p.child->pid(), sig, strsignal(sig), logOf(key.first, key.second)));
+}
+
+std::vector<std::string> LocalJob::crashes() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [key, p] : processes_) noteCrash(key, p);
+  return crashes_;
+}
+
 std::string LocalJob::failure(bool jobStarted) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto& [key, p] : processes_) {
+    noteCrash(key, p);
     auto status = p.child ? p.child->poll() : std::nullopt;
     if (!status || *status == 0) continue;
     const std::string name = fmt::format("{} {} (pid {})", key.first, key.second, p.child->pid());

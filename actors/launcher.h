@@ -81,6 +81,10 @@ class LocalJob final {
   std::string failure(bool jobStarted);
   // Waits up to `grace` for every process to exit, then kills what is left.
   void stopAll(std::chrono::milliseconds grace);
+  // The processes that died of a signal nobody sent on purpose (SIGSEGV,
+  // SIGABRT, ...: anything but SIGKILL, SIGTERM and SIGINT), one line
+  // each, replaced ones included.
+  std::vector<std::string> crashes();
   std::string logOf(const std::string& role, int64_t rank) const;
 
  private:
@@ -88,7 +92,11 @@ class LocalJob final {
     std::unique_ptr<ChildProcess> child;
     int64_t incarnation = 0;
     int64_t toldStatus = -1;  // the incarnation whose end the log told (or that was killed on purpose)
+    bool crashNoted = false;   // the current child's crash is in crashes_
   };
+  // Notes the current child of `p` in crashes_ if it died of a crash signal.
+  void noteCrash(const std::pair<std::string, int64_t>& key, Process& p);
+  std::vector<std::string> crashes_;
   LocalJobOptions options_;
   std::string coordinator_;
   mutable std::mutex mutex_;

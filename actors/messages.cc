@@ -23,7 +23,9 @@ transport::WireTypes lifecycleWireTypes() {
       .add<Roster>("troupe.Roster")
       .add<Shutdown>("troupe.Shutdown")
       .add<MemberFailed>("troupe.MemberFailed")
-      .add<Adopt>("troupe.Adopt");
+      .add<Adopt>("troupe.Adopt")
+      .add<Inject>("troupe.Inject")
+      .add<FaultFired>("troupe.FaultFired");
   return t;
 }
 

@@ -78,6 +78,26 @@ struct Adopt {
   std::string config;
 };
 
+// To an agent, from the coordinator: fault `fault` of the job's plan
+// (actors/fault_plan.h) hits this process now: kind "kill" (SIGKILL) or
+// "stop" (SIGSTOP, and SIGCONT durationMs later).
+struct Inject {
+  int64_t fault = 0;
+  std::string kind;
+  int64_t durationMs = 0;
+};
+
+// To the coordinator, from a member: a fault it arms itself (a worker's
+// step-triggered one) fires now. Answered with the fault's id once it is
+// in the job's record; the member then goes on with the fault.
+struct FaultFired {
+  int64_t fault = 0;
+  std::string role;
+  int64_t rank = 0;
+  int64_t incarnation = 0;
+  int64_t step = 0;
+};
+
 // To an agent: the job is over; its process stops.
 struct Shutdown {
   std::string why;  // "" when the job succeeded
@@ -115,6 +135,14 @@ typename Inspector::result_type inspect(Inspector& f, Adopt& x) {
   return f(caf::meta::type_name("Adopt"), x.role, x.rank, x.incarnation, x.config);
 }
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Inject& x) {
+  return f(caf::meta::type_name("Inject"), x.fault, x.kind, x.durationMs);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, FaultFired& x) {
+  return f(caf::meta::type_name("FaultFired"), x.fault, x.role, x.rank, x.incarnation, x.step);
+}
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Shutdown& x) {
   return f(caf::meta::type_name("Shutdown"), x.why);
 }
@@ -141,4 +169,6 @@ CAF_ADD_TYPE_ID(troupe_actors, (troupe::actors::Roster))
 CAF_ADD_TYPE_ID(troupe_actors, (troupe::actors::Shutdown))
 CAF_ADD_TYPE_ID(troupe_actors, (troupe::actors::MemberFailed))
 CAF_ADD_TYPE_ID(troupe_actors, (troupe::actors::Adopt))
+CAF_ADD_TYPE_ID(troupe_actors, (troupe::actors::Inject))
+CAF_ADD_TYPE_ID(troupe_actors, (troupe::actors::FaultFired))
 CAF_END_TYPE_ID_BLOCK(troupe_actors)

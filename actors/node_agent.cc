@@ -12,6 +12,7 @@
 
 #include "actors/actor_system.h"
 #include "actors/errors.h"
+#include "actors/fault_injector.h"
 #include "common/check.h"
 #include "common/logging.h"
 #include "transport/remote_actors.h"
@@ -161,6 +162,22 @@ caf::behavior agent(Agent* self, caf::actor coordinator, std::shared_ptr<Signals
           return;
         }
         self->state.signals->adopt(a);
+      },
+      [=](const Inject& x) {
+        // Only the coordinator injects a fault (its plan says which).
+        const auto& sender = self->current_sender();
+        if (!sender || sender->node() != self->state.coordinator.node()) {
+          logger("job")->warn("agent: refused an Inject of fault {} that did not come from the coordinator", x.fault);
+          return;
+        }
+        if (x.kind == "kill") {
+          killThisProcess(x.fault);
+        } else if (x.kind == "stop" && x.durationMs > 0 && x.durationMs <= 24 * 3600 * 1000) {
+          stopThisProcess(x.fault, std::chrono::milliseconds(x.durationMs));
+        } else {
+          logger("job")->warn("agent: refused an Inject of fault {}: kind '{}' for {} ms", x.fault, x.kind,
+                              x.durationMs);
+        }
       },
       [=](const ChildFailed& f) {
         // From the supervisor of the process's own rank, or of a rank moved here.

@@ -17,10 +17,20 @@ void addCommonFlags(CLI::App* cmd, CommonFlags* flags) {
   cmd->add_option("--threads", flags->threads, "compute threads; 0 = all cores");
 }
 
+void addFaultFlag(CLI::App* cmd, CommonFlags* flags) {
+  cmd->add_option("--fault", flags->faults,
+                  "inject this fault (repeatable): kind=kill|stop|slow,target=worker[:RANK]|ps[:RANK] and when "
+                  "(at_step=N, at_s=S or every_s=S; README, Fault plans); a multi-process job's coordinator runs the "
+                  "plan")
+      ->type_name("SPEC")
+      ->allow_extra_args(false);
+}
+
 Config loadConfig(const CommonFlags& flags) {
   Config config(troupeConfigSchema());
   if (!flags.configPath.empty()) config.loadFile(flags.configPath);
   for (const auto& o : flags.overrides) config.set(o);
+  for (const auto& f : flags.faults) config.append("faults.plan", f);
   if (!flags.logLevel.empty()) config.setValue("log.level", flags.logLevel);
   if (flags.threads >= 0) config.setValue("run.threads", int64_t{flags.threads});
   if (config.getInt("run.threads") < 0) {

@@ -23,10 +23,16 @@ struct CommonFlags {
   std::vector<std::string> overrides;
   std::string logLevel;
   int threads = -1;  // -1: from the config
+  // --fault SPEC, repeated (train and launch): added to the config's fault
+  // plan, faults.plan.
+  std::vector<std::string> faults;
 };
 
 // Adds --config, --set, --log-level and --threads to a subcommand.
 void addCommonFlags(CLI::App* cmd, CommonFlags* flags);
+
+// Adds --fault to a subcommand that runs a job (train, launch).
+void addFaultFlag(CLI::App* cmd, CommonFlags* flags);
 
 // Defaults, then the file, then the overrides, then the explicit flags.
 // Also configures logging. Throws SetupError.

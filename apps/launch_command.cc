@@ -76,6 +76,7 @@ void addLaunchCommand(CLI::App* app, int* result) {
   auto flags = std::make_shared<LaunchFlags>();
   auto* cmd = app->add_subcommand("launch", "Start one process of a multi-process job (coordinator, ps or worker)");
   addCommonFlags(cmd, &flags->common);
+  addFaultFlag(cmd, &flags->common);
   cmd->add_option("--role", flags->role, "coordinator, ps or worker")
       ->required()
       ->check(CLI::IsMember({"coordinator", "ps", "worker"}));

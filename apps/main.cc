@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include "apps/bench_command.h"
+#include "apps/chaos_command.h"
 #include "apps/cli_common.h"
 #include "apps/config_command.h"
 #include "apps/gen_data_command.h"
@@ -27,6 +28,7 @@ int main(int argc, char** argv) {
   troupe::apps::addVersionCommand(&app, &result);
   troupe::apps::addBenchCommand(&app, &result);
   troupe::apps::addInspectCommand(&app, &result);
+  troupe::apps::addChaosCommand(&app, &result);
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
     std::string names;

@@ -13,14 +13,17 @@
 #include <optional>
 
 #include "actors/coordinator_process.h"
+#include "actors/fault_plan.h"
 #include "actors/launcher.h"
 #include "apps/cli_common.h"
 #include "common/check.h"
+#include "common/json_text.h"
 #include "common/logging.h"
 #include "common/progress_line.h"
 #include "data/criteo_reader.h"
 #include "transport/node_config.h"
 #include "workers/checkpoint.h"
+#include "workers/fault_report.h"
 #include "workers/job_setup.h"
 #include "workers/trainer.h"
 #include "workers/training_job.h"
@@ -30,21 +33,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace workers;
-
-std::string jsonNumber(double v) { return std::isfinite(v) ? fmt::format("{:.17g}", v) : "null"; }
-
-std::string jsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      out += fmt::format("\\u{:04x}", int(c));
-      continue;
-    }
-    out += c;
-  }
-  return out + "\"";
-}
 
 }  // namespace
 
@@ -56,6 +44,9 @@ struct TrainFlags {
   std::string coordinatorAddress;
   // --resume: a run directory or checkpoint to go on from.
   std::string resume;
+  // --baseline: with a fault plan, also run the job without it (its AUC or
+  // accuracy goes beside the faulty run's in the fault report).
+  bool baseline = false;
 };
 
 // What --resume found: the checkpoint and its manifest.
@@ -209,6 +200,8 @@ workers::JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, c
   sigaction(SIGTERM, &oldTerm, nullptr);
   workers::JobOutcome outcome = job->takeOutcome(result);
   for (const auto& e : outcome.events) log->warn("{} ({})", e.what, e.action);
+  if (launchHere) outcome.crashes = processes.crashes();
+  for (const auto& c : outcome.crashes) log->error("crashed: {}", c);
   return outcome;
 }
 
@@ -229,6 +222,9 @@ Config resumeConfig(const TrainFlags& flags, std::optional<Resumed>* resumed) {
   CommonFlags common = flags.common;
   common.configPath = *dir + "/config.toml";
   Config config = loadConfig(common);
+  // A fault plan belongs to a run: the resumed one has only the faults its
+  // own command line gives (--fault), none of the checkpoint's.
+  config.setValue("faults.plan", flags.common.faults);
   Status fits = workers::checkShape(manifest->shape, workers::jobShapeOf(config));
   if (!fits.isOk()) TROUPE_SETUP_ERROR("--resume: {}: {}", *dir, fits.message());
   config.setValue("checkpoint.resume", *dir);
@@ -242,6 +238,31 @@ int runTrain(const TrainFlags& flags) {
   Config config = flags.resume.empty() ? loadConfig(flags.common) : resumeConfig(flags, &resumed);
   if (resumed && config.getInt("cluster.workers") <= 0) {
     TROUPE_SETUP_ERROR("--resume: checkpoints are of multi-process jobs (cluster.workers > 0)");
+  }
+  if (config.getInt("cluster.slow_worker") >= 0) {
+    TROUPE_SETUP_ERROR("config: cluster.slow_worker is gone: make worker {} slow with a fault instead, --fault "
+                       "kind=slow,target=worker:{},delay_ms={} (README, Fault plans)",
+                       config.getInt("cluster.slow_worker"), config.getInt("cluster.slow_worker"),
+                       std::max<int64_t>(1, config.getInt("cluster.slow_ms")));
+  }
+  if (!config.getStringList("faults.plan").empty()) {
+    // A bad plan is refused here, before any process starts.
+    if (config.getInt("cluster.workers") <= 0) {
+      TROUPE_SETUP_ERROR("faults: a fault plan needs a multi-process job (--set cluster.workers=W, W >= 1)");
+    }
+    const auto plan = actors::parseFaultPlan(config, config.getInt("cluster.workers"), workers::serverCount(config));
+    const bool checkpoints =
+        config.getInt("checkpoint.every_steps") > 0 || config.getInt("checkpoint.every_seconds") > 0;
+    for (const auto& f : plan.faults) {
+      if (f.afterCheckpoint > 0 && !checkpoints) {
+        TROUPE_SETUP_ERROR("fault {} ({}): after_checkpoint: the job writes no checkpoints (checkpoint.every_steps, "
+                           "checkpoint.every_seconds)",
+                           f.id, f.spec);
+      }
+    }
+  }
+  if (flags.baseline && config.getStringList("faults.plan").empty()) {
+    TROUPE_SETUP_ERROR("--baseline goes with a fault plan (--fault SPEC or [[faults]] in the config)");
   }
   const int threads = resolveThreads(config);
   workers::WorkerOptions worker;
@@ -322,6 +343,32 @@ int runTrain(const TrainFlags& flags) {
   if (clusterWorkers > 0) {
     outcome = runLocalJob(config, flags, runDir, progress, resumed);
     report = reportOf(outcome);
+    if (!outcome.faultPlan.empty()) {
+      // The fault report, whether the job finished or not.
+      progress.finish();
+      std::optional<workers::JobOutcome> baseline;
+      if (flags.baseline && !interrupted) {
+        // The same job, seed and data without the faults, in baseline/ of the run directory.
+        Config free = config;
+        free.setValue("faults.plan", std::vector<std::string>{});
+        // Its checkpoints apart from the faulty run's.
+        if (!config.getString("checkpoint.dir").empty()) {
+          free.setValue("checkpoint.dir", config.getString("checkpoint.dir") + "/baseline");
+        }
+        const std::string dir = runDir + "/baseline";
+        std::error_code ec;
+        fs::create_directories(dir, ec);
+        if (ec) TROUPE_SETUP_ERROR("cannot create '{}': {}", dir, ec.message());
+        logger("apps")->info("--baseline: the same job without its faults, in {}", dir);
+        baseline = runLocalJob(free, flags, dir, progress, resumed);
+        progress.finish();
+      }
+      const workers::FaultReport faults = workers::faultReport(
+          outcome, worker.core.kind == workers::ModelKind::kDlrm, baseline ? &*baseline : nullptr);
+      std::ofstream(runDir + "/faults.json") << workers::faultReportJson(faults);
+      std::printf("%s", workers::faultReportTable(faults).c_str());
+      std::fflush(stdout);
+    }
   } else {
     report = workers::runInProcess(job);
   }
@@ -502,6 +549,10 @@ void addTrainCommand(CLI::App* app, int* result) {
   cmd->add_option("--resume", flags->resume,
                   "go on from the latest checkpoint of this run directory (or from this checkpoint directory), with "
                   "its config and any --set changes");
+  cmd->add_flag("--baseline", flags->baseline,
+               "with a fault plan: also run the same job without its faults, and set its test AUC (or accuracy) "
+               "beside this one's in the fault report");
+  addFaultFlag(cmd, &flags->common);
   cmd->callback([=] { *result = runGuarded([&] { return runTrain(*flags); }); });
 }
 

@@ -48,6 +48,11 @@ std::string formatValue(const Config::Value& v) {
     std::string operator()(const std::vector<int64_t>& x) const {
       return fmt::format("[{}]", fmt::join(x, ", "));
     }
+    std::string operator()(const std::vector<std::string>& x) const {
+      std::string out = "[";
+      for (const auto& item : x) out += (out.size() > 1 ? ", " : "") + (*this)(item);
+      return out + "]";
+    }
   };
   return std::visit(Visitor{}, v);
 }
@@ -64,6 +69,32 @@ const char* nodeTypeName(const toml::node& n) {
   }
 }
 
+// One table of an array of tables as "field=value,field=value" (values:
+// strings, integers, floats, booleans; none may hold ',' or '=').
+std::string tableItem(const toml::table& t, const std::string& where, const std::string& name, size_t n) {
+  std::string out;
+  for (const auto& [k, v] : t) {
+    std::string value;
+    if (v.is_string()) {
+      value = v.as_string()->get();
+    } else if (v.is_integer()) {
+      value = std::to_string(v.as_integer()->get());
+    } else if (v.is_floating_point()) {
+      value = fmt::format("{}", v.as_floating_point()->get());
+    } else if (v.is_boolean()) {
+      value = v.as_boolean()->get() ? "true" : "false";
+    } else {
+      TROUPE_SETUP_ERROR("config: {}: {} item {}: '{}' must be a string or a number, got {}", where, name, n,
+                         k.str(), nodeTypeName(v));
+    }
+    if (value.find_first_of(",=") != std::string::npos || k.str().find_first_of(",=") != std::string_view::npos) {
+      TROUPE_SETUP_ERROR("config: {}: {} item {}: '{}' must not hold ',' or '='", where, name, n, k.str());
+    }
+    out += fmt::format("{}{}={}", out.empty() ? "" : ",", k.str(), value);
+  }
+  return out;
+}
+
 }  // namespace
 
 const char* Config::typeName(Type type) {
@@ -73,6 +104,7 @@ const char* Config::typeName(Type type) {
     case Type::kBool: return "boolean";
     case Type::kString: return "string";
     case Type::kIntList: return "list of integers";
+    case Type::kStringList: return "list of strings";
   }
   return "?";
 }
@@ -140,6 +172,8 @@ void Config::loadString(std::string_view text, std::string_view origin) {
       }
       const auto line = node.source().begin.line;
       std::string where = fmt::format("{}:{}", origin, line);
+      // `[[faults]]` at the top level is the fault plan, "faults.plan".
+      if (node.is_array() && entries_.count(name) == 0 && entries_.count(name + ".plan") != 0) name += ".plan";
       Entry& e = mutableEntry(name, where);
       auto wrongType = [&]() {
         TROUPE_SETUP_ERROR("config: {}: '{}' must be {} {}, got {}", where, name,
@@ -178,6 +212,24 @@ void Config::loadString(std::string_view text, std::string_view origin) {
                                  where, name, nodeTypeName(item));
             }
             list.push_back(item.as_integer()->get());
+          }
+          e.value = std::move(list);
+          break;
+        }
+        case Type::kStringList: {
+          const auto* arr = node.as_array();
+          if (!arr) wrongType();
+          std::vector<std::string> list;
+          for (const auto& item : *arr) {
+            if (item.is_string()) {
+              list.push_back(item.as_string()->get());
+            } else if (const auto* t = item.as_table()) {
+              list.push_back(tableItem(*t, fmt::format("{}:{}", origin, item.source().begin.line), name,
+                                       list.size() + 1));
+            } else {
+              TROUPE_SETUP_ERROR("config: {}: '{}' must be a list of strings or of tables, got an element that is {}",
+                                 where, name, nodeTypeName(item));
+            }
           }
           e.value = std::move(list);
           break;
@@ -244,7 +296,17 @@ void Config::set(std::string_view assignment) {
       e.value = std::move(list);
       break;
     }
+    case Type::kStringList:
+      TROUPE_SETUP_ERROR("config: --set {}: a list of strings is not set with --set{}", key,
+                         key == "faults.plan" ? " (give each fault with --fault SPEC)" : "");
   }
+  e.set = true;
+}
+
+void Config::append(std::string_view key, std::string item) {
+  Entry& e = mutableEntry(key, "a command-line flag");
+  TROUPE_CHECK(e.key.type == Type::kStringList, "append('{}') to a key that is no list of strings", key);
+  std::get<std::vector<std::string>>(e.value).push_back(std::move(item));
   e.set = true;
 }
 
@@ -279,6 +341,9 @@ const std::string& Config::getString(std::string_view key) const {
 }
 const std::vector<int64_t>& Config::getIntList(std::string_view key) const {
   return std::get<std::vector<int64_t>>(entry(key, Type::kIntList).value);
+}
+const std::vector<std::string>& Config::getStringList(std::string_view key) const {
+  return std::get<std::vector<std::string>>(entry(key, Type::kStringList).value);
 }
 bool Config::isSet(std::string_view key) const {
   auto it = entries_.find(key);

@@ -5,6 +5,11 @@
 // overrides. Nested TOML tables are flattened to dotted names: `[data]` with
 // `rows = 10` is the key "data.rows".
 //
+// A list of strings may also be written as an array of tables: each table
+// becomes one "field=value,field=value" string (the fault plan's
+// `[[faults.plan]]`, or `[[faults]]` at the top level, is "faults.plan").
+// `--set` does not take a list of strings; Config::append adds one item.
+//
 // Every failure is a SetupError whose message is one line naming the path or
 // key and what was wrong: a missing or unreadable file, TOML syntax (with line
 // and column), an unknown key, a value of the wrong type, a bad override.
@@ -23,8 +28,8 @@ namespace troupe {
 
 class Config {
  public:
-  enum class Type { kInt, kFloat, kBool, kString, kIntList };
-  using Value = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>>;
+  enum class Type { kInt, kFloat, kBool, kString, kIntList, kStringList };
+  using Value = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>, std::vector<std::string>>;
 
   struct Key {
     std::string name;  // dotted, e.g. "data.synthetic.rows"
@@ -41,6 +46,8 @@ class Config {
   void loadString(std::string_view toml, std::string_view origin);
   // Applies one "key=value" override, the value parsed as the key's type.
   void set(std::string_view assignment);
+  // Appends one item to a list of strings (`--fault SPEC` uses this).
+  void append(std::string_view key, std::string item);
   // Sets a key from a typed value (the CLI's own flags use this).
   void setValue(std::string_view key, Value value);
 
@@ -50,6 +57,7 @@ class Config {
   bool getBool(std::string_view key) const;
   const std::string& getString(std::string_view key) const;
   const std::vector<int64_t>& getIntList(std::string_view key) const;
+  const std::vector<std::string>& getStringList(std::string_view key) const;
   // True when the key was given by a file or an override, not defaulted.
   bool isSet(std::string_view key) const;
 

@@ -80,12 +80,15 @@ std::vector<Config::Key> troupeConfigSchema() {
        "set by the coordinator: how often the job has rolled back to a checkpoint (shards refuse what workers of an "
        "older generation still send)"},
       {"cluster.slow_worker", T::kInt, int64_t{-1},
-       "experiments: the first process of this worker rank sleeps cluster.slow_ms per step (a slow or stuck machine; "
-       "a replacement of it runs at full speed)"},
-      {"cluster.slow_ms", T::kInt, int64_t{0}, "see cluster.slow_worker"},
+       "removed (kept so that older run directories load): use a slow fault, --fault kind=slow,target=worker:N,..."},
+      {"cluster.slow_ms", T::kInt, int64_t{0}, "removed: see cluster.slow_worker"},
       {"ps.consistency", T::kString, std::string("bsp"),
        "bsp (every step sees every worker's previous step), ssp (at most ps.staleness steps ahead) or asp"},
       {"ps.staleness", T::kInt, int64_t{4}, "ssp: how many steps a worker may run ahead of the slowest"},
+      // ---- faults injected on purpose (actors/fault_plan.h; README, Fault plans) ----
+      {"faults.seed", T::kInt, int64_t{1}, "every random choice of the fault plan (ranks, times) comes from this"},
+      {"faults.plan", T::kStringList, std::vector<std::string>{},
+       "faults to inject, one 'field=value,...' each: [[faults]] tables, or troupe train --fault SPEC"},
       // ---- checkpoints of a multi-process job (every train.mode; sync modes with the ring backend) ----
       {"checkpoint.every_steps", T::kInt, int64_t{0},
        "write a checkpoint whenever the slowest worker has taken this many steps since the last; 0 = not by steps"},

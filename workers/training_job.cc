@@ -98,6 +98,7 @@ TrainingJob::TrainingJob(const Config& config, TrainingJobOptions options)
   workers_ = config.getInt("cluster.workers");
   servers_ = serverCount(config);
   mode_ = trainMode(config);
+  faults_ = std::make_unique<actors::FaultInjector>(actors::parseFaultPlan(config, workers_, servers_));
   auto consistency = ps::parseConsistency(config.getString("ps.consistency"));
   if (!consistency.hasValue()) TROUPE_SETUP_ERROR("config: ps.consistency: {}", consistency.status().message());
   consistency_ = *consistency;
@@ -142,13 +143,14 @@ void TrainingJob::onStart(actors::JobContext& job) {
   started_ = true;
   lastProgress_.assign(size_t(workers_), Clock::now());
   job.self()->delayed_send(job.self(), 1s, stall_atom::value);
+  faults_->start(job);
   log()->info("all {} processes are ready; training starts ({} mode, {}, {} workers, {} shards)", workers_ + servers_,
               trainModeName(mode_), ps::consistencyName(consistency_), workers_, servers_);
 }
 
 // The gate opens once every live worker that has not finished asked.
 void TrainingJob::checkGate(actors::JobContext& job) {
-  if (gateOpen_ || job.over() || gateWaiters_.empty()) return;
+  if (gateOpen_ || job.over() || gateWaiters_.empty() || !awaitingReplacement_.empty()) return;
   int64_t lead = -1;
   for (const auto& w : job.members("worker")) {
     if (!w.live()) continue;
@@ -199,6 +201,18 @@ void TrainingJob::finalize(actors::JobContext& job) {
 }
 
 actors::LossDecision TrainingJob::onLoss(actors::JobContext& job, const actors::Member& m, const actors::Loss& loss) {
+  actors::LossDecision d = decideLoss(job, m, loss);
+  // A worker rank that a process is to take again is still training: the
+  // gate waits for it (in ASP the others may be done long before).
+  if (m.role == "worker" &&
+      (d.action == actors::LossDecision::Action::kReplace || d.action == actors::LossDecision::Action::kAdopt)) {
+    awaitingReplacement_.insert(m.rank);
+  }
+  return d;
+}
+
+actors::LossDecision TrainingJob::decideLoss(actors::JobContext& job, const actors::Member& m,
+                                             const actors::Loss& loss) {
   const std::string what = fmt::format("{} {}", m.describe(), loss.describe());
   // Whatever takes the rank next starts a new stall clock (a rank lost
   // because it hung must not be found hung again, in its new place, at once).
@@ -450,7 +464,16 @@ void TrainingJob::revertShards(actors::JobContext& job) {
   }
 }
 
+actors::LossDecision TrainingJob::onEscalation(actors::JobContext& job, const actors::Member& m,
+                                               const std::string& why) {
+  (void)job;
+  if (m.role == "worker") awaitingReplacement_.erase(m.rank);
+  return actors::LossDecision::fail(why);
+}
+
 void TrainingJob::onReplaced(actors::JobContext& job, const actors::Member& m) {
+  if (m.role != "worker") return;
+  awaitingReplacement_.erase(m.rank);
   lastProgress_[size_t(m.rank)] = Clock::now();
   for (const auto& w : job.members("worker")) {
     if (w.rank != m.rank && w.node == m.node && (w.live() || w.state == actors::MemberState::kFinished)) {
@@ -781,6 +804,7 @@ void TrainingJob::checkpointWritten(actors::JobContext& job) {
               r.dir, fmt::join(m.workerSteps, "/"), double(r.bytes) / 1e6, r.pausedSeconds, r.writtenSeconds);
   pruneCheckpoints(checkpointBase_, checkpointKeep_);
   ckpt_.active = false;
+  faults_->checkpointWritten(job, int64_t(outcome_.checkpoints.size()));
 }
 
 void TrainingJob::abandonCheckpoint(actors::JobContext& job, const std::string& why) {
@@ -842,7 +866,10 @@ void TrainingJob::rollBack(actors::JobContext& job, int64_t lostShard) {
         ->request(job.actorOf(s, kShardName), 120s, ps::restore_atom::value, path, generation_)
         .then([](int64_t) {},
               [&job, rank, node = s.node](caf::error& err) {
-                // A shard lost meanwhile is a loss of its own (another rollback).
+                // A shard lost meanwhile is a loss of its own (another
+                // rollback), whether the coordinator has heard of it yet
+                // (its process's departure reaches the request first) or not.
+                if (err == caf::sec::request_receiver_down) return;
                 for (const auto& now : job.members("ps")) {
                   if (now.rank == rank && (!now.live() || now.node != node)) return;
                 }
@@ -919,7 +946,7 @@ void TrainingJob::onOver(actors::JobContext&) {
 }
 
 caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
-  return {
+  caf::message_handler own{
       [this, &job](const CheckpointPaused& p) {
         const auto pauser = caf::actor_cast<caf::actor>(job.self()->current_sender());
         if (!ckpt_.active || p.id != ckpt_.id) {
@@ -1130,6 +1157,7 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
         return promise;
       },
   };
+  return own.or_else(faults_->handlers(job));
 }
 
 JobOutcome TrainingJob::takeOutcome(const actors::JobResult& result) {
@@ -1137,6 +1165,8 @@ JobOutcome TrainingJob::takeOutcome(const actors::JobResult& result) {
   o.ok = result.ok;
   o.error = result.error;
   o.events = result.events;
+  o.faultPlan = faults_->plan();
+  o.injections = faults_->injections();
   if (mode_ != TrainMode::kPs) {
     // Recovered once the group that took the replacement in trains again.
     // A group that shrank recovered once it trains again without the lost rank.

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "actors/coordinator.h"
+#include "actors/fault_injector.h"
 #include "common/config.h"
 #include "ps/shard.h"
 #include "transport/tensor.h"
@@ -127,6 +128,12 @@ struct JobOutcome {
   int64_t samplesApplied = 0;
   bool samplesDiffer = false;
   int64_t reportsCounted = 0;
+  // Processes of a local job that died of a signal nobody sent on purpose
+  // (actors::LocalJob::crashes).
+  std::vector<std::string> crashes;
+  // The fault plan (faults.plan) and every fault it injected, in order.
+  actors::FaultPlan faultPlan;
+  std::vector<actors::Injection> injections;
 };
 
 // The published names of a ps process's shard actor and of a worker
@@ -153,6 +160,7 @@ class TrainingJob final : public actors::JobPolicy {
   void onStart(actors::JobContext& job) override;
   actors::LossDecision onLoss(actors::JobContext& job, const actors::Member& m, const actors::Loss& loss) override;
   void onReplaced(actors::JobContext& job, const actors::Member& m) override;
+  actors::LossDecision onEscalation(actors::JobContext& job, const actors::Member& m, const std::string& why) override;
   void onOver(actors::JobContext& job) override;
   std::string configFor(actors::JobContext& job, const actors::Member& m, const std::string& base) override;
 
@@ -166,6 +174,7 @@ class TrainingJob final : public actors::JobPolicy {
   void checkGate(actors::JobContext& job);
   void tryRegroup(actors::JobContext& job);
   int64_t adoptiveHost(actors::JobContext& job, const actors::Member& lost) const;
+  actors::LossDecision decideLoss(actors::JobContext& job, const actors::Member& m, const actors::Loss& loss);
   void checkDone(actors::JobContext& job);
   void finalize(actors::JobContext& job);
   // Finds workers alive but making no step (supervision.stall_timeout_s).
@@ -240,6 +249,7 @@ class TrainingJob final : public actors::JobPolicy {
   bool checkingStalls_ = false;
   std::vector<bool> reported_;
   std::map<int64_t, caf::typed_response_promise<GateDecision>> gateWaiters_;
+  std::set<int64_t> awaitingReplacement_;  // worker ranks lost whose new process is not ready yet
   bool gateOpen_ = false;
   bool finishing_ = false;
   // The collectives backend of a sync mode (CommOffer).
@@ -269,6 +279,7 @@ class TrainingJob final : public actors::JobPolicy {
   // Hybrid, after a rollback: rank -> the incarnation that starts from the
   // checkpoint's model (later ones copy the model from their group).
   std::map<int64_t, int64_t> fromCheckpoint_;
+  std::unique_ptr<actors::FaultInjector> faults_;  // the fault plan's
   JobOutcome outcome_;
 };
 

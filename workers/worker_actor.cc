@@ -6,6 +6,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/fault_injector.h"
 #include "collectives/communicator.h"
 #include "common/logging.h"
 #include "ps/messages.h"
@@ -35,6 +36,12 @@ struct WorkerState {
   int64_t rowsPerEpoch = 0;
   double trainSeconds = 0;
   Clock::time_point stepStart;
+  double lastWorkSeconds = 0;  // the last step's work (a slow fault's factor multiplies it)
+  std::vector<bool> faultFired;  // per WorkerOptions::faults
+  // Per slow fault with a factor: the step work it multiplies, taken once
+  // as it starts (the work of a later step may hold a wait for another
+  // slow rank, and would feed on itself).
+  std::vector<double> slowBase;
   Clock::time_point lastEvent = Clock::now();
   EvalResult eval;
   Clock::time_point evalStart;
@@ -138,10 +145,70 @@ void afterStep(Self* self, const Batch& batch) {
   }
 }
 
+// Tells the coordinator that fault `i` of the plan fires at this step;
+// `then` runs once it is answered (or not, in time).
+void reportFault(Self* self, size_t i, int64_t step, std::function<void()> then) {
+  auto& st = self->state;
+  st.faultFired[i] = true;
+  actors::FaultFired x = st.options.firedAs;
+  x.fault = st.options.faults[i].id;
+  x.step = step;
+  if (!st.options.faultRecorder) return then();
+  self->request(st.options.faultRecorder, st.options.faultReportTimeout, x)
+      .then([then](int64_t) { then(); },
+            [then, id = x.fault](caf::error& err) {
+              logger("worker")->warn("fault {}: the coordinator did not take its report ({}); it fires all the same",
+                                     id, caf::to_string(err));
+              then();
+            });
+}
+
+// At a step boundary: fires a kill or stop fault that is due (true: the
+// step waits for it).
+bool fireStepFault(Self* self) {
+  auto& st = self->state;
+  for (size_t i = 0; i < st.options.faults.size(); ++i) {
+    const actors::Fault& f = st.options.faults[i];
+    if (st.faultFired[i] || f.kind == actors::FaultKind::kSlow || st.core->steps() < f.atStep) continue;
+    const int64_t attempt = st.attempt;
+    reportFault(self, i, st.core->steps(), [=] {
+      if (f.kind == actors::FaultKind::kKill) actors::killThisProcess(f.id);
+      actors::stopThisProcess(f.id, std::chrono::milliseconds(std::llround(f.durationSeconds * 1000)));
+      if (self->state.attempt == attempt && !self->state.finished) nextTrainBatch(self);
+    });
+    return true;
+  }
+  return false;
+}
+
+// The time a slow fault adds to step `step` (`work`: the last step's work,
+// in seconds; 0 before the process's first step, which a factor leaves as it is).
+std::chrono::microseconds slowDelay(Self* self, int64_t step, double work) {
+  auto& st = self->state;
+  std::chrono::microseconds delay{0};
+  for (size_t i = 0; i < st.options.faults.size(); ++i) {
+    const actors::Fault& f = st.options.faults[i];
+    if (f.kind != actors::FaultKind::kSlow || step < f.atStep || (f.steps > 0 && step >= f.atStep + f.steps)) {
+      continue;
+    }
+    if (!st.faultFired[i]) reportFault(self, i, step, [] {});
+    if (st.slowBase[i] <= 0) st.slowBase[i] = std::min(work, 3600.0);
+    delay += f.delayMs > 0 ? std::chrono::microseconds(f.delayMs * 1000)
+                           : std::chrono::microseconds(int64_t((f.factor - 1) * st.slowBase[i] * 1e6));
+  }
+  return delay;
+}
+
 void trainOn(Self* self, BatchPtr batch, ps::PullReplyPtr rows) {
   auto& st = self->state;
-  if (st.options.stepDelay.count() > 0) std::this_thread::sleep_for(st.options.stepDelay);
+  // A slow fault's sleep comes before the step's work, as a slow machine's
+  // would (in a sync mode the others wait for it inside the step's
+  // collective); a factor multiplies the last step's work.
+  const auto delay = slowDelay(self, st.core->steps(), st.lastWorkSeconds);
+  if (delay.count() > 0) std::this_thread::sleep_for(delay);
+  const auto workStart = Clock::now();
   auto push = st.core->trainStep(*batch, rows);
+  st.lastWorkSeconds = secondsSince(workStart);
   if (!push.hasValue()) return canRegroup(self) ? enterRegroup(self, push.status()) : fail(self, push.status());
   if (*push) {
     // The holder applies pushes and pulls in arrival order, so the next pull
@@ -191,6 +258,7 @@ bool pauseHere(Self* self) {
 void nextTrainBatch(Self* self) {
   auto& st = self->state;
   if (pauseHere(self)) return;
+  if (fireStepFault(self)) return;
   st.passed = st.core->steps();
   const int64_t attempt = st.attempt;
   self->request(st.trainLoader, st.options.requestTimeout, next_atom::value)
@@ -542,6 +610,8 @@ caf::behavior worker(Self* self, WorkerOptions options, std::shared_ptr<WorkerCo
                      caf::actor testLoader, caf::actor tables) {
   auto& st = self->state;
   st.options = std::move(options);
+  st.faultFired.assign(st.options.faults.size(), false);
+  st.slowBase.assign(st.options.faults.size(), 0.0);
   if (st.options.progressEverySteps < 1) st.options.progressEverySteps = 1;
   st.core = std::move(core);
   st.trainLoader = std::move(trainLoader);

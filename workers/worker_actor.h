@@ -40,6 +40,8 @@
 #include <caf/actor.hpp>
 #include <caf/fwd.hpp>
 
+#include "actors/fault_plan.h"
+#include "actors/messages.h"
 #include "common/status.h"
 #include "workers/regroup.h"
 #include "workers/worker_core.h"
@@ -89,8 +91,17 @@ struct WorkerOptions {
   // wait has no timeout of its own: it lasts while the slowest worker
   // trains, and the gate (the coordinator) going ends the process.
   caf::actor evalGate;
-  // Experiments: sleep this long in every training step (a slow worker).
-  std::chrono::milliseconds stepDelay{0};
+  // Faults of the job's plan that this worker fires at its steps
+  // (actors/fault_plan.h): kill and stop once it has taken at_step steps,
+  // slow from at_step on (each step sleeps before its work: `factor` - 1
+  // times the work of the step before the slow one started, or delay_ms). Each fires once; the worker first tells
+  // `faultRecorder` (the coordinator) with `firedAs` (its role, rank and
+  // process), and goes on with the fault once that is answered or after
+  // faultReportTimeout.
+  std::vector<actors::Fault> faults;
+  caf::actor faultRecorder;
+  actors::FaultFired firedAs;
+  std::chrono::milliseconds faultReportTimeout{2000};
   // A replacement of a lost worker: pass over this many training batches
   // of its share (across epochs) before the first step; the core resumes
   // its step count there (WorkerCore::resumeAt).

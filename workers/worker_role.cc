@@ -361,11 +361,13 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   // A pull waits at a shard at most pullWaitBound (the shard then fails it,
   // naming whom it waited for); the requests allow for that.
   wo.requestTimeout = pullWaitBound(config) + std::chrono::seconds(30);
-  // Experiments: the first process of a slow rank sleeps in every step (a
-  // slow or stuck machine; its replacement runs elsewhere, at full speed).
-  if (config.getInt("cluster.slow_worker") == rank && ctx.welcome.incarnation == 0) {
-    wo.stepDelay = std::chrono::milliseconds(config.getInt("cluster.slow_ms"));
+  // The fault plan's step-triggered faults of this rank hit its first
+  // process only (a replacement redoing those steps is not hit again).
+  if (ctx.welcome.incarnation == 0) {
+    wo.faults = actors::parseFaultPlan(config, workers, servers).stepFaultsOf(rank);
   }
+  wo.faultRecorder = ctx.coordinator;
+  wo.firedAs = actors::FaultFired{0, "worker", rank, ctx.welcome.incarnation, 0};
   wo.progressInterval = std::chrono::seconds(1);
   if (mode != TrainMode::kPs && backend == "ring") {
     wo.regroup.leave = [this] { comm_.reset(); };

@@ -6,8 +6,10 @@
 // fail / go on / replace, the restart budget, the replace timeout, duplicate
 // and stale messages, and the job's own handlers.
 #include "actors/coordinator.h"
+#include "actors/fault_injector.h"
 
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,17 +24,20 @@ using namespace std::chrono_literals;
 using ping_atom = caf::atom_constant<caf::atom("ping")>;
 using depart_atom = caf::atom_constant<caf::atom("depart")>;
 using finish_atom = caf::atom_constant<caf::atom("finish")>;
+using written_atom = caf::atom_constant<caf::atom("written")>;
 
 // A member process's agent: records the Shutdown it gets, departs on demand.
 struct AgentLog {
   std::vector<std::string> shutdowns;
   std::vector<std::string> adopts;  // "worker 0 #1 the config"
+  std::vector<std::string> injects;  // "2 stop 3000"
 };
 
 caf::behavior fakeAgent(caf::event_based_actor* self, std::shared_ptr<AgentLog> log) {
   return {
       [=](const Shutdown& s) { log->shutdowns.push_back(s.why); },
       [=](const Adopt& a) { log->adopts.push_back(fmt::format("{} {} #{} {}", a.role, a.rank, a.incarnation, a.config)); },
+      [=](const Inject& x) { log->injects.push_back(fmt::format("{} {} {}", x.fault, x.kind, x.durationMs)); },
       [=](depart_atom, uint8_t how) { self->quit(caf::make_error(transport::Departure(how), "test")); },
   };
 }
@@ -43,16 +48,24 @@ struct ScriptedPolicy final : JobPolicy {
   std::vector<std::string> losses, replaced, escalated;
   int starts = 0, overs = 0;
   JobContext* job = nullptr;
+  std::unique_ptr<FaultInjector> faults;  // a job with a fault plan
 
   caf::message_handler handlers(JobContext& j) override {
     job = &j;
-    return {
+    caf::message_handler own{
         [this](ping_atom, int64_t x) { return x + 1; },
         [this](const std::string& role, int64_t rank) { job->finished(role, rank); },
         [this](finish_atom) { job->finish(); },
+        [this](written_atom, int64_t n) {
+          if (faults) faults->checkpointWritten(*job, n);
+        },
     };
+    return faults ? own.or_else(faults->handlers(j)) : own;
   }
-  void onStart(JobContext&) override { ++starts; }
+  void onStart(JobContext& j) override {
+    ++starts;
+    if (faults) faults->start(j);
+  }
   LossDecision onLoss(JobContext&, const Member& m, const Loss& loss) override {
     losses.push_back(fmt::format("{} {} {}", m.role, m.rank, loss.describe()));
     if (decisions.empty()) return LossDecision::fail("no decision scripted");
@@ -531,6 +544,151 @@ TEST_F(CoordinatorTest, AbortFailsTheJobWithTheReason) {
   EXPECT_EQ(r->error, "interrupted (Ctrl-C)");
   auto late = helloError("worker", 0, 60);
   EXPECT_EQ(late, Errc::kJobFailed);
+}
+
+
+// ---- the fault injector on the coordinator (actors/fault_injector.h) ----
+
+FaultPlan planOf(std::vector<std::string> specs, int64_t seed, int64_t workers, int64_t servers) {
+  Config c(troupeConfigSchema());
+  c.setValue("faults.seed", seed);
+  c.setValue("faults.plan", std::move(specs));
+  return parseFaultPlan(c, workers, servers);
+}
+
+TEST_F(CoordinatorTest, TimedFaultsHitTheProcessOfTheirTargetWhenDueCountingFromTheStart) {
+  policy_->faults = std::make_unique<FaultInjector>(
+      planOf({"kind=kill,target=worker:1,at_s=5", "kind=stop,target=ps:0,at_s=2,duration_s=3"}, 1, 2, 1));
+  startJob(1, 2);
+  advance(10s);  // before the start nothing fires, however long it takes
+  for (auto& [node, log] : logs_) EXPECT_TRUE(log->injects.empty());
+  everyoneReady(1, 2);
+  advance(1900ms);
+  EXPECT_TRUE(logs_[1]->injects.empty());
+  advance(100ms);
+  EXPECT_EQ(logs_[1]->injects, std::vector<std::string>({"2 stop 3000"}));
+  advance(2900ms);
+  EXPECT_TRUE(logs_[12]->injects.empty());
+  advance(100ms);
+  EXPECT_EQ(logs_[12]->injects, std::vector<std::string>({"1 kill 0"}));
+  EXPECT_TRUE(logs_[11]->injects.empty());
+  advance(100s);  // each fires once
+  EXPECT_EQ(logs_[1]->injects.size(), 1u);
+  EXPECT_EQ(logs_[12]->injects.size(), 1u);
+  const auto& in = policy_->faults->injections();
+  ASSERT_EQ(in.size(), 2u);
+  EXPECT_EQ(in[0].fault, 2);
+  EXPECT_EQ(in[0].role, "ps");
+  EXPECT_EQ(in[0].rank, 0);
+  EXPECT_EQ(in[0].pid, 1001);
+  EXPECT_EQ(in[1].fault, 1);
+  EXPECT_EQ(in[1].rank, 1);
+  EXPECT_EQ(in[1].pid, 1012);
+  EXPECT_FALSE(in[0].skipped || in[1].skipped);
+}
+
+TEST_F(CoordinatorTest, AFaultAfterACheckpointCountsItsSecondsFromThatCheckpoint) {
+  policy_->faults = std::make_unique<FaultInjector>(
+      planOf({"kind=kill,target=ps:1,after_checkpoint=2,at_s=1"}, 1, 1, 2));
+  startJob(2, 1);
+  everyoneReady(2, 1);
+  advance(30s);
+  EXPECT_TRUE(logs_[2]->injects.empty()) << "no checkpoint yet";
+  self()->send(coord_, written_atom::value, int64_t{1});
+  run();
+  advance(30s);
+  EXPECT_TRUE(logs_[2]->injects.empty()) << "one checkpoint is not two";
+  self()->send(coord_, written_atom::value, int64_t{2});
+  run();
+  advance(900ms);
+  EXPECT_TRUE(logs_[2]->injects.empty());
+  advance(100ms);
+  EXPECT_EQ(logs_[2]->injects, std::vector<std::string>({"1 kill 0"}));
+  self()->send(coord_, written_atom::value, int64_t{3});
+  run();
+  advance(30s);
+  EXPECT_EQ(logs_[2]->injects.size(), 1u) << "once";
+}
+
+TEST_F(CoordinatorTest, AFaultWhoseTargetHasNoRunningProcessIsSkippedAndRecordedSo) {
+  policy_->decisions = {LossDecision::replace()};
+  policy_->faults = std::make_unique<FaultInjector>(planOf({"kind=kill,target=worker:0,at_s=1"}, 1, 2, 0));
+  startJob(0, 2);
+  everyoneReady(0, 2);
+  depart(11);  // worker 0's process is gone; its replacement has not come
+  advance(1s);
+  EXPECT_TRUE(logs_[11]->injects.empty());
+  EXPECT_TRUE(logs_[12]->injects.empty());
+  const auto& in = policy_->faults->injections();
+  ASSERT_EQ(in.size(), 1u);
+  EXPECT_TRUE(in[0].skipped);
+  EXPECT_EQ(in[0].rank, 0);
+}
+
+TEST_F(CoordinatorTest, ARepeatedFaultFiresCountTimesAtRandomRanksThatTheSeedAloneDecides) {
+  // Each firing: the node hit and the half second it came in.
+  auto campaign = [this](int64_t seed) {
+    policy_ = std::make_shared<ScriptedPolicy>();
+    agents_.clear();
+    logs_.clear();
+    policy_->faults = std::make_unique<FaultInjector>(
+        planOf({"kind=stop,target=worker,every_s=4,count=6,duration_s=1"}, seed, 4, 0));
+    startJob(0, 4);
+    everyoneReady(0, 4);
+    std::vector<std::pair<uint64_t, int>> hits;
+    std::map<uint64_t, size_t> seen;
+    for (int tick = 1; tick <= 400; ++tick) {  // 200 s
+      advance(500ms);
+      for (auto& [node, log] : logs_) {
+        for (; seen[node] < log->injects.size(); ++seen[node]) {
+          EXPECT_EQ(log->injects[seen[node]], "1 stop 1000");
+          hits.emplace_back(node, tick);
+        }
+      }
+    }
+    EXPECT_EQ(policy_->faults->injections().size(), 6u);
+    self()->send(coord_, finish_atom::value);
+    run();
+    return hits;
+  };
+  const auto a = campaign(7), again = campaign(7), other = campaign(8);
+  ASSERT_EQ(a.size(), 6u) << "count=6";
+  EXPECT_EQ(a, again) << "the same seed, the same ranks at the same times";
+  EXPECT_NE(a, other) << "another seed, other draws";
+  std::set<uint64_t> nodes;
+  for (const auto& [node, tick] : a) nodes.insert(node);
+  EXPECT_GT(nodes.size(), 1u) << "a random rank each time, not always the same";
+}
+
+TEST_F(CoordinatorTest, AFaultAMemberFiresItselfIsRecordedAndOneNotInThePlanIsRefused) {
+  policy_->faults = std::make_unique<FaultInjector>(planOf({"kind=kill,target=worker:1,at_step=30"}, 1, 2, 0));
+  startJob(0, 2);
+  everyoneReady(0, 2);
+  self()->send(coord_, FaultFired{1, "worker", 1, 0, 30});
+  run();
+  auto id = take<int64_t>();
+  ASSERT_TRUE(id);
+  EXPECT_EQ(*id, 1);
+  self()->send(coord_, FaultFired{1, "worker", 1, 0, 30});  // said again
+  run();
+  auto again = take<int64_t>();
+  ASSERT_TRUE(again);
+  EXPECT_EQ(*again, 1);
+  // Not in the plan; another rank's; a later process of the rank.
+  for (const FaultFired& bad : {FaultFired{9, "worker", 1, 0, 30}, FaultFired{1, "worker", 0, 0, 30},
+                                FaultFired{1, "worker", 1, 1, 30}, FaultFired{1, "ps", 1, 0, 30},
+                                FaultFired{1, "worker", 7, 0, 30}}) {
+    self()->send(coord_, bad);
+    run();
+    auto refused = take<caf::error>();
+    ASSERT_TRUE(refused) << bad.fault << " " << bad.rank;
+    EXPECT_EQ(*refused, Errc::kBadMessage);
+  }
+  const auto& in = policy_->faults->injections();
+  ASSERT_EQ(in.size(), 1u);
+  EXPECT_EQ(in[0].step, 30);
+  EXPECT_EQ(in[0].kind, FaultKind::kKill);
+  EXPECT_EQ(in[0].pid, 1012);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
@@ -195,8 +196,8 @@ TEST_F(ClusterTest, SspNeverLetsAWorkerRunMoreThanStalenessAhead) {
   TempDir dir;
   auto r = troupe(plus({"train"}, plus(smallJob(dir, "ssp"),
                                        {"--set", "cluster.workers=2", "--set", "cluster.servers=2", "--set",
-                                        "ps.consistency=ssp", "--set", "ps.staleness=2", "--set",
-                                        "cluster.slow_worker=1", "--set", "cluster.slow_ms=4", "--summary-json",
+                                        "ps.consistency=ssp", "--set", "ps.staleness=2",
+                                        "--fault", "kind=slow,target=worker:1,delay_ms=4", "--summary-json",
                                         dir.file("ssp.json")})));
   ASSERT_EQ(r.exitCode, 0) << r.err;
   const std::string json = readFile(dir.file("ssp.json"));
@@ -258,9 +259,10 @@ struct LaunchedJob {
 
 // A job whose worker 0 takes 15 ms a step, so it is still training when a
 // test kills something.
-std::vector<std::string> slowJob(const TempDir& dir, const std::string& run, const std::string& mode) {
-  return plus(smallJob(dir, run),
-              {"--set", "ps.consistency=" + mode, "--set", "cluster.slow_worker=0", "--set", "cluster.slow_ms=15"});
+std::vector<std::string> slowJob(const TempDir& dir, const std::string& run, const std::string& mode,
+                                 int slowRank = 0, int delayMs = 15) {
+  return plus(smallJob(dir, run), {"--set", "ps.consistency=" + mode, "--fault",
+                                   fmt::format("kind=slow,target=worker:{},delay_ms={}", slowRank, delayMs)});
 }
 
 // supervision.on_worker_loss = fail: a lost worker ends the job, naming it,
@@ -508,9 +510,9 @@ TEST_F(ClusterTest, WithShrinkTheGroupGoesOnWithoutTheLostWorkerAndDividesWhatIs
     const std::string tag = c.mode + (c.signal == SIGKILL ? "-shrink-kill" : "-shrink-stop");
     SCOPED_TRACE(tag);
     std::map<std::string, std::string> freeJson;
-    const auto job = plus(slowJob(dir, "x", "bsp"), {"--set", "cluster.workers=" + std::to_string(c.workers), "--set",
-                                                     std::string("cluster.servers=") + (hybrid ? "2" : "0"), "--set",
-                                                     "train.mode=" + c.mode, "--set", "cluster.slow_worker=1"});
+    const auto job = plus(slowJob(dir, "x", "bsp", 1), {"--set", "cluster.workers=" + std::to_string(c.workers), "--set",
+                                                        std::string("cluster.servers=") + (hybrid ? "2" : "0"), "--set",
+                                                        "train.mode=" + c.mode});
     const std::string free = faultFreeRun(dir, plus(job, {"--set", "run.name=free-" + tag}), tag, freeJson);
     ASSERT_FALSE(free.empty());
     const auto [pid, r] = signalWorkerAtStep40(
@@ -604,9 +606,8 @@ TEST_F(ClusterTest, InPsModeShrinkMovesALostRankIntoALiveWorkerProcess) {
     const std::string tag = "ps-shrink-" + c.mode + (c.signal == SIGKILL ? "-kill" : "-stop");
     SCOPED_TRACE(tag);
     const auto job = plus(smallJob(dir, tag), {"--set", "ps.consistency=" + c.mode, "--set", "cluster.workers=3",
-                                               "--set", "cluster.servers=2", "--set",
-                                               "cluster.slow_worker=" + std::to_string(c.slow), "--set",
-                                               "cluster.slow_ms=15"});
+                                               "--set", "cluster.servers=2", "--fault",
+                                               fmt::format("kind=slow,target=worker:{},delay_ms=15", c.slow)});
     const std::string freeTag = c.mode + "-slow" + std::to_string(c.slow);
     const std::string free = faultFreeRun(dir, job, freeTag, freeJson);
     ASSERT_FALSE(free.empty());
@@ -693,10 +694,9 @@ TEST_F(ClusterTest, InPsModeShrinkMovesALostRankIntoALiveWorkerProcess) {
 // on from it with every rank, each shard applying what the ledger expects.
 TEST_F(ClusterTest, AHybridGroupThatShrankCheckpointsAndResumesWithEveryRank) {
   TempDir dir;
-  const auto job = plus(slowJob(dir, "shrank", "bsp"),
+  const auto job = plus(slowJob(dir, "shrank", "bsp", 1, 40),
                         {"--set", "cluster.workers=3", "--set", "cluster.servers=2", "--set", "train.mode=hybrid",
-                         "--set", "cluster.slow_worker=1", "--set", "cluster.slow_ms=40", "--set",
-                         "supervision.on_worker_loss=shrink", "--set", "checkpoint.every_steps=20"});
+                         "--set", "supervision.on_worker_loss=shrink", "--set", "checkpoint.every_steps=20"});
   const std::string log = dir.file("shrank.log");
   {
     Child train(plus({TROUPE_BINARY, "train"}, job), log);
@@ -738,8 +738,8 @@ TEST_F(ClusterTest, AWorkerAliveButStuckIsDeclaredHungKilledAndReplaced) {
   TempDir dir;
   const auto start = std::chrono::steady_clock::now();
   auto r = troupe(plus({"train"}, plus(smallJob(dir, "hung"),
-                                       {"--set", "cluster.workers=2", "--set", "cluster.servers=2", "--set",
-                                        "cluster.slow_worker=1", "--set", "cluster.slow_ms=60000", "--set",
+                                       {"--set", "cluster.workers=2", "--set", "cluster.servers=2",
+                                        "--fault", "kind=slow,target=worker:1,delay_ms=60000", "--set",
                                         "supervision.stall_timeout_s=3", "--summary-json", dir.file("hung.json")})),
                   120s);
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -786,7 +786,7 @@ TEST_F(ClusterTest, InSyncModesAWorkerAliveButStuckIsDeclaredHungAndTheOthersWai
                                                dir.file("free-" + mode + ".json")})));
     ASSERT_EQ(r.exitCode, 0) << r.err;
     const auto start = std::chrono::steady_clock::now();
-    r = troupe(plus({"train"}, plus(job, {"--set", "cluster.slow_worker=1", "--set", "cluster.slow_ms=60000", "--set",
+    r = troupe(plus({"train"}, plus(job, {"--fault", "kind=slow,target=worker:1,delay_ms=60000", "--set",
                                           "supervision.stall_timeout_s=3", "--predictions",
                                           dir.file("hung-" + mode + ".tsv"), "--summary-json",
                                           dir.file("hung-" + mode + ".json")})),
@@ -1053,6 +1053,186 @@ TEST_F(ClusterTest, AKilledShardRollsTheJobBackToItsLatestCheckpoint) {
     EXPECT_NE(recovery.find("\"what\": \"ps 1 (127.0.0.1:"), std::string::npos) << recovery;
     EXPECT_EQ(fields(recovery, "recovered_at_s").size(), 3u) << "the shard and both workers: " << recovery;
   }
+}
+
+// The line of `text` that holds `needle` ("" when none does).
+std::string lineWith(const std::string& text, const std::string& needle) {
+  const size_t at = text.find(needle);
+  if (at == std::string::npos) return "";
+  const size_t begin = text.rfind('\n', at);
+  const size_t end = text.find('\n', at);
+  return text.substr(begin == std::string::npos ? 0 : begin + 1, end - (begin == std::string::npos ? 0 : begin + 1));
+}
+
+// A fault plan as users run it: real SIGKILLs and SIGSTOPs at the steps
+// and times it names, and a report that counts what was injected, detected
+// and recovered. Worker 1's first process is stopped for less than the
+// heartbeat timeout at its step 10 (it comes back; nobody notices), then
+// killed at its step 25 (replaced); parameter server 0 is stopped for
+// longer than the timeout, once checkpoints were written (found, fenced by
+// PID, the job rolls back); worker 0 is slowed by 20 ms a step throughout
+// (never found: it stays within the stall timeout).
+TEST_F(ClusterTest, AFaultPlanKillsAndStopsProcessesForRealAndItsReportCountsEachOutcome) {
+  TempDir dir;
+  auto r = troupe(plus({"train"}, plus(smallJob(dir, "plan"),
+                                       {"--set", "cluster.workers=2", "--set", "cluster.servers=2", "--set",
+                                        "train.epochs=2", "--set", "checkpoint.every_steps=30", "--set",
+                                        "transport.heartbeat_timeout_ms=2000", "--set", "faults.seed=5", "--fault",
+                                        "kind=slow,target=worker:0,delay_ms=20", "--fault",
+                                        "kind=stop,target=worker:1,at_step=10,duration_s=0.4", "--fault",
+                                        "kind=kill,target=worker:1,at_step=25", "--fault",
+                                        "kind=stop,target=ps:0,at_s=3,duration_s=8"})),
+                  240s);
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  // The table, on stdout.
+  EXPECT_NE(r.out.find("faults (seed 5):"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ledger: samples applied 80000, 80000 of 80000 expected (per shard): exact"), std::string::npos)
+      << r.out;
+  const std::string json = readFile(dir.file("runs/plan/faults.json"));
+  ASSERT_FALSE(json.empty());
+  EXPECT_NE(json.find("\"finished\": true"), std::string::npos) << json;
+  // Per kind: kill 1 injected, found (crashed) and recovered; stop 2
+  // injected, the long one found (timed out) and recovered; slow 1, not found.
+  const std::string kill = lineWith(json, "\"kind\": \"kill\", \"injected\"");
+  EXPECT_NE(kill.find("\"injected\": 1, \"skipped\": 0, \"unfired\": 0, \"detected\": 1, \"recovered\": 1"),
+            std::string::npos)
+      << json;
+  const std::string stop = lineWith(json, "\"kind\": \"stop\", \"injected\"");
+  EXPECT_NE(stop.find("\"injected\": 2, \"skipped\": 0, \"unfired\": 0, \"detected\": 1, \"recovered\": 1"),
+            std::string::npos)
+      << json;
+  const std::string slow = lineWith(json, "\"kind\": \"slow\", \"injected\"");
+  EXPECT_NE(slow.find("\"injected\": 1, \"skipped\": 0, \"unfired\": 0, \"detected\": 0, \"recovered\": 0"),
+            std::string::npos)
+      << json;
+  // Each injection: where and when it hit, and what became of it.
+  const std::string shortStop = lineWith(json, "\"fault\": 2,");
+  EXPECT_NE(shortStop.find("\"target\": \"worker 1\", \"process\": 0"), std::string::npos) << json;
+  EXPECT_NE(shortStop.find("\"step\": 10, \"skipped\": false, \"detected\": false"), std::string::npos) << json;
+  const std::string workerKill = lineWith(json, "\"fault\": 3,");
+  EXPECT_NE(workerKill.find("\"step\": 25, \"skipped\": false, \"detected\": true, \"detected_by\": \"crashed\""),
+            std::string::npos)
+      << json;
+  EXPECT_NE(workerKill.find("\"action\": \"replaced\", \"recovered\": true"), std::string::npos) << json;
+  const std::string psStop = lineWith(json, "\"fault\": 4,");
+  EXPECT_NE(psStop.find("\"target\": \"ps 0\""), std::string::npos) << json;
+  EXPECT_NE(psStop.find("\"detected\": true, \"detected_by\": \"timed out\""), std::string::npos) << json;
+  EXPECT_NE(psStop.find("\"recovered\": true"), std::string::npos) << json;
+  // Found within the heartbeat timeout and a little (the goal: twice it).
+  const auto detect = fields(psStop, "detect_s");
+  ASSERT_EQ(detect.size(), 1u);
+  EXPECT_GE(detect[0], 1.0) << json;
+  EXPECT_LT(detect[0], 4.0) << json;
+  // The stopped shard was fenced: killed by PID, not let back in when its SIGCONT came.
+  const auto pids = fields(psStop, "pid");
+  ASSERT_EQ(pids.size(), 1u);
+  EXPECT_NE(::kill(pid_t(pids[0]), 0), 0) << "the stopped shard " << pids[0] << " still exists";
+  // The job rolled back once (the shard) and applied every sample once.
+  EXPECT_EQ(fields(json, "rollbacks"), std::vector<double>{1}) << json;
+  EXPECT_NE(json.find("\"samples_applied\": [80000, 80000]"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"exact\": true"), std::string::npos) << json;
+  // The processes' own logs say what hit them.
+  EXPECT_NE(readFile(dir.file("runs/plan/worker-1.log")).find("fault 3: kill: SIGKILL to this process"),
+            std::string::npos);
+  EXPECT_NE(readFile(dir.file("runs/plan/worker-1.log")).find("fault 2: stop: continued"), std::string::npos);
+}
+
+// --baseline runs the same job without its faults beside it: in allreduce
+// mode a worker killed at a step (the rank drawn from the seed) is
+// replaced and the group redoes the step, so the two models are the same
+// to the bit, and the report says so.
+TEST_F(ClusterTest, WithBaselineTheReportSetsTheFaultFreeRunBesideAndAllreduceRecoversToTheSameBits) {
+  TempDir dir;
+  auto r = troupe(plus({"train"}, plus(smallJob(dir, "base"),
+                                       {"--set", "cluster.workers=2", "--set", "cluster.servers=0", "--set",
+                                        "train.mode=allreduce", "--set", "faults.seed=3", "--fault",
+                                        "kind=kill,target=worker,at_step=30", "--baseline"})),
+                  240s);
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  const std::string json = readFile(dir.file("runs/base/faults.json"));
+  const auto auc = fields(json, "test_auc"), baseline = fields(json, "baseline_test_auc");
+  ASSERT_EQ(auc.size(), 1u) << json;
+  ASSERT_EQ(baseline.size(), 1u) << json;
+  EXPECT_GT(auc[0], 0.6);
+  EXPECT_EQ(auc[0], baseline[0]) << json;
+  EXPECT_NE(r.out.find(": +0.00000"), std::string::npos) << r.out;
+  const std::string kill = lineWith(json, "\"fault\": 1,");
+  EXPECT_NE(kill.find("\"step\": 30, \"skipped\": false, \"detected\": true, \"detected_by\": \"crashed\""),
+            std::string::npos)
+      << json;
+  EXPECT_NE(kill.find("\"recovered\": true"), std::string::npos) << json;
+  EXPECT_EQ(fields(json, "regroups"), std::vector<double>{1}) << json;
+  EXPECT_NE(json.find("\"ledger\": {\"expected_samples\": 39936, \"samples_applied\": [39936], \"pushes_applied\": [], "
+                      "\"exact\": true}"),
+            std::string::npos)
+      << json;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("runs/base/baseline/worker-1.log")));
+}
+
+// A short chaos campaign, as users run it: ten jobs, each in a mode and
+// with one to three kill / stop / slow faults drawn from the seed. Every
+// run must finish with its ledger exact (no sample lost or applied twice),
+// none may hang or have a process crash, and the totals add up.
+TEST_F(ClusterTest, AShortChaosCampaignEndsWithEveryRunFinishedAndEveryLedgerExact) {
+  TempDir dir;
+  const auto job = smallJob(dir, "unused");  // chaos names each run and its directory itself
+  auto r = troupe(plus({"chaos"}, plus(job, {"--runs", "10", "--seed", "1", "--run-timeout", "120", "--dir",
+                                             dir.file("chaos")})),
+                  1200s);
+  EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
+  const std::string json = readFile(dir.file("chaos/chaos.json"));
+  ASSERT_FALSE(json.empty()) << r.out;
+  EXPECT_EQ(fields(json, "ok").front(), 10) << r.out;
+  EXPECT_EQ(fields(json, "failed").front(), 0) << r.out;
+  EXPECT_EQ(fields(json, "hung").front(), 0) << r.out;
+  EXPECT_EQ(fields(json, "crashed").front(), 0) << r.out;
+  // One line per run, and every mode drawn at least once in ten runs of this seed.
+  for (int i = 1; i <= 10; ++i) {
+    EXPECT_NE(r.out.find(fmt::format("run-{:03d} ({}/10)", i - 1, i)), std::string::npos) << r.out;
+  }
+  for (const std::string mode : {"bsp", "ssp", "asp", "allreduce", "hybrid"}) {
+    EXPECT_NE(r.out.find("  " + mode + " "), std::string::npos) << mode << "\n" << r.out;
+  }
+  // Each run's own fault report is where the campaign says.
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_TRUE(std::filesystem::exists(dir.file(fmt::format("chaos/runs/run-{:03d}/faults.json", i)))) << i;
+  }
+  // A mix or mode it does not know is refused before any run.
+  auto bad = troupe(plus({"chaos"}, plus(job, {"--runs", "1", "--mix", "kill,drop", "--dir", dir.file("bad")})), 60s);
+  EXPECT_EQ(bad.exitCode, 2) << bad.err;
+  EXPECT_NE(bad.err.find("--mix drop: a message fault, which troupe does not inject yet"), std::string::npos)
+      << bad.err;
+  auto mode = troupe(plus({"chaos"}, plus(job, {"--runs", "1", "--modes", "bsp,sync", "--dir", dir.file("bad")})), 60s);
+  EXPECT_EQ(mode.exitCode, 2) << mode.err;
+  EXPECT_NE(mode.err.find("--modes sync: not a mode"), std::string::npos) << mode.err;
+}
+
+// A bad fault plan is refused before any process starts, naming the fault
+// and the field; so is a plan for a job of one process.
+TEST_F(ClusterTest, ABadFaultPlanIsRefusedBeforeTheJobStarts) {
+  TempDir dir;
+  const auto job = plus(smallJob(dir, "bad"), {"--set", "cluster.workers=2", "--set", "cluster.servers=2"});
+  auto r = troupe(plus({"train"}, plus(job, {"--fault", "kind=kill,target=worker:3,at_step=5"})), 60s);
+  EXPECT_EQ(r.exitCode, 2) << r.err;
+  EXPECT_NE(r.err.find("fault 1 (kind=kill,target=worker:3,at_step=5): target: worker 3 is not in the job"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("runs/bad/worker-0.log"))) << "a process started";
+  // The same refusal for a plan in the config file: the example config with a [[faults]] table.
+  const std::string toml = dir.file("plan.toml");
+  {
+    std::ofstream(toml) << readFile(std::string(TROUPE_SOURCE_ROOT) + "/configs/dlrm-synthetic.toml")
+                        << "\n[[faults]]\nkind = \"stop\"\ntarget = \"ps:1\"\nat_s = 2\n";
+  }
+  auto withFile = job;
+  withFile[1] = toml;  // smallJob's --config
+  auto cfg = troupe(plus({"train"}, withFile), 60s);
+  EXPECT_EQ(cfg.exitCode, 2) << cfg.err;
+  EXPECT_NE(cfg.err.find("a stop fault needs duration_s"), std::string::npos) << cfg.err;
+  auto one = troupe(plus({"train"}, plus(smallJob(dir, "one"), {"--fault", "kind=kill,target=worker:0,at_step=5"})),
+                    60s);
+  EXPECT_EQ(one.exitCode, 2) << one.err;
+  EXPECT_NE(one.err.find("a fault plan needs a multi-process job"), std::string::npos) << one.err;
 }
 
 // The restart budget: with supervision.max_restarts = 0 a lost worker is

@@ -1,0 +1,177 @@
+#include "actors/fault_injector.h"
+
+#include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+
+#include <caf/event_based_actor.hpp>
+
+#include "common/logging.h"
+
+namespace troupe::actors {
+
+void killThisProcess(int64_t fault) {
+  logger("job")->warn("fault {}: kill: SIGKILL to this process (pid {})", fault, ::getpid());
+  spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& l) { l->flush(); });
+  ::kill(::getpid(), SIGKILL);
+  std::abort();  // not reached
+}
+
+void stopThisProcess(int64_t fault, std::chrono::milliseconds duration) {
+  const pid_t self = ::getpid();
+  logger("job")->warn("fault {}: stop: SIGSTOP to this process (pid {}) for {:.3f} s", fault, self,
+                      duration.count() / 1000.0);
+  spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& l) { l->flush(); });
+  const int64_t ms = std::max<int64_t>(1, duration.count());
+  const pid_t waker = ::fork();
+  if (waker == 0) {
+    // The child, async-signal-safe calls only: it stops its parent (so the
+    // SIGCONT cannot come before the SIGSTOP), and wakes it after the
+    // duration, unless the parent is gone (killed while stopped: the child
+    // has another parent then, and the PID may be someone else's; it looks
+    // every 100 ms and leaves at once).
+    // It holds none of its parent's files: a socket it kept open would
+    // hide the parent's death from its peers.
+    if (::close_range(3, ~0u, 0) != 0) {
+      for (int fd = 3; fd < 65536; ++fd) ::close(fd);
+    }
+    ::kill(self, SIGSTOP);
+    for (int64_t left = ms; left > 0 && ::getppid() == self;) {
+      const int64_t step = left < 100 ? left : 100;
+      struct timespec t;
+      t.tv_sec = 0;
+      t.tv_nsec = long(step) * 1000000L;
+      while (::nanosleep(&t, &t) == -1 && errno == EINTR) {
+      }
+      left -= step;
+    }
+    if (::getppid() == self) ::kill(self, SIGCONT);
+    ::_exit(0);
+  }
+  if (waker < 0) {
+    logger("job")->error("fault {}: stop: cannot fork the process that would stop and continue this one ({}); not "
+                         "stopped",
+                         fault, std::strerror(errno));
+    return;
+  }
+  // Stopped in here, then continued; the waker ends right after.
+  int status = 0;
+  while (::waitpid(waker, &status, 0) == -1 && errno == EINTR) {
+  }
+  logger("job")->warn("fault {}: stop: continued", fault);
+}
+
+void FaultInjector::checkpointWritten(JobContext& job, int64_t written) {
+  for (size_t i = 0; i < plan_.faults.size(); ++i) {
+    const Fault& f = plan_.faults[i];
+    if (f.afterCheckpoint != written) continue;
+    logger("job")->info("fault {}: checkpoint {} of this run is written; its clock starts", f.id, written);
+    schedule(job, i, 0, f.atSeconds >= 0 ? f.atSeconds : 0);
+  }
+}
+
+void FaultInjector::start(JobContext& job) {
+  for (size_t i = 0; i < plan_.faults.size(); ++i) {
+    const Fault& f = plan_.faults[i];
+    if (f.afterCheckpoint > 0) continue;
+    if (f.atSeconds >= 0) {
+      schedule(job, i, 0, f.atSeconds);
+    } else if (f.everySeconds > 0) {
+      schedule(job, i, 0, 0);  // the first gap is drawn like every other
+    }
+  }
+}
+
+void FaultInjector::schedule(JobContext& job, size_t index, int64_t firing, double afterSeconds) {
+  const Fault& f = plan_.faults[index];
+  if (f.everySeconds > 0) {
+    // Exponential gaps of mean every_s: a Poisson process of failures.
+    const double u = (double(faultRandom(plan_.seed, uint64_t(f.id), uint64_t(1'000'000 + firing)) >> 11) + 0.5) /
+                     double(uint64_t(1) << 53);
+    afterSeconds += -std::log(u) * f.everySeconds;
+  }
+  auto* self = job.self();
+  self->delayed_send(self, std::chrono::microseconds(int64_t(afterSeconds * 1e6)), fault_atom::value,
+                     int64_t(index), firing);
+}
+
+void FaultInjector::fire(JobContext& job, size_t index, int64_t firing) {
+  if (job.over() || index >= plan_.faults.size()) return;
+  const Fault& f = plan_.faults[index];
+  const auto& members = job.members(f.role);
+  if (members.empty()) return;
+  const int64_t rank =
+      f.rank >= 0 ? f.rank : int64_t(faultRandom(plan_.seed, uint64_t(f.id), uint64_t(firing + 1)) % members.size());
+  Injection in;
+  in.fault = f.id;
+  in.kind = f.kind;
+  in.role = f.role;
+  in.rank = rank;
+  in.atSeconds = job.elapsed();
+  const Member* m = rank < int64_t(members.size()) ? &members[size_t(rank)] : nullptr;
+  if (m == nullptr || !m->running || !m->agent || m->state != MemberState::kReady) {
+    in.skipped = true;
+    logger("job")->warn("fault {}: {} {} {}: it has no running process now; skipped", f.id, faultKindName(f.kind),
+                        f.role, rank);
+  } else {
+    in.incarnation = m->incarnation;
+    in.pid = m->pid;
+    const int64_t ms = int64_t(std::llround(f.durationSeconds * 1000));
+    logger("job")->warn("fault {}: {} {} {} (pid {}){}", f.id, faultKindName(f.kind), f.role, rank, m->pid,
+                        f.kind == FaultKind::kStop ? fmt::format(" for {} s", f.durationSeconds) : "");
+    job.self()->send(m->agent, Inject{f.id, faultKindName(f.kind), ms});
+  }
+  injections_.push_back(std::move(in));
+  if (f.everySeconds > 0 && (f.count == 0 || firing + 1 < f.count)) schedule(job, index, firing + 1, 0);
+}
+
+caf::message_handler FaultInjector::handlers(JobContext& job) {
+  return {
+      [this, &job](fault_atom, int64_t index, int64_t firing) { fire(job, size_t(index), firing); },
+      [this, &job](const FaultFired& x) -> caf::result<int64_t> {
+        const Fault* f = nullptr;
+        for (const auto& g : plan_.faults) {
+          if (g.id == x.fault) f = &g;
+        }
+        // Only the first process of the fault's own rank fires it, once.
+        const auto& members = job.members(x.role);
+        const auto& sender = job.self()->current_sender();
+        const Member* m = x.rank >= 0 && x.rank < int64_t(members.size()) ? &members[size_t(x.rank)] : nullptr;
+        std::string wrong;
+        if (f == nullptr || f->role != x.role || !f->stepTriggered() || f->rank != x.rank) {
+          wrong = "not a step fault of that rank in the plan";
+        } else if (x.incarnation != 0 || m == nullptr || m->incarnation != 0 || !m->agent || !sender ||
+                   sender->node() != m->agent.node()) {
+          wrong = "not from the rank's first process";
+        }
+        if (!wrong.empty()) {
+          logger("job")->warn("refused a FaultFired of fault {} from {} {}: {}", x.fault, x.role, x.rank, wrong);
+          return caf::make_error(Errc::kBadMessage, wrong);
+        }
+        if (!fired_.insert(x.fault).second) return x.fault;  // said again: recorded once
+        Injection in;
+        in.fault = x.fault;
+        in.kind = f->kind;
+        in.role = x.role;
+        in.rank = x.rank;
+        in.incarnation = x.incarnation;
+        in.atSeconds = job.elapsed();
+        in.step = x.step;
+        in.pid = m->pid;
+        logger("job")->warn("fault {}: {} {} {} at its step {}", x.fault, faultKindName(in.kind), x.role, x.rank,
+                            x.step);
+        injections_.push_back(std::move(in));
+        return x.fault;
+      },
+  };
+}
+
+}  // namespace troupe::actors

@@ -1,0 +1,97 @@
+// Fault plans (DESIGN.md, Supervision and fault tolerance): faults a user
+// injects on purpose, to see the job survive them and to measure how.
+//
+// A plan is a list of faults, each one line of "field=value" pairs, from
+// `[[faults]]` (or `[[faults.plan]]`) tables in the config or repeated
+// `--fault SPEC` flags, both ending up in the config key "faults.plan":
+//
+//   kind=kill,target=worker:1,at_step=40        SIGKILL when it has taken 40 steps
+//   kind=kill,target=ps:0,at_s=5                SIGKILL 5 s after training started
+//   kind=kill,target=worker,every_s=20,count=3  a random worker, every 20 s on average
+//   kind=stop,target=worker:0,at_s=3,duration_s=8   SIGSTOP, SIGCONT 8 s later
+//   kind=slow,target=worker:1,factor=3          every step 3 x as long (a straggler)
+//   kind=slow,target=worker:1,delay_ms=20,at_step=10,steps=50
+//
+// Fields:
+//   kind        kill | stop | slow
+//   target      worker[:RANK] | ps[:RANK]; without a rank (or '*'), one is
+//               drawn from faults.seed (at each firing, for every_s)
+//   at_step     fires once the target (a worker) has taken this many steps
+//   at_s        fires this many seconds after every process was first ready
+//               (at most a week)
+//   every_s     fires again and again, the gaps drawn from an exponential
+//               distribution of this mean (the mean time between failures;
+//               0.1 s to a week)
+//   count       with every_s: at most this many firings (0: no limit)
+//   duration_s  stop: how long the process stays stopped (required; 1 ms
+//               to a day)
+//   factor      slow: each step takes this many times as long (> 1, <= 1000)
+//   delay_ms    slow: each step takes this many milliseconds more (<= 1 h)
+//   steps       slow: for this many steps (0: to the end)
+//   after_checkpoint
+//               at_s and every_s count from the moment the run has written
+//               this many checkpoints instead of from the start (a shard
+//               lost before the first checkpoint has nothing to roll back
+//               to); a fault whose checkpoint never comes does not fire
+// kill and stop take exactly one of at_step, at_s, every_s; slow starts at
+// at_step (default: the first step). A fault hits the process that holds
+// its target when it fires; a step-triggered one is armed in the rank's
+// first process only (a replacement that redoes those steps is not hit
+// again). Every random choice comes from faults.seed, so the same plan and
+// seed draw the same ranks and times.
+//
+// parseFaultPlan refuses a bad plan before the job starts, with a SetupError
+// naming the fault and the field.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+
+namespace troupe::actors {
+
+enum class FaultKind { kKill, kStop, kSlow };
+const char* faultKindName(FaultKind kind);
+
+struct Fault {
+  int64_t id = 0;        // 1-based, in plan order
+  std::string spec;      // as given
+  FaultKind kind = FaultKind::kKill;
+  std::string role;      // "worker" or "ps"
+  int64_t rank = -1;     // -1: drawn at each firing (every_s)
+  int64_t atStep = -1;
+  double atSeconds = -1;
+  double everySeconds = 0;
+  int64_t count = 0;
+  double durationSeconds = 0;
+  double factor = 1;
+  int64_t delayMs = 0;
+  int64_t steps = 0;
+  int64_t afterCheckpoint = 0;  // 0: timed from the start
+
+  bool stepTriggered() const { return atStep >= 0; }
+};
+
+struct FaultPlan {
+  uint64_t seed = 1;
+  std::vector<Fault> faults;
+  // A killed process is found within this (twice the heartbeat timeout,
+  // and a second): the report lays a later loss to no kill.
+  double detectWithinSeconds = 7;
+
+  bool empty() const { return faults.empty(); }
+  // The step-triggered faults (kill, stop, slow) of worker `rank`.
+  std::vector<Fault> stepFaultsOf(int64_t rank) const;
+};
+
+// Parses config "faults.plan" and "faults.seed" for a job of `workers`
+// workers and `servers` parameter servers. Throws SetupError.
+FaultPlan parseFaultPlan(const Config& config, int64_t workers, int64_t servers);
+
+// A generator seeded from the plan's seed and a stream number (a fault's id,
+// a firing): the same numbers on every host.
+uint64_t faultRandom(uint64_t seed, uint64_t stream, uint64_t draw);
+
+}  // namespace troupe::actors

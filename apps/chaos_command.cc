@@ -1,0 +1,369 @@
+#include "apps/chaos_command.h"
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/fault_plan.h"
+#include "actors/launcher.h"
+#include "apps/cli_common.h"
+#include "common/check.h"
+#include "common/logging.h"
+#include "workers/fault_report.h"
+
+namespace troupe::apps {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+struct ChaosFlags {
+  CommonFlags common;
+  int64_t runs = 10;
+  int64_t seed = 1;
+  std::string mix = "kill,stop,slow";
+  std::string modes = "bsp,ssp,asp,allreduce,hybrid";
+  int64_t workers = 0;  // 0: the config's cluster.workers, at least 2
+  int64_t servers = 2;
+  int64_t maxFaults = 3;
+  int64_t runTimeout = 300;
+  std::string dir;
+};
+
+std::vector<std::string> splitList(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
+    while (!item.empty() && item.back() == ' ') item.pop_back();
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+// One run of the campaign: its mode, its faults, its config changes.
+struct RunPlan {
+  int64_t index = 0;
+  std::string mode;
+  std::vector<std::string> faults;
+  std::vector<std::string> sets;
+};
+
+RunPlan drawRun(const ChaosFlags& f, const std::vector<std::string>& mix, const std::vector<std::string>& modes,
+                int64_t workers, int64_t i) {
+  auto draw = [&](uint64_t k) { return actors::faultRandom(uint64_t(f.seed), uint64_t(100000 + i), k); };
+  auto uniform = [&](uint64_t k, double lo, double hi) {
+    return lo + (hi - lo) * double(draw(k) >> 11) / double(uint64_t(1) << 53);
+  };
+  RunPlan p;
+  p.index = i;
+  p.mode = modes[draw(0) % modes.size()];
+  const bool psMode = p.mode == "bsp" || p.mode == "ssp" || p.mode == "asp";
+  const int64_t servers = p.mode == "allreduce" ? 0 : f.servers;
+  const int64_t n = 1 + int64_t(draw(1) % uint64_t(f.maxFaults));
+  bool psFault = false;
+  for (int64_t j = 0; j < n; ++j) {
+    const uint64_t k = 10 + uint64_t(j) * 10;
+    const std::string kind = mix[draw(k) % mix.size()];
+    const bool onPs = kind != "slow" && servers > 0 && draw(k + 1) % 3 == 0;
+    const int64_t rank = int64_t(draw(k + 2) % uint64_t(onPs ? servers : workers));
+    const int64_t step = 5 + int64_t(draw(k + 3) % 56);
+    const double at = uniform(k + 4, 0.0, 1.0), duration = uniform(k + 5, 0.3, 6.0);
+    std::string spec;
+    if (kind == "slow") {
+      spec = fmt::format("kind=slow,target=worker:{},factor={:.2f},at_step={},steps={}", rank,
+                         uniform(k + 6, 1.5, 4.0), step - 5, 10 + int64_t(draw(k + 7) % 71));
+    } else if (onPs) {
+      psFault = true;
+      // After the first checkpoint: a shard lost before it has nothing to roll back to.
+      spec = fmt::format("kind={},target=ps:{},after_checkpoint=1,at_s={:.3f}", kind, rank, at);
+    } else {
+      spec = fmt::format("kind={},target=worker:{},at_step={}", kind, rank, step);
+    }
+    if (kind == "stop") spec += fmt::format(",duration_s={:.3f}", duration);
+    p.faults.push_back(spec);
+  }
+  const std::string name = fmt::format("run-{:03d}", i);
+  p.sets = {"cluster.workers=" + std::to_string(workers),
+            "cluster.servers=" + std::to_string(servers),
+            std::string("train.mode=") + (psMode ? "ps" : p.mode),
+            std::string("ps.consistency=") + (psMode ? p.mode : "bsp"),
+            "supervision.max_restarts=1000",
+            "supervision.restart_window_s=1",
+            fmt::format("faults.seed={}", f.seed * 1000 + i),
+            "run.dir=" + f.dir + "/runs",
+            "run.name=" + name};
+  if (!psMode) p.sets.push_back("collectives.backend=ring");
+  // A lost shard rolls the job back to a checkpoint: there must be one.
+  if (psFault) p.sets.push_back("checkpoint.every_steps=20");
+  return p;
+}
+
+struct RunResult {
+  bool ok = false;
+  std::vector<std::string> problems;
+  double seconds = 0;
+  Json report;  // faults.json (null when there is none)
+};
+
+RunResult runOne(const ChaosFlags& f, const RunPlan& p) {
+  RunResult r;
+  std::vector<std::string> argv = {actors::selfExe(), "train"};
+  if (!f.common.configPath.empty()) argv.insert(argv.end(), {"--config", f.common.configPath});
+  for (const auto& s : f.common.overrides) argv.insert(argv.end(), {"--set", s});
+  for (const auto& s : p.sets) argv.insert(argv.end(), {"--set", s});
+  for (const auto& s : p.faults) argv.insert(argv.end(), {"--fault", s});
+  if (!f.common.logLevel.empty()) argv.insert(argv.end(), {"--log-level", f.common.logLevel});
+  const std::string name = fmt::format("run-{:03d}", p.index);
+  const auto start = std::chrono::steady_clock::now();
+  std::optional<int> status;
+  {
+    actors::ChildProcess child(argv, f.dir + "/" + name + ".log");
+    if (child.wait(std::chrono::seconds(f.runTimeout))) {
+      status = 0;
+    } else {
+      status = child.poll();
+      if (!status) {
+        r.problems.push_back(fmt::format("hung: no end within {} s (--run-timeout)", f.runTimeout));
+        child.stop(std::chrono::seconds(15));  // SIGTERM: it stops its processes; then SIGKILL
+      }
+    }
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (status && *status < 0) r.problems.push_back(fmt::format("troupe train died of signal {}", -*status));
+  const std::string path = f.dir + "/runs/" + name + "/faults.json";
+  std::ifstream in(path);
+  if (!in) {
+    if (r.problems.empty()) r.problems.push_back("no fault report (" + path + "); see " + f.dir + "/" + name + ".log");
+  } else {
+    try {
+      r.report = Json::parse(in);
+    } catch (const Json::exception& e) {
+      r.problems.push_back(fmt::format("{}: {}", path, e.what()));
+    }
+  }
+  if (r.report.is_object()) {
+    const Json& j = r.report;
+    if (!j.value("finished", false)) {
+      r.problems.push_back("did not finish: " + j.value("error", std::string("?")));
+    } else {
+      const Json& ledger = j.at("ledger");
+      if (!ledger.value("exact", false)) {
+        r.problems.push_back(fmt::format("ledger not exact: samples applied {} of {} expected",
+                                         ledger.at("samples_applied").dump(), ledger.value("expected_samples", 0)));
+      }
+    }
+    for (const auto& c : j.value("crashes", Json::array())) r.problems.push_back("crashed: " + c.get<std::string>());
+  } else if (status && *status > 0 && r.problems.empty()) {
+    r.problems.push_back(fmt::format("troupe train exited with status {}", *status));
+  }
+  r.ok = r.problems.empty();
+  return r;
+}
+
+std::string describeFaults(const std::vector<std::string>& faults) {
+  std::string out;
+  for (const auto& spec : faults) {
+    std::map<std::string, std::string> kv;
+    for (const auto& item : splitList(spec)) {
+      const auto eq = item.find('=');
+      if (eq != std::string::npos) kv[item.substr(0, eq)] = item.substr(eq + 1);
+    }
+    std::string when = kv.count("at_step") ? "@step " + kv["at_step"]
+                                           : "@" + kv["at_s"] + " s" + (kv.count("after_checkpoint") ? " after ckpt " + kv["after_checkpoint"] : "");
+    if (kv.count("duration_s")) when += " for " + kv["duration_s"] + " s";
+    if (kv.count("factor")) when += " x" + kv["factor"] + " for " + kv["steps"] + " steps";
+    out += fmt::format("{}{} {} {}", out.empty() ? "" : "; ", kv["kind"], kv["target"], when);
+  }
+  return out;
+}
+
+int runChaos(const ChaosFlags& flagsIn) {
+  ChaosFlags f = flagsIn;
+  if (f.common.configPath.empty()) TROUPE_SETUP_ERROR("chaos: --config FILE is needed (the job each run trains)");
+  if (f.runs < 1 || f.runs > 100000) TROUPE_SETUP_ERROR("chaos: --runs must be 1 to 100000, got {}", f.runs);
+  if (f.maxFaults < 1 || f.maxFaults > 20) {
+    TROUPE_SETUP_ERROR("chaos: --faults-per-run must be 1 to 20, got {}", f.maxFaults);
+  }
+  if (f.runTimeout < 10) TROUPE_SETUP_ERROR("chaos: --run-timeout must be at least 10 s, got {}", f.runTimeout);
+  if (f.servers < 1) TROUPE_SETUP_ERROR("chaos: --servers must be at least 1, got {}", f.servers);
+  const auto mix = splitList(f.mix);
+  const auto modes = splitList(f.modes);
+  if (mix.empty()) TROUPE_SETUP_ERROR("chaos: --mix names no fault kind");
+  if (modes.empty()) TROUPE_SETUP_ERROR("chaos: --modes names no mode");
+  for (const auto& k : mix) {
+    static const std::set<std::string> later = {"drop", "dup", "duplicate", "delay", "reorder", "partition", "corrupt"};
+    if (later.count(k)) {
+      TROUPE_SETUP_ERROR("chaos: --mix {}: a message fault, which troupe does not inject yet (kill, stop, slow)", k);
+    }
+    if (k != "kill" && k != "stop" && k != "slow") {
+      TROUPE_SETUP_ERROR("chaos: --mix {}: not a fault kind (kill, stop, slow)", k);
+    }
+  }
+  for (const auto& m : modes) {
+    static const std::set<std::string> known = {"bsp", "ssp", "asp", "allreduce", "hybrid"};
+    if (!known.count(m)) TROUPE_SETUP_ERROR("chaos: --modes {}: not a mode (bsp, ssp, asp, allreduce, hybrid)", m);
+  }
+  // The job, as each run starts from it (its errors surface here, once).
+  const Config config = loadConfig(f.common);
+  int64_t workers = f.workers > 0 ? f.workers : std::max<int64_t>(2, config.getInt("cluster.workers"));
+  if (workers < 2) TROUPE_SETUP_ERROR("chaos: --workers must be at least 2, got {}", workers);
+  if (!config.getStringList("faults.plan").empty()) {
+    TROUPE_SETUP_ERROR("chaos: the config has a fault plan of its own; chaos draws one for every run");
+  }
+  if (f.dir.empty()) {
+    std::time_t now = std::time(nullptr);
+    char stamp[32];
+    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
+    f.dir = (fs::path(config.getString("run.dir")) / fmt::format("chaos-{}", stamp)).string();
+  }
+  std::error_code ec;
+  fs::create_directories(f.dir + "/runs", ec);
+  if (ec) TROUPE_SETUP_ERROR("chaos: cannot create '{}': {}", f.dir, ec.message());
+  f.dir = fs::absolute(f.dir).string();
+  std::printf("chaos: %lld runs, seed %lld, mix %s, modes %s, %lld workers; each run's log and run directory are in "
+              "%s\n",
+              static_cast<long long>(f.runs), static_cast<long long>(f.seed), f.mix.c_str(), f.modes.c_str(),
+              static_cast<long long>(workers), f.dir.c_str());
+  std::fflush(stdout);
+
+  Json runs = Json::array();
+  int64_t ok = 0, unfinished = 0, inexact = 0, hung = 0, crashed = 0;
+  std::map<std::string, workers::FaultReport::Row> kinds;
+  for (const char* k : {"kill", "stop", "slow"}) kinds[k].kind = k;
+  const auto campaignStart = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < f.runs; ++i) {
+    const RunPlan p = drawRun(f, mix, modes, workers, i);
+    const RunResult r = runOne(f, p);
+    int64_t injected = 0, detected = 0, recovered = 0;
+    if (r.report.is_object()) {
+      for (const auto& row : r.report.value("kinds", Json::array())) {
+        auto& k = kinds[row.value("kind", std::string("?"))];
+        k.injected += row.value("injected", int64_t{0});
+        k.skipped += row.value("skipped", int64_t{0});
+        k.unfired += row.value("unfired", int64_t{0});
+        k.detected += row.value("detected", int64_t{0});
+        k.recovered += row.value("recovered", int64_t{0});
+        injected += row.value("injected", int64_t{0});
+        detected += row.value("detected", int64_t{0});
+        recovered += row.value("recovered", int64_t{0});
+      }
+      for (const auto& in : r.report.value("injections", Json::array())) {
+        auto& k = kinds[in.value("kind", std::string("?"))];
+        if (in.value("detected", false) && in.at("detect_s").is_number()) {
+          k.detectSeconds.push_back(in.at("detect_s").get<double>());
+        }
+        if (in.value("recovered", false) && in.at("recover_s").is_number()) {
+          k.recoverSeconds.push_back(in.at("recover_s").get<double>());
+        }
+      }
+    }
+    bool isHung = false, isCrashed = false, isUnfinished = false, isInexact = false;
+    for (const auto& why : r.problems) {
+      isHung = isHung || why.rfind("hung", 0) == 0;
+      isCrashed = isCrashed || why.rfind("crashed", 0) == 0 || why.find("died of signal") != std::string::npos;
+      isUnfinished = isUnfinished || why.rfind("did not finish", 0) == 0 || why.rfind("no fault report", 0) == 0;
+      isInexact = isInexact || why.rfind("ledger", 0) == 0;
+    }
+    ok += r.ok;
+    hung += isHung;
+    crashed += isCrashed;
+    unfinished += isUnfinished;
+    inexact += isInexact;
+    const Json metric = r.report.is_object() ? r.report.value("test_auc", r.report.value("test_accuracy", Json()))
+                                             : Json();
+    std::printf("run-%03lld (%lld/%lld)  %-9s %-6s faults: %s  injected %lld detected %lld recovered %lld  %s%s  %.1f s\n",
+                static_cast<long long>(i), static_cast<long long>(i + 1), static_cast<long long>(f.runs), p.mode.c_str(),
+                r.ok ? "ok" : "FAILED", describeFaults(p.faults).c_str(), static_cast<long long>(injected),
+                static_cast<long long>(detected), static_cast<long long>(recovered),
+                r.ok ? "ledger exact" : "",
+                metric.is_number() ? fmt::format("  test {:.5f}", metric.get<double>()).c_str() : "", r.seconds);
+    for (const auto& why : r.problems) std::printf("          %s\n", why.c_str());
+    std::fflush(stdout);
+    runs.push_back(Json{{"run", i},
+                        {"mode", p.mode},
+                        {"faults", p.faults},
+                        {"ok", r.ok},
+                        {"problems", r.problems},
+                        {"seconds", r.seconds},
+                        {"run_dir", f.dir + "/runs/" + fmt::format("run-{:03d}", i)},
+                        {"report", r.report}});
+  }
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - campaignStart).count();
+  const int64_t failed = f.runs - ok;
+  std::printf("\n%lld runs in %.0f s: %lld ok, %lld failed (%lld did not finish, %lld lost or applied a sample twice, "
+              "%lld hung, %lld crashed)\n",
+              static_cast<long long>(f.runs), wall, static_cast<long long>(ok), static_cast<long long>(failed),
+              static_cast<long long>(unfinished), static_cast<long long>(inexact), static_cast<long long>(hung),
+              static_cast<long long>(crashed));
+  auto cell = [](const std::vector<double>& xs, double q) {
+    return xs.empty() ? std::string("-") : fmt::format("{:.3f}", workers::percentile(xs, q));
+  };
+  std::printf("  %-6s %8s %8s %8s %9s %9s %10s %10s %10s %11s %11s %11s\n", "kind", "injected", "skipped", "unfired",
+              "detected", "recovered", "detect p50", "detect p99", "detect max", "recover p50", "recover p99",
+              "recover max");
+  Json totals = Json::object();
+  for (const char* name : {"kill", "stop", "slow"}) {
+    const auto& k = kinds[name];
+    if (k.injected == 0 && k.skipped == 0 && k.unfired == 0) continue;
+    std::printf("  %-6s %8lld %8lld %8lld %9lld %9lld %10s %10s %10s %11s %11s %11s\n", name,
+                static_cast<long long>(k.injected), static_cast<long long>(k.skipped),
+                static_cast<long long>(k.unfired), static_cast<long long>(k.detected),
+                static_cast<long long>(k.recovered), cell(k.detectSeconds, 50).c_str(),
+                cell(k.detectSeconds, 99).c_str(), cell(k.detectSeconds, 100).c_str(),
+                cell(k.recoverSeconds, 50).c_str(), cell(k.recoverSeconds, 99).c_str(),
+                cell(k.recoverSeconds, 100).c_str());
+    totals[name] = Json{{"injected", k.injected},       {"skipped", k.skipped},     {"unfired", k.unfired},
+                        {"detected", k.detected},       {"recovered", k.recovered}, {"detect_s", k.detectSeconds},
+                        {"recover_s", k.recoverSeconds}};
+  }
+  Json out{{"seed", f.seed},
+           {"runs", f.runs},
+           {"mix", mix},
+           {"modes", modes},
+           {"workers", workers},
+           {"ok", ok},
+           {"failed", failed},
+           {"did_not_finish", unfinished},
+           {"ledger_not_exact", inexact},
+           {"hung", hung},
+           {"crashed", crashed},
+           {"wall_seconds", wall},
+           {"kinds", totals},
+           {"each", runs}};
+  std::ofstream(f.dir + "/chaos.json") << out.dump(2) << "\n";
+  std::printf("  chaos.json: %s/chaos.json\n", f.dir.c_str());
+  return failed == 0 ? kExitOk : kExitFailure;
+}
+
+}  // namespace
+
+void addChaosCommand(CLI::App* app, int* result) {
+  auto flags = std::make_shared<ChaosFlags>();
+  auto* cmd = app->add_subcommand(
+      "chaos", "Run a campaign of short jobs, each with a random fault plan, and check that none lost or repeated an "
+               "update, hung or crashed");
+  addCommonFlags(cmd, &flags->common);
+  cmd->add_option("--runs", flags->runs, "jobs to run (default 10)");
+  cmd->add_option("--seed", flags->seed, "every run's mode and faults are drawn from this (default 1)");
+  cmd->add_option("--mix", flags->mix, "fault kinds to draw from (default kill,stop,slow)");
+  cmd->add_option("--modes", flags->modes, "modes to draw from (default bsp,ssp,asp,allreduce,hybrid)");
+  cmd->add_option("--workers", flags->workers, "worker processes per job (default: cluster.workers, at least 2)");
+  cmd->add_option("--servers", flags->servers, "parameter servers per job in ps and hybrid modes (default 2)");
+  cmd->add_option("--faults-per-run", flags->maxFaults, "at most this many faults per run (default 3)");
+  cmd->add_option("--run-timeout", flags->runTimeout, "a run that has not ended after this many seconds is hung "
+                                                      "(default 300)");
+  cmd->add_option("--dir", flags->dir, "where the runs go (default: <run.dir>/chaos-<time>)");
+  cmd->callback([=] { *result = runGuarded([&] { return runChaos(*flags); }); });
+}
+
+}  // namespace troupe::apps

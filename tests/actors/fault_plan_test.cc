@@ -1,0 +1,214 @@
+// Fault plans (actors/fault_plan.h): written as [[faults]] tables or
+// --fault specs, read field by field, and refused with a message naming
+// the fault and the field when anything is wrong.
+#include "actors/fault_plan.h"
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "common/check.h"
+#include "common/config.h"
+
+namespace troupe::actors {
+namespace {
+
+Config configWith(const std::vector<std::string>& specs, int64_t seed = 1) {
+  Config c(troupeConfigSchema());
+  c.setValue("faults.seed", seed);
+  for (const auto& s : specs) c.append("faults.plan", s);
+  return c;
+}
+
+// The message of the SetupError a plan is refused with ("" if none).
+std::string refusal(const std::vector<std::string>& specs, int64_t workers = 2, int64_t servers = 2) {
+  try {
+    parseFaultPlan(configWith(specs), workers, servers);
+  } catch (const SetupError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(FaultPlan, ReadsEveryFieldOfEveryKind) {
+  const FaultPlan p = parseFaultPlan(
+      configWith({"kind=kill,target=worker:1,at_step=40", "kind=stop, target=ps:0, at_s=2.5, duration_s=8",
+                  "kind=kill,target=ps,every_s=20,count=3", "kind=slow,target=worker:0,factor=3,at_step=10,steps=50",
+                  "kind=slow,target=worker:1,delay_ms=25"},
+                 42),
+      2, 2);
+  EXPECT_EQ(p.seed, 42u);
+  ASSERT_EQ(p.faults.size(), 5u);
+  const Fault& kill = p.faults[0];
+  EXPECT_EQ(kill.id, 1);
+  EXPECT_EQ(kill.kind, FaultKind::kKill);
+  EXPECT_EQ(kill.role, "worker");
+  EXPECT_EQ(kill.rank, 1);
+  EXPECT_EQ(kill.atStep, 40);
+  EXPECT_TRUE(kill.stepTriggered());
+  const Fault& stop = p.faults[1];
+  EXPECT_EQ(stop.kind, FaultKind::kStop);
+  EXPECT_EQ(stop.role, "ps");
+  EXPECT_EQ(stop.rank, 0);
+  EXPECT_DOUBLE_EQ(stop.atSeconds, 2.5);
+  EXPECT_DOUBLE_EQ(stop.durationSeconds, 8);
+  EXPECT_FALSE(stop.stepTriggered());
+  const Fault& every = p.faults[2];
+  EXPECT_EQ(every.rank, -1) << "no rank: drawn at each firing";
+  EXPECT_DOUBLE_EQ(every.everySeconds, 20);
+  EXPECT_EQ(every.count, 3);
+  const Fault& slow = p.faults[3];
+  EXPECT_EQ(slow.kind, FaultKind::kSlow);
+  EXPECT_DOUBLE_EQ(slow.factor, 3);
+  EXPECT_EQ(slow.atStep, 10);
+  EXPECT_EQ(slow.steps, 50);
+  EXPECT_EQ(p.faults[4].delayMs, 25);
+  EXPECT_EQ(p.faults[4].atStep, 0) << "a slow fault starts at the first step unless told";
+  // Worker 1's step faults: the kill and the second slow one.
+  const auto mine = p.stepFaultsOf(1);
+  ASSERT_EQ(mine.size(), 2u);
+  EXPECT_EQ(mine[0].id, 1);
+  EXPECT_EQ(mine[1].id, 5);
+  EXPECT_EQ(p.stepFaultsOf(0).size(), 1u);
+}
+
+TEST(FaultPlan, RefusesEachBadFieldNamingTheFaultAndTheField) {
+  struct Case {
+    std::string spec, expected;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"kind=kill,target=worker:1,at_stpe=3", "unknown field 'at_stpe'"},
+           {"target=worker:1,at_step=3", "kind is missing"},
+           {"kind=explode,target=worker:1,at_step=3", "kind: 'explode' is not a fault kind"},
+           {"kind=drop,target=worker:1,at_step=3", "kind: 'drop' is a message fault"},
+           {"kind=kill,at_step=3", "target is missing"},
+           {"kind=kill,target=gardener:1,at_step=3", "target: 'gardener:1' is not worker[:RANK] or ps[:RANK]"},
+           {"kind=kill,target=worker:5,at_step=3", "target: worker 5 is not in the job (2 worker ranks: 0 to 1)"},
+           {"kind=kill,target=worker:x,at_step=3", "target: 'x' is not an integer"},
+           {"kind=kill,target=worker:-1,at_step=3", "target: -1 is less than 0"},
+           {"kind=kill,target=worker:1", "exactly one of at_step, at_s and every_s"},
+           {"kind=kill,target=worker:1,at_step=3,at_s=2", "exactly one of at_step, at_s and every_s"},
+           {"kind=kill,target=worker:1,at_step=0", "at_step: 0 is less than 1"},
+           {"kind=kill,target=worker:1,at_s=-2", "at_s: -2 must be at least 0"},
+           {"kind=kill,target=worker:1,at_s=soon", "at_s: 'soon' is not a number"},
+           {"kind=kill,target=worker:1,every_s=0", "every_s: 0 must be at least 0.1"},
+           {"kind=kill,target=worker:1,every_s=1e-300", "every_s: 1e-300 must be at least 0.1"},
+           {"kind=kill,target=worker:1,at_s=1e13", "at_s: 10000000000000 must be at most 604800"},
+           {"kind=kill,target=worker:1,at_s=nan", "at_s: 'nan' is not a number"},
+           {"kind=kill,target=worker:1,at_s=inf", "at_s: 'inf' is not a number"},
+           {"kind=kill,target=worker:1,at_step=99999999999999999999", "at_step: '99999999999999999999' is not an integer we can hold"},
+           {"kind=kill,target=worker:1,at_step=2000000000000", "at_step: 2000000000000 is more than 1000000000000"},
+           {"kind=kill,target=worker:1,every_s=5,count=9999999", "count: 9999999 is more than 1000000"},
+           {"kind=stop,target=worker:1,at_s=1,duration_s=1e9", "duration_s: 1000000000 must be at most 86400"},
+           {"kind=stop,target=worker:1,at_s=1,duration_s=0.0001", "duration_s: 0.0001 must be at least 0.001"},
+           {"kind=slow,target=worker:1,delay_ms=9223372036854775807", "delay_ms: 9223372036854775807 is more than 3600000"},
+           {"kind=slow,target=worker:1,factor=1e300", "factor: 1e+300 must be at most 1000"},
+           {"kind=slow,target=worker:1,factor=2,steps=-1", "steps: -1 is less than 0"},
+           {"kind=kill,target=worker:1,at_step=3,", ""},  // a trailing comma is fine: see below
+           {"kind=,target=worker:1,at_step=3", "kind: '' is not a fault kind"},
+           {"kind=kill,target=ps:1,at_step=3,after_checkpoint=1", "after_checkpoint: it goes with at_s or every_s"},
+           {"kind=kill,target=ps:1,at_s=3,after_checkpoint=0", "after_checkpoint: 0 is less than 1"},
+           {"kind=kill,target=worker:1,at_s=1,count=2", "count: count goes with every_s"},
+           {"kind=kill,target=ps:1,at_step=3", "at_step: only a worker has steps of its own"},
+           {"kind=kill,target=worker:1,at_s=1,duration_s=2", "duration_s: a kill fault has no duration"},
+           {"kind=stop,target=worker:1,at_s=1", "a stop fault needs duration_s"},
+           {"kind=stop,target=worker:1,at_s=1,duration_s=0", "duration_s: 0 must be at least 0.001"},
+           {"kind=kill,target=worker:1,at_s=1,factor=2", "factor: a kill fault takes no such field"},
+           {"kind=slow,target=worker:1", "a slow fault takes one of factor and delay_ms"},
+           {"kind=slow,target=worker:1,factor=2,delay_ms=3", "a slow fault takes one of factor and delay_ms"},
+           {"kind=slow,target=worker:1,factor=1", "factor: 1 must be more than 1"},
+           {"kind=slow,target=ps:1,factor=2", "target: only a worker is slowed"},
+           {"kind=slow,target=worker:1,factor=2,at_s=3", "at_s: a slow fault starts at a step"},
+           {"kind=kill,kind=stop,target=worker:1,at_s=1", "kind is given twice"},
+           {"kind=kill,target=worker:1,at_s", "'at_s' is not field=value"},
+       }) {
+    SCOPED_TRACE(c.spec);
+    const std::string why = refusal({"kind=kill,target=worker:0,at_step=1", c.spec});
+    if (c.expected.empty()) {
+      EXPECT_EQ(why, "");
+      continue;
+    }
+    EXPECT_NE(why.find("fault 2 (" + c.spec + ")"), std::string::npos) << why;
+    EXPECT_NE(why.find(c.expected), std::string::npos) << why;
+  }
+  EXPECT_NE(refusal({"kind=kill,target=ps:0,at_s=1"}, 2, 0).find("the job has no parameter-server process"),
+            std::string::npos);
+}
+
+TEST(FaultPlan, AStepFaultWithoutARankGetsOneFromTheSeedTheSameEverywhere) {
+  std::set<int64_t> ranks;
+  for (int64_t seed = 1; seed <= 20; ++seed) {
+    const auto a = parseFaultPlan(configWith({"kind=kill,target=worker,at_step=5"}, seed), 4, 0);
+    const auto b = parseFaultPlan(configWith({"kind=kill,target=worker:*,at_step=5"}, seed), 4, 0);
+    ASSERT_EQ(a.faults.size(), 1u);
+    EXPECT_EQ(a.faults[0].rank, b.faults[0].rank);
+    EXPECT_GE(a.faults[0].rank, 0);
+    EXPECT_LT(a.faults[0].rank, 4);
+    ranks.insert(a.faults[0].rank);
+  }
+  EXPECT_GT(ranks.size(), 2u) << "twenty seeds draw more than two of four ranks";
+}
+
+TEST(FaultPlan, TomlTablesAreThePlanAndTheResolvedConfigKeepsIt) {
+  Config c(troupeConfigSchema());
+  c.loadString(R"([[faults]]
+kind = "kill"
+target = "worker:1"
+at_step = 40
+
+[[faults]]
+kind = "stop"
+target = "ps:0"
+at_s = 2.5
+duration_s = 8
+)",
+               "plan.toml");
+  EXPECT_EQ(c.getStringList("faults.plan"),
+            (std::vector<std::string>{"at_step=40,kind=kill,target=worker:1", "at_s=2.5,duration_s=8,kind=stop,target=ps:0"}));
+  // With a seed: [faults] and [[faults.plan]].
+  Config d(troupeConfigSchema());
+  d.loadString("[faults]\nseed = 9\n[[faults.plan]]\nkind = \"kill\"\ntarget = \"worker:0\"\nat_s = 1\n", "seeded.toml");
+  EXPECT_EQ(d.getInt("faults.seed"), 9);
+  EXPECT_EQ(d.getStringList("faults.plan"), (std::vector<std::string>{"at_s=1,kind=kill,target=worker:0"}));
+  // What a run directory keeps (and every process of the job reads) is the same plan.
+  d.append("faults.plan", "kind=slow,target=worker:1,factor=2.5");
+  Config e(troupeConfigSchema());
+  e.loadString(d.toToml(), "config.toml");
+  EXPECT_EQ(e.getStringList("faults.plan"), d.getStringList("faults.plan"));
+  EXPECT_EQ(e.getInt("faults.seed"), 9);
+  const auto plan = parseFaultPlan(e, 2, 1);
+  ASSERT_EQ(plan.faults.size(), 2u);
+  EXPECT_DOUBLE_EQ(plan.faults[1].factor, 2.5);
+}
+
+TEST(FaultPlan, ATomlPlanWithABadItemIsRefusedNamingTheLine) {
+  auto refusalOf = [](const std::string& toml) -> std::string {
+    Config c(troupeConfigSchema());
+    try {
+      c.loadString(toml, "plan.toml");
+    } catch (const SetupError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(refusalOf("[[faults]]\nkind = \"kill\"\nwhen = [1, 2]\n").find("plan.toml:1: faults.plan item 1: 'when' must be "
+                                                                           "a string or a number, got an array"),
+            std::string::npos)
+      << refusalOf("[[faults]]\nkind = \"kill\"\nwhen = [1, 2]\n");
+  EXPECT_NE(refusalOf("[[faults]]\nkind = \"kill\"\ntarget = \"a,b\"\n").find("'target' must not hold ',' or '='"),
+            std::string::npos);
+  EXPECT_NE(refusalOf("[faults]\nplan = [1]\n").find("'faults.plan' must be a list of strings or of tables"),
+            std::string::npos);
+  Config c(troupeConfigSchema());
+  try {
+    c.set("faults.plan=kind=kill");
+    ADD_FAILURE() << "--set took a list of strings";
+  } catch (const SetupError& e) {
+    EXPECT_NE(std::string(e.what()).find("give each fault with --fault SPEC"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace troupe::actors

@@ -1,0 +1,230 @@
+#include "workers/fault_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "common/json_text.h"
+
+namespace troupe::workers {
+
+double percentile(std::vector<double> xs, double p) {
+  if (xs.empty()) return std::numeric_limits<double>::quiet_NaN();
+  std::sort(xs.begin(), xs.end());
+  const double k = double(xs.size() - 1) * p / 100.0;
+  const size_t lo = size_t(k);
+  const size_t hi = std::min(lo + 1, xs.size() - 1);
+  return xs[lo] + (xs[hi] - xs[lo]) * (k - double(lo));
+}
+
+namespace {
+
+double stopSeconds(const actors::FaultPlan& plan, int64_t fault) {
+  for (const auto& f : plan.faults) {
+    if (f.id == fault) return f.durationSeconds;
+  }
+  return 0;
+}
+
+}  // namespace
+
+FaultReport faultReport(const JobOutcome& o, bool binary, const JobOutcome* baseline) {
+  FaultReport r;
+  r.metric = binary ? "test_auc" : "test_accuracy";
+  r.value = binary ? o.auc : o.accuracy;
+  r.evaluated = o.ok && o.evaluated;
+  if (baseline != nullptr) {
+    r.hasBaseline = true;
+    r.baselineOk = baseline->ok && baseline->evaluated;
+    r.baseline = binary ? baseline->auc : baseline->accuracy;
+  }
+  r.seed = o.faultPlan.seed;
+  for (const auto& f : o.faultPlan.faults) r.plan.push_back(f.spec);
+  r.ok = o.ok;
+  r.error = o.error;
+  for (auto kind : {actors::FaultKind::kKill, actors::FaultKind::kStop, actors::FaultKind::kSlow}) {
+    FaultReport::Row row;
+    row.kind = actors::faultKindName(kind);
+    r.rows.push_back(row);
+  }
+  // Each loss is laid to the latest fault that hit its process before it,
+  // if that fault could have caused it: a kill found within
+  // detectWithinSeconds, a stop while the process was stopped, a slow
+  // worker any time after. A member stopped for a rollback was lost
+  // because of another's fault, not its own.
+  std::vector<int64_t> lossOf(o.injections.size(), -1);
+  for (size_t i = 0; i < o.events.size(); ++i) {
+    const auto& e = o.events[i];
+    if (e.cause == "rolled back") continue;
+    int64_t latest = -1;
+    for (size_t j = 0; j < o.injections.size(); ++j) {
+      const auto& in = o.injections[j];
+      if (in.skipped || in.role != e.role || in.rank != e.rank || in.incarnation != e.incarnation ||
+          in.atSeconds > e.lostAtSeconds + 1e-3) {
+        continue;
+      }
+      if (latest < 0 || in.atSeconds >= o.injections[size_t(latest)].atSeconds) latest = int64_t(j);
+    }
+    if (latest < 0 || lossOf[size_t(latest)] >= 0) continue;
+    const auto& in = o.injections[size_t(latest)];
+    // A kill: any loss soon enough (the process is dead, however it was
+    // noticed). A stop: the process fell silent (timed out) or was found
+    // hung while stopped. A slow worker: found hung.
+    bool could = false;
+    const double after = e.lostAtSeconds - in.atSeconds;
+    switch (in.kind) {
+      case actors::FaultKind::kKill: could = after <= o.faultPlan.detectWithinSeconds; break;
+      case actors::FaultKind::kStop:
+        could = (e.cause == "timed out" || e.cause == "hung") && after <= stopSeconds(o.faultPlan, in.fault) + 1.0;
+        break;
+      case actors::FaultKind::kSlow: could = e.cause == "hung"; break;
+    }
+    if (could) lossOf[size_t(latest)] = int64_t(i);
+  }
+  for (size_t j = 0; j < o.injections.size(); ++j) {
+    const auto& in = o.injections[j];
+    FaultReport::Hit h;
+    h.injection = in;
+    h.target = fmt::format("{} {}", in.role, in.rank);
+    FaultReport::Row& row = r.rows[size_t(in.kind)];
+    if (in.skipped) {
+      ++row.skipped;
+      r.hits.push_back(std::move(h));
+      continue;
+    }
+    ++row.injected;
+    if (lossOf[j] >= 0) {
+      const auto& e = o.events[size_t(lossOf[j])];
+      h.detected = true;
+      h.detectSeconds = std::max(0.0, e.lostAtSeconds - in.atSeconds);
+      h.detectedBy = e.detectedBy;
+      h.action = e.action;
+      ++row.detected;
+      row.detectSeconds.push_back(h.detectSeconds);
+      if (e.recoveredAtSeconds >= 0) {
+        h.recovered = true;
+        h.recoverSeconds = e.recoveredAtSeconds - e.lostAtSeconds;
+        ++row.recovered;
+        row.recoverSeconds.push_back(h.recoverSeconds);
+      }
+    }
+    r.hits.push_back(std::move(h));
+  }
+  for (const auto& f : o.faultPlan.faults) {
+    if (f.everySeconds > 0) continue;
+    const bool fired = std::any_of(o.injections.begin(), o.injections.end(),
+                                   [&](const actors::Injection& in) { return in.fault == f.id; });
+    if (!fired) ++r.rows[size_t(f.kind)].unfired;
+  }
+  for (const auto& w : o.workers) r.stepsRedone += w.stepsRedone;
+  for (const auto& rb : o.rollbacks) r.stepsRedone += rb.stepsRedone;
+  r.rollbacks = int64_t(o.rollbacks.size());
+  r.crashes = o.crashes;
+  r.regroups = o.regroups;
+  r.expectedSamples = o.expectedSamples;
+  if (o.shards.empty()) {
+    r.samplesApplied.push_back(o.samplesApplied);
+    r.ledgerExact = o.expectedSamples > 0 && !o.samplesDiffer && o.samplesApplied == o.expectedSamples;
+  } else {
+    r.ledgerExact = o.expectedSamples > 0;
+    for (const auto& sh : o.shards) {
+      r.samplesApplied.push_back(sh.samplesApplied);
+      r.pushesApplied.push_back(sh.pushesApplied);
+      r.duplicatesSuppressed += sh.duplicatePushes;
+      r.ledgerExact = r.ledgerExact && sh.samplesApplied == o.expectedSamples;
+    }
+  }
+  return r;
+}
+
+std::string faultReportJson(const FaultReport& r) {
+  auto seconds = [](double s) { return s >= 0 ? jsonNumber(s) : std::string("null"); };
+  std::string out = "{\n";
+  out += fmt::format("  \"finished\": {},\n", r.ok ? "true" : "false");
+  if (!r.ok) out += fmt::format("  \"error\": {},\n", jsonString(r.error));
+  out += fmt::format("  \"seed\": {},\n", r.seed);
+  out += fmt::format("  \"{}\": {},\n", r.metric, r.evaluated ? jsonNumber(r.value) : "null");
+  if (r.hasBaseline) {
+    out += fmt::format("  \"baseline_{}\": {},\n", r.metric, r.baselineOk ? jsonNumber(r.baseline) : "null");
+  }
+  std::string plan;
+  for (const auto& p : r.plan) plan += (plan.empty() ? "" : ", ") + jsonString(p);
+  out += fmt::format("  \"plan\": [{}],\n", plan);
+  std::string hits;
+  for (const auto& h : r.hits) {
+    const auto& in = h.injection;
+    hits += fmt::format(
+        "{}    {{\"fault\": {}, \"kind\": \"{}\", \"target\": {}, \"process\": {}, \"pid\": {}, \"at_s\": {}, \"step\": {}, "
+        "\"skipped\": {}, \"detected\": {}, \"detected_by\": {}, \"detect_s\": {}, \"action\": {}, "
+        "\"recovered\": {}, \"recover_s\": {}}}",
+        hits.empty() ? "" : ",\n", in.fault, actors::faultKindName(in.kind), jsonString(h.target), in.incarnation, in.pid,
+        jsonNumber(in.atSeconds), in.step >= 0 ? std::to_string(in.step) : "null", in.skipped ? "true" : "false",
+        h.detected ? "true" : "false", h.detected ? jsonString(h.detectedBy) : "null", seconds(h.detectSeconds),
+        h.detected ? jsonString(h.action) : "null", h.recovered ? "true" : "false", seconds(h.recoverSeconds));
+  }
+  out += fmt::format("  \"injections\": [\n{}\n  ],\n", hits);
+  std::string kinds;
+  for (const auto& row : r.rows) {
+    kinds += fmt::format(
+        "{}    {{\"kind\": \"{}\", \"injected\": {}, \"skipped\": {}, \"unfired\": {}, \"detected\": {}, \"recovered\": {}, "
+        "\"detect_s_p50\": {}, \"detect_s_max\": {}, \"recover_s_p50\": {}, \"recover_s_max\": {}}}",
+        kinds.empty() ? "" : ",\n", row.kind, row.injected, row.skipped, row.unfired, row.detected, row.recovered,
+        jsonNumber(percentile(row.detectSeconds, 50)), jsonNumber(percentile(row.detectSeconds, 100)),
+        jsonNumber(percentile(row.recoverSeconds, 50)), jsonNumber(percentile(row.recoverSeconds, 100)));
+  }
+  out += fmt::format("  \"kinds\": [\n{}\n  ],\n", kinds);
+  out += fmt::format("  \"steps_redone\": {},\n  \"rollbacks\": {},\n  \"regroups\": {},\n", r.stepsRedone,
+                     r.rollbacks, r.regroups);
+  out += fmt::format("  \"duplicates_suppressed\": {},\n", r.duplicatesSuppressed);
+  std::string crashes;
+  for (const auto& c : r.crashes) crashes += (crashes.empty() ? "" : ", ") + jsonString(c);
+  out += fmt::format("  \"crashes\": [{}],\n", crashes);
+  out += fmt::format(
+      "  \"ledger\": {{\"expected_samples\": {}, \"samples_applied\": [{}], \"pushes_applied\": [{}], \"exact\": "
+      "{}}}\n}}\n",
+      r.expectedSamples, fmt::join(r.samplesApplied, ", "), fmt::join(r.pushesApplied, ", "),
+      r.ledgerExact ? "true" : "false");
+  return out;
+}
+
+std::string faultReportTable(const FaultReport& r) {
+  auto cell = [](const std::vector<double>& xs, double p) {
+    return xs.empty() ? std::string("-") : fmt::format("{:.3f}", percentile(xs, p));
+  };
+  std::string out = fmt::format("faults (seed {}):\n", r.seed);
+  out += fmt::format("  {:<6} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10} {:>11} {:>11}\n", "kind", "injected",
+                     "skipped", "unfired", "detected", "recovered", "detect p50", "detect max", "recover p50", "recover max");
+  for (const auto& row : r.rows) {
+    if (row.injected == 0 && row.skipped == 0 && row.unfired == 0) continue;
+    out += fmt::format("  {:<6} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10} {:>11} {:>11}\n", row.kind, row.injected,
+                       row.skipped, row.unfired, row.detected, row.recovered, cell(row.detectSeconds, 50),
+                       cell(row.detectSeconds, 100), cell(row.recoverSeconds, 50), cell(row.recoverSeconds, 100));
+  }
+  out += fmt::format("  steps redone {}, rollbacks {}, groups formed again {}, duplicate pushes suppressed {}\n",
+                     r.stepsRedone, r.rollbacks, r.regroups, r.duplicatesSuppressed);
+  out += fmt::format("  processes crashed (a signal no fault sent): {}\n", r.crashes.size());
+  for (const auto& c : r.crashes) out += fmt::format("    {}\n", c);
+  std::string applied;
+  for (size_t i = 0; i < r.samplesApplied.size(); ++i) {
+    applied += fmt::format("{}{}", i ? ", " : "", r.samplesApplied[i]);
+  }
+  out += fmt::format("  ledger: samples applied {} of {} expected{}: {}\n", applied, r.expectedSamples,
+                     r.pushesApplied.empty() ? " (the workers' group)" : " (per shard)",
+                     r.ledgerExact ? "exact" : (r.expectedSamples > 0 ? "NOT EXACT" : "not counted (train.max_steps)"));
+  const char* name = r.metric == "test_auc" ? "test AUC" : "test accuracy";
+  if (!r.ok) {
+    out += fmt::format("  the job did not finish: {}\n", r.error);
+  } else if (!r.evaluated) {
+    out += fmt::format("  the job did not evaluate its final model\n");
+  } else if (r.hasBaseline && r.baselineOk) {
+    out += fmt::format("  {} {:.5f}; without the faults (--baseline, the same seed) {:.5f}: {:+.5f}\n", name, r.value,
+                       r.baseline, r.value - r.baseline);
+  } else if (r.hasBaseline) {
+    out += fmt::format("  {} {:.5f}; the run without the faults (--baseline) did not finish\n", name, r.value);
+  }
+  return out;
+}
+
+}  // namespace troupe::workers
