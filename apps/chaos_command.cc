@@ -103,6 +103,7 @@ RunPlan drawRun(const ChaosFlags& f, const std::vector<std::string>& mix, const 
             "run.dir=" + f.dir + "/runs",
             "run.name=" + name};
   if (!psMode) p.sets.push_back("collectives.backend=ring");
+  p.sets.push_back("checkpoint.dir=");  // each run's own (<its run directory>/checkpoints)
   // A lost shard rolls the job back to a checkpoint: there must be one.
   if (psFault) p.sets.push_back("checkpoint.every_steps=20");
   return p;
@@ -123,7 +124,12 @@ RunResult runOne(const ChaosFlags& f, const RunPlan& p) {
   for (const auto& s : p.sets) argv.insert(argv.end(), {"--set", s});
   for (const auto& s : p.faults) argv.insert(argv.end(), {"--fault", s});
   if (!f.common.logLevel.empty()) argv.insert(argv.end(), {"--log-level", f.common.logLevel});
+  if (f.common.threads >= 0) argv.insert(argv.end(), {"--threads", std::to_string(f.common.threads)});
   const std::string name = fmt::format("run-{:03d}", p.index);
+  // Nothing of an earlier campaign in the same place counts for this one.
+  std::error_code ec;
+  fs::remove_all(f.dir + "/runs/" + name, ec);
+  fs::remove(f.dir + "/" + name + ".log", ec);
   const auto start = std::chrono::steady_clock::now();
   std::optional<int> status;
   {
@@ -134,12 +140,15 @@ RunResult runOne(const ChaosFlags& f, const RunPlan& p) {
       status = child.poll();
       if (!status) {
         r.problems.push_back(fmt::format("hung: no end within {} s (--run-timeout)", f.runTimeout));
-        child.stop(std::chrono::seconds(15));  // SIGTERM: it stops its processes; then SIGKILL
+        // SIGTERM: it stops its processes (up to 10 s, then 2 s each) and
+        // writes its report; then SIGKILL.
+        child.stop(std::chrono::seconds(30 + 2 * (f.workers + f.servers)));
       }
     }
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (status && *status < 0) r.problems.push_back(fmt::format("troupe train died of signal {}", -*status));
+  if (status && *status > 0) r.problems.push_back(fmt::format("troupe train exited with status {}", *status));
   const std::string path = f.dir + "/runs/" + name + "/faults.json";
   std::ifstream in(path);
   if (!in) {
@@ -159,12 +168,11 @@ RunResult runOne(const ChaosFlags& f, const RunPlan& p) {
       const Json& ledger = j.at("ledger");
       if (!ledger.value("exact", false)) {
         r.problems.push_back(fmt::format("ledger not exact: samples applied {} of {} expected",
-                                         ledger.at("samples_applied").dump(), ledger.value("expected_samples", 0)));
+                                         ledger.at("samples_applied").dump(),
+                                         ledger.value("expected_samples", int64_t{0})));
       }
     }
     for (const auto& c : j.value("crashes", Json::array())) r.problems.push_back("crashed: " + c.get<std::string>());
-  } else if (status && *status > 0 && r.problems.empty()) {
-    r.problems.push_back(fmt::format("troupe train exited with status {}", *status));
   }
   r.ok = r.problems.empty();
   return r;
@@ -217,6 +225,11 @@ int runChaos(const ChaosFlags& flagsIn) {
   const Config config = loadConfig(f.common);
   int64_t workers = f.workers > 0 ? f.workers : std::max<int64_t>(2, config.getInt("cluster.workers"));
   if (workers < 2) TROUPE_SETUP_ERROR("chaos: --workers must be at least 2, got {}", workers);
+  f.workers = workers;
+  if (config.getInt("train.max_steps") > 0) {
+    TROUPE_SETUP_ERROR("chaos: train.max_steps cuts training short, and then no ledger can say that every sample was "
+                       "applied once; leave it 0");
+  }
   if (!config.getStringList("faults.plan").empty()) {
     TROUPE_SETUP_ERROR("chaos: the config has a fault plan of its own; chaos draws one for every run");
   }

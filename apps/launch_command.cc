@@ -29,6 +29,11 @@ struct LaunchFlags {
 
 int runLaunch(const LaunchFlags& flags) {
   if (flags.role == "coordinator") return runCoordinatorCommand(flags.common, flags.coordinator, flags.summaryJson);
+  if (!flags.common.faults.empty()) {
+    TROUPE_SETUP_ERROR("launch --role {}: --fault goes to the coordinator (troupe launch --role coordinator), whose "
+                       "plan every process follows",
+                       flags.role);
+  }
   Config config = loadConfig(flags.common);
   actors::MemberOptions m;
   m.role = flags.role;

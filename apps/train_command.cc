@@ -344,8 +344,11 @@ int runTrain(const TrainFlags& flags) {
     outcome = runLocalJob(config, flags, runDir, progress, resumed);
     report = reportOf(outcome);
     if (!outcome.faultPlan.empty()) {
-      // The fault report, whether the job finished or not.
+      // The fault report, whether the job finished or not (written before a
+      // baseline runs, and again with its figure once it has).
       progress.finish();
+      const bool binary = worker.core.kind == workers::ModelKind::kDlrm;
+      std::ofstream(runDir + "/faults.json") << workers::faultReportJson(workers::faultReport(outcome, binary));
       std::optional<workers::JobOutcome> baseline;
       if (flags.baseline && !interrupted) {
         // The same job, seed and data without the faults, in baseline/ of the run directory.
@@ -363,9 +366,8 @@ int runTrain(const TrainFlags& flags) {
         baseline = runLocalJob(free, flags, dir, progress, resumed);
         progress.finish();
       }
-      const workers::FaultReport faults = workers::faultReport(
-          outcome, worker.core.kind == workers::ModelKind::kDlrm, baseline ? &*baseline : nullptr);
-      std::ofstream(runDir + "/faults.json") << workers::faultReportJson(faults);
+      const workers::FaultReport faults = workers::faultReport(outcome, binary, baseline ? &*baseline : nullptr);
+      if (baseline) std::ofstream(runDir + "/faults.json") << workers::faultReportJson(faults);
       std::printf("%s", workers::faultReportTable(faults).c_str());
       std::fflush(stdout);
     }

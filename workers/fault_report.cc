@@ -204,7 +204,7 @@ std::string faultReportTable(const FaultReport& r) {
   }
   out += fmt::format("  steps redone {}, rollbacks {}, groups formed again {}, duplicate pushes suppressed {}\n",
                      r.stepsRedone, r.rollbacks, r.regroups, r.duplicatesSuppressed);
-  out += fmt::format("  processes crashed (a signal no fault sent): {}\n", r.crashes.size());
+  out += fmt::format("  processes that died of a crash signal (SIGSEGV, SIGABRT, ...): {}\n", r.crashes.size());
   for (const auto& c : r.crashes) out += fmt::format("    {}\n", c);
   std::string applied;
   for (size_t i = 0; i < r.samplesApplied.size(); ++i) {

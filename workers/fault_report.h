@@ -54,7 +54,7 @@ struct FaultReport {
   std::vector<int64_t> samplesApplied;  // per shard; one entry in allreduce mode
   std::vector<int64_t> pushesApplied;   // per shard
   bool ledgerExact = false;
-  std::vector<std::string> crashes;  // processes that died of a signal no fault sent
+  std::vector<std::string> crashes;  // processes that died of a crash signal (not SIGKILL, SIGTERM, SIGINT)
   bool ok = false;  // the job finished
   std::string error;
   // The final model's quality, and that of the same job without faults

@@ -141,6 +141,7 @@ int64_t TrainingJob::expectedSamples(int64_t rowsPerEpoch) const {
 
 void TrainingJob::onStart(actors::JobContext& job) {
   started_ = true;
+  awaitingReplacement_.clear();  // every rank has its process
   lastProgress_.assign(size_t(workers_), Clock::now());
   job.self()->delayed_send(job.self(), 1s, stall_atom::value);
   faults_->start(job);
@@ -203,10 +204,15 @@ void TrainingJob::finalize(actors::JobContext& job) {
 actors::LossDecision TrainingJob::onLoss(actors::JobContext& job, const actors::Member& m, const actors::Loss& loss) {
   actors::LossDecision d = decideLoss(job, m, loss);
   // A worker rank that a process is to take again is still training: the
-  // gate waits for it (in ASP the others may be done long before).
-  if (m.role == "worker" &&
-      (d.action == actors::LossDecision::Action::kReplace || d.action == actors::LossDecision::Action::kAdopt)) {
-    awaitingReplacement_.insert(m.rank);
+  // gate waits for it (in ASP the others may be done long before). One the
+  // job goes on without waits no more.
+  if (m.role == "worker") {
+    if (started_ &&
+        (d.action == actors::LossDecision::Action::kReplace || d.action == actors::LossDecision::Action::kAdopt)) {
+      awaitingReplacement_.insert(m.rank);
+    } else if (awaitingReplacement_.erase(m.rank) != 0) {
+      job.self()->send(job.self(), recheck_atom::value);
+    }
   }
   return d;
 }

@@ -1,6 +1,8 @@
 #include "workers/worker_actor.h"
 
+#include <algorithm>
 #include <chrono>
+#include <deque>
 #include <cmath>
 #include <thread>
 
@@ -36,7 +38,10 @@ struct WorkerState {
   int64_t rowsPerEpoch = 0;
   double trainSeconds = 0;
   Clock::time_point stepStart;
-  double lastWorkSeconds = 0;  // the last step's work (a slow fault's factor multiplies it)
+  // The work of the last few steps that went through (a slow fault's
+  // factor multiplies the least: in a sync mode a step's time also holds the
+  // wait for the others in its collective, least when nobody is slow).
+  std::deque<double> recentWork;
   std::vector<bool> faultFired;  // per WorkerOptions::faults
   // Per slow fault with a factor: the step work it multiplies, taken once
   // as it starts (the work of a later step may hold a wait for another
@@ -181,8 +186,9 @@ bool fireStepFault(Self* self) {
   return false;
 }
 
-// The time a slow fault adds to step `step` (`work`: the last step's work,
-// in seconds; 0 before the process's first step, which a factor leaves as it is).
+// The time a slow fault adds to step `step` (`work`: the least work of the
+// last steps, in seconds; 0 before the process's first step, which a factor
+// leaves as it is).
 std::chrono::microseconds slowDelay(Self* self, int64_t step, double work) {
   auto& st = self->state;
   std::chrono::microseconds delay{0};
@@ -204,11 +210,15 @@ void trainOn(Self* self, BatchPtr batch, ps::PullReplyPtr rows) {
   // A slow fault's sleep comes before the step's work, as a slow machine's
   // would (in a sync mode the others wait for it inside the step's
   // collective); a factor multiplies the last step's work.
-  const auto delay = slowDelay(self, st.core->steps(), st.lastWorkSeconds);
+  const double base = st.recentWork.empty() ? 0.0 : *std::min_element(st.recentWork.begin(), st.recentWork.end());
+  const auto delay = slowDelay(self, st.core->steps(), base);
   if (delay.count() > 0) std::this_thread::sleep_for(delay);
   const auto workStart = Clock::now();
   auto push = st.core->trainStep(*batch, rows);
-  st.lastWorkSeconds = secondsSince(workStart);
+  if (push.hasValue()) {
+    st.recentWork.push_back(secondsSince(workStart));
+    if (st.recentWork.size() > 8) st.recentWork.pop_front();
+  }
   if (!push.hasValue()) return canRegroup(self) ? enterRegroup(self, push.status()) : fail(self, push.status());
   if (*push) {
     // The holder applies pushes and pulls in arrival order, so the next pull

@@ -94,7 +94,8 @@ struct WorkerOptions {
   // Faults of the job's plan that this worker fires at its steps
   // (actors/fault_plan.h): kill and stop once it has taken at_step steps,
   // slow from at_step on (each step sleeps before its work: `factor` - 1
-  // times the work of the step before the slow one started, or delay_ms). Each fires once; the worker first tells
+  // times a step's work before the slowdown (the least of the last 8), or
+  // delay_ms). Each fires once; the worker first tells
   // `faultRecorder` (the coordinator) with `firedAs` (its role, rank and
   // process), and goes on with the fault once that is answered or after
   // faultReportTimeout.
