@@ -207,6 +207,7 @@ actors::LossDecision TrainingJob::onLoss(actors::JobContext& job, const actors::
   // gate waits for it (in ASP the others may be done long before). One the
   // job goes on without waits no more.
   if (m.role == "worker") {
+    unheard_.erase(m.rank);  // a process that takes it next is waited for anew
     if (started_ &&
         (d.action == actors::LossDecision::Action::kReplace || d.action == actors::LossDecision::Action::kAdopt)) {
       awaitingReplacement_.insert(m.rank);
@@ -480,6 +481,7 @@ actors::LossDecision TrainingJob::onEscalation(actors::JobContext& job, const ac
 void TrainingJob::onReplaced(actors::JobContext& job, const actors::Member& m) {
   if (m.role != "worker") return;
   awaitingReplacement_.erase(m.rank);
+  unheard_.insert(m.rank);  // its trainer may not be up yet: no checkpoint asks it to pause until it reports
   lastProgress_[size_t(m.rank)] = Clock::now();
   for (const auto& w : job.members("worker")) {
     if (w.rank != m.rank && w.node == m.node && (w.live() || w.state == actors::MemberState::kFinished)) {
@@ -577,6 +579,9 @@ void TrainingJob::maybeCheckpoint(actors::JobContext& job) {
   for (const auto& s : job.members("ps")) {
     if (s.state != actors::MemberState::kReady) return;  // not while a shard is being replaced
   }
+  // Not before a rank's new process has reported progress: its trainer,
+  // the actor a pause goes to, is published only once its role started.
+  if (!unheard_.empty()) return;
   const auto& members = job.members("worker");
   int64_t slowest = std::numeric_limits<int64_t>::max();
   for (const auto& w : members) {
@@ -1044,6 +1049,7 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
         rate_[size_t(p.rank)] = p.samplesPerSec;
         lastProgress_[size_t(p.rank)] = Clock::now();
         lastStep_[size_t(p.rank)] = p.step;
+        unheard_.erase(p.rank);
         maybeCheckpoint(job);
         if (!onProgress_) return;
         JobProgress out{p.rank, p.step, p.epoch, p.epochRows, p.rowsPerEpoch, p.loss, 0};

@@ -250,6 +250,7 @@ class TrainingJob final : public actors::JobPolicy {
   std::vector<bool> reported_;
   std::map<int64_t, caf::typed_response_promise<GateDecision>> gateWaiters_;
   std::set<int64_t> awaitingReplacement_;  // worker ranks lost whose new process is not ready yet
+  std::set<int64_t> unheard_;  // worker ranks whose new process has not reported progress yet
   bool gateOpen_ = false;
   bool finishing_ = false;
   // The collectives backend of a sync mode (CommOffer).
