@@ -137,10 +137,7 @@ caf::message_handler FaultInjector::handlers(JobContext& job) {
   return {
       [this, &job](fault_atom, int64_t index, int64_t firing) { fire(job, size_t(index), firing); },
       [this, &job](const FaultFired& x) -> caf::result<int64_t> {
-        const Fault* f = nullptr;
-        for (const auto& g : plan_.faults) {
-          if (g.id == x.fault) f = &g;
-        }
+        const Fault* f = plan_.byId(x.fault);
         // Only the first process of the fault's own rank fires it, once.
         const auto& members = job.members(x.role);
         const auto& sender = job.self()->current_sender();

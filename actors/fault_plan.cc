@@ -53,6 +53,22 @@ struct Parser {
 
 }  // namespace
 
+std::optional<FaultKind> faultKindOf(std::string_view name) {
+  for (auto kind : {FaultKind::kKill, FaultKind::kStop, FaultKind::kSlow}) {
+    if (name == faultKindName(kind)) return kind;
+  }
+  return std::nullopt;
+}
+
+bool isMessageFault(std::string_view name) { return kNotYet.count(name) != 0; }
+
+const Fault* FaultPlan::byId(int64_t id) const {
+  for (const auto& f : faults) {
+    if (f.id == id) return &f;
+  }
+  return nullptr;
+}
+
 const char* faultKindName(FaultKind kind) {
   switch (kind) {
     case FaultKind::kKill: return "kill";
@@ -118,13 +134,9 @@ FaultPlan parseFaultPlan(const Config& config, int64_t workers, int64_t servers)
 
     if (!has("kind")) TROUPE_SETUP_ERROR("fault {} ({}): kind is missing (kill, stop or slow)", f.id, f.spec);
     const std::string_view kind = value("kind");
-    if (kind == "kill") {
-      f.kind = FaultKind::kKill;
-    } else if (kind == "stop") {
-      f.kind = FaultKind::kStop;
-    } else if (kind == "slow") {
-      f.kind = FaultKind::kSlow;
-    } else if (kNotYet.count(kind) != 0) {
+    if (const auto k = faultKindOf(kind)) {
+      f.kind = *k;
+    } else if (isMessageFault(kind)) {
       TROUPE_SETUP_ERROR("fault {} ({}): kind: '{}' is a message fault, which troupe does not inject yet (kill, "
                          "stop and slow it does)",
                          f.id, f.spec, kind);

@@ -45,7 +45,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/config.h"
@@ -54,6 +56,11 @@ namespace troupe::actors {
 
 enum class FaultKind { kKill, kStop, kSlow };
 const char* faultKindName(FaultKind kind);
+// The kind a name means ("kill", "stop", "slow"), if any.
+std::optional<FaultKind> faultKindOf(std::string_view name);
+// Whether `name` is a message fault (drop, duplicate, delay, ...), which
+// troupe does not inject yet.
+bool isMessageFault(std::string_view name);
 
 struct Fault {
   int64_t id = 0;        // 1-based, in plan order
@@ -82,6 +89,8 @@ struct FaultPlan {
   double detectWithinSeconds = 7;
 
   bool empty() const { return faults.empty(); }
+  // The fault of that id, or null.
+  const Fault* byId(int64_t id) const;
   // The step-triggered faults (kill, stop, slow) of worker `rank`.
   std::vector<Fault> stepFaultsOf(int64_t rank) const;
 };

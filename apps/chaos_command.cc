@@ -209,13 +209,10 @@ int runChaos(const ChaosFlags& flagsIn) {
   if (mix.empty()) TROUPE_SETUP_ERROR("chaos: --mix names no fault kind");
   if (modes.empty()) TROUPE_SETUP_ERROR("chaos: --modes names no mode");
   for (const auto& k : mix) {
-    static const std::set<std::string> later = {"drop", "dup", "duplicate", "delay", "reorder", "partition", "corrupt"};
-    if (later.count(k)) {
+    if (actors::isMessageFault(k)) {
       TROUPE_SETUP_ERROR("chaos: --mix {}: a message fault, which troupe does not inject yet (kill, stop, slow)", k);
     }
-    if (k != "kill" && k != "stop" && k != "slow") {
-      TROUPE_SETUP_ERROR("chaos: --mix {}: not a fault kind (kill, stop, slow)", k);
-    }
+    if (!actors::faultKindOf(k)) TROUPE_SETUP_ERROR("chaos: --mix {}: not a fault kind (kill, stop, slow)", k);
   }
   for (const auto& m : modes) {
     static const std::set<std::string> known = {"bsp", "ssp", "asp", "allreduce", "hybrid"};
@@ -252,7 +249,6 @@ int runChaos(const ChaosFlags& flagsIn) {
   Json runs = Json::array();
   int64_t ok = 0, unfinished = 0, inexact = 0, hung = 0, crashed = 0;
   std::map<std::string, workers::FaultReport::Row> kinds;
-  for (const char* k : {"kill", "stop", "slow"}) kinds[k].kind = k;
   const auto campaignStart = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < f.runs; ++i) {
     const RunPlan p = drawRun(f, mix, modes, workers, i);
@@ -318,27 +314,19 @@ int runChaos(const ChaosFlags& flagsIn) {
               static_cast<long long>(f.runs), wall, static_cast<long long>(ok), static_cast<long long>(failed),
               static_cast<long long>(unfinished), static_cast<long long>(inexact), static_cast<long long>(hung),
               static_cast<long long>(crashed));
-  auto cell = [](const std::vector<double>& xs, double q) {
-    return xs.empty() ? std::string("-") : fmt::format("{:.3f}", workers::percentile(xs, q));
-  };
-  std::printf("  %-6s %8s %8s %8s %9s %9s %10s %10s %10s %11s %11s %11s\n", "kind", "injected", "skipped", "unfired",
-              "detected", "recovered", "detect p50", "detect p99", "detect max", "recover p50", "recover p99",
-              "recover max");
+  std::vector<workers::FaultReport::Row> rows;
   Json totals = Json::object();
-  for (const char* name : {"kill", "stop", "slow"}) {
-    const auto& k = kinds[name];
+  for (auto kind : {actors::FaultKind::kKill, actors::FaultKind::kStop, actors::FaultKind::kSlow}) {
+    const std::string name = actors::faultKindName(kind);
+    auto& k = kinds[name];
+    k.kind = name;
+    rows.push_back(k);
     if (k.injected == 0 && k.skipped == 0 && k.unfired == 0) continue;
-    std::printf("  %-6s %8lld %8lld %8lld %9lld %9lld %10s %10s %10s %11s %11s %11s\n", name,
-                static_cast<long long>(k.injected), static_cast<long long>(k.skipped),
-                static_cast<long long>(k.unfired), static_cast<long long>(k.detected),
-                static_cast<long long>(k.recovered), cell(k.detectSeconds, 50).c_str(),
-                cell(k.detectSeconds, 99).c_str(), cell(k.detectSeconds, 100).c_str(),
-                cell(k.recoverSeconds, 50).c_str(), cell(k.recoverSeconds, 99).c_str(),
-                cell(k.recoverSeconds, 100).c_str());
     totals[name] = Json{{"injected", k.injected},       {"skipped", k.skipped},     {"unfired", k.unfired},
                         {"detected", k.detected},       {"recovered", k.recovered}, {"detect_s", k.detectSeconds},
                         {"recover_s", k.recoverSeconds}};
   }
+  std::printf("%s", workers::faultKindTable(rows, {50, 99, 100}).c_str());
   Json out{{"seed", f.seed},
            {"runs", f.runs},
            {"mix", mix},

@@ -19,17 +19,6 @@ double percentile(std::vector<double> xs, double p) {
   return xs[lo] + (xs[hi] - xs[lo]) * (k - double(lo));
 }
 
-namespace {
-
-double stopSeconds(const actors::FaultPlan& plan, int64_t fault) {
-  for (const auto& f : plan.faults) {
-    if (f.id == fault) return f.durationSeconds;
-  }
-  return 0;
-}
-
-}  // namespace
-
 FaultReport faultReport(const JobOutcome& o, bool binary, const JobOutcome* baseline) {
   FaultReport r;
   r.metric = binary ? "test_auc" : "test_accuracy";
@@ -77,7 +66,8 @@ FaultReport faultReport(const JobOutcome& o, bool binary, const JobOutcome* base
     switch (in.kind) {
       case actors::FaultKind::kKill: could = after <= o.faultPlan.detectWithinSeconds; break;
       case actors::FaultKind::kStop:
-        could = (e.cause == "timed out" || e.cause == "hung") && after <= stopSeconds(o.faultPlan, in.fault) + 1.0;
+        could = (e.cause == "timed out" || e.cause == "hung") &&
+                after <= (o.faultPlan.byId(in.fault) ? o.faultPlan.byId(in.fault)->durationSeconds : 0) + 1.0;
         break;
       case actors::FaultKind::kSlow: could = e.cause == "hung"; break;
     }
@@ -189,19 +179,30 @@ std::string faultReportJson(const FaultReport& r) {
   return out;
 }
 
-std::string faultReportTable(const FaultReport& r) {
+std::string faultKindTable(const std::vector<FaultReport::Row>& rows, const std::vector<double>& percentiles) {
+  auto name = [](double p) { return p >= 100 ? std::string("max") : fmt::format("p{:g}", p); };
+  std::string out = fmt::format("  {:<6} {:>8} {:>8} {:>8} {:>9} {:>9}", "kind", "injected", "skipped", "unfired",
+                                "detected", "recovered");
+  for (double p : percentiles) out += fmt::format(" {:>10}", "detect " + name(p));
+  for (double p : percentiles) out += fmt::format(" {:>11}", "recover " + name(p));
+  out += "\n";
   auto cell = [](const std::vector<double>& xs, double p) {
     return xs.empty() ? std::string("-") : fmt::format("{:.3f}", percentile(xs, p));
   };
-  std::string out = fmt::format("faults (seed {}):\n", r.seed);
-  out += fmt::format("  {:<6} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10} {:>11} {:>11}\n", "kind", "injected",
-                     "skipped", "unfired", "detected", "recovered", "detect p50", "detect max", "recover p50", "recover max");
-  for (const auto& row : r.rows) {
+  for (const auto& row : rows) {
     if (row.injected == 0 && row.skipped == 0 && row.unfired == 0) continue;
-    out += fmt::format("  {:<6} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10} {:>11} {:>11}\n", row.kind, row.injected,
-                       row.skipped, row.unfired, row.detected, row.recovered, cell(row.detectSeconds, 50),
-                       cell(row.detectSeconds, 100), cell(row.recoverSeconds, 50), cell(row.recoverSeconds, 100));
+    out += fmt::format("  {:<6} {:>8} {:>8} {:>8} {:>9} {:>9}", row.kind, row.injected, row.skipped, row.unfired,
+                       row.detected, row.recovered);
+    for (double p : percentiles) out += fmt::format(" {:>10}", cell(row.detectSeconds, p));
+    for (double p : percentiles) out += fmt::format(" {:>11}", cell(row.recoverSeconds, p));
+    out += "\n";
   }
+  return out;
+}
+
+std::string faultReportTable(const FaultReport& r) {
+  std::string out = fmt::format("faults (seed {}):\n", r.seed);
+  out += faultKindTable(r.rows, {50, 100});
   out += fmt::format("  steps redone {}, rollbacks {}, groups formed again {}, duplicate pushes suppressed {}\n",
                      r.stepsRedone, r.rollbacks, r.regroups, r.duplicatesSuppressed);
   out += fmt::format("  processes that died of a crash signal (SIGSEGV, SIGABRT, ...): {}\n", r.crashes.size());

@@ -71,6 +71,10 @@ struct FaultReport {
 // same job without faults, or null.
 FaultReport faultReport(const JobOutcome& outcome, bool binary = true, const JobOutcome* baseline = nullptr);
 std::string faultReportJson(const FaultReport& report);
+// Per kind (rows with nothing are left out): injected, skipped, unfired,
+// detected, recovered, and the seconds to detect and to recover at each of
+// `percentiles` (100: the max).
+std::string faultKindTable(const std::vector<FaultReport::Row>& rows, const std::vector<double>& percentiles);
 // The table printed at the end of a run.
 std::string faultReportTable(const FaultReport& report);
 
