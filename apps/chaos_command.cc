@@ -33,6 +33,7 @@ struct ChaosFlags {
   std::string modes = "bsp,ssp,asp,allreduce,hybrid";
   int64_t workers = 0;  // 0: the config's cluster.workers, at least 2
   int64_t servers = 2;
+  int64_t replicas = 0;  // 0: the config's ps.replicas
   int64_t maxFaults = 3;
   int64_t runTimeout = 300;
   std::string dir;
@@ -70,11 +71,14 @@ RunPlan drawRun(const ChaosFlags& f, const std::vector<std::string>& mix, const 
   const bool psMode = p.mode == "bsp" || p.mode == "ssp" || p.mode == "asp";
   const int64_t servers = p.mode == "allreduce" ? 0 : f.servers;
   const int64_t n = 1 + int64_t(draw(1) % uint64_t(f.maxFaults));
+  // With replicas a lost shard's backup takes over (no checkpoint needed);
+  // they survive one lost copy at a time, so a run loses one ps process.
+  const bool replicated = servers > 0 && f.replicas == 2;
   bool psFault = false;
   for (int64_t j = 0; j < n; ++j) {
     const uint64_t k = 10 + uint64_t(j) * 10;
     const std::string kind = mix[draw(k) % mix.size()];
-    const bool onPs = kind != "slow" && servers > 0 && draw(k + 1) % 3 == 0;
+    const bool onPs = kind != "slow" && servers > 0 && draw(k + 1) % 3 == 0 && !(replicated && psFault);
     const int64_t rank = int64_t(draw(k + 2) % uint64_t(onPs ? servers : workers));
     const int64_t step = 5 + int64_t(draw(k + 3) % 56);
     const double at = uniform(k + 4, 0.0, 1.0), duration = uniform(k + 5, 0.3, 6.0);
@@ -82,6 +86,9 @@ RunPlan drawRun(const ChaosFlags& f, const std::vector<std::string>& mix, const 
     if (kind == "slow") {
       spec = fmt::format("kind=slow,target=worker:{},factor={:.2f},at_step={},steps={}", rank,
                          uniform(k + 6, 1.5, 4.0), step - 5, 10 + int64_t(draw(k + 7) % 71));
+    } else if (onPs && replicated) {
+      psFault = true;
+      spec = fmt::format("kind={},target=ps:{},at_s={:.3f}", kind, rank, 0.2 + at);
     } else if (onPs) {
       psFault = true;
       // After the first checkpoint: a shard lost before it has nothing to roll back to.
@@ -105,7 +112,8 @@ RunPlan drawRun(const ChaosFlags& f, const std::vector<std::string>& mix, const 
   if (!psMode) p.sets.push_back("collectives.backend=ring");
   p.sets.push_back("checkpoint.dir=");  // each run's own (<its run directory>/checkpoints)
   // A lost shard rolls the job back to a checkpoint: there must be one.
-  if (psFault) p.sets.push_back("checkpoint.every_steps=20");
+  if (psFault && !replicated) p.sets.push_back("checkpoint.every_steps=20");
+  p.sets.push_back(fmt::format("ps.replicas={}", replicated ? 2 : 1));
   return p;
 }
 
@@ -223,6 +231,11 @@ int runChaos(const ChaosFlags& flagsIn) {
   int64_t workers = f.workers > 0 ? f.workers : std::max<int64_t>(2, config.getInt("cluster.workers"));
   if (workers < 2) TROUPE_SETUP_ERROR("chaos: --workers must be at least 2, got {}", workers);
   f.workers = workers;
+  if (f.replicas == 0) f.replicas = config.getInt("ps.replicas");
+  if (f.replicas != 1 && f.replicas != 2) TROUPE_SETUP_ERROR("chaos: --replicas must be 1 or 2, got {}", f.replicas);
+  if (f.replicas == 2 && f.servers < 2) {
+    TROUPE_SETUP_ERROR("chaos: --replicas 2 needs --servers >= 2 (a shard's copies live in two ps processes)");
+  }
   if (config.getInt("train.max_steps") > 0) {
     TROUPE_SETUP_ERROR("chaos: train.max_steps cuts training short, and then no ledger can say that every sample was "
                        "applied once; leave it 0");
@@ -240,14 +253,16 @@ int runChaos(const ChaosFlags& flagsIn) {
   fs::create_directories(f.dir + "/runs", ec);
   if (ec) TROUPE_SETUP_ERROR("chaos: cannot create '{}': {}", f.dir, ec.message());
   f.dir = fs::absolute(f.dir).string();
-  std::printf("chaos: %lld runs, seed %lld, mix %s, modes %s, %lld workers; each run's log and run directory are in "
-              "%s\n",
+  std::printf("chaos: %lld runs, seed %lld, mix %s, modes %s, %lld workers, %lld replicas; each run's log and run "
+              "directory are in %s\n",
               static_cast<long long>(f.runs), static_cast<long long>(f.seed), f.mix.c_str(), f.modes.c_str(),
-              static_cast<long long>(workers), f.dir.c_str());
+              static_cast<long long>(workers), static_cast<long long>(f.replicas), f.dir.c_str());
   std::fflush(stdout);
 
   Json runs = Json::array();
   int64_t ok = 0, unfinished = 0, inexact = 0, hung = 0, crashed = 0;
+  int64_t rollbacks = 0, promotions = 0, copiesBuilt = 0;
+  std::vector<double> promotedToTraining;  // seconds from a promotion to training going on
   std::map<std::string, workers::FaultReport::Row> kinds;
   const auto campaignStart = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < f.runs; ++i) {
@@ -266,6 +281,14 @@ int runChaos(const ChaosFlags& flagsIn) {
         detected += row.value("detected", int64_t{0});
         recovered += row.value("recovered", int64_t{0});
       }
+      rollbacks += r.report.value("rollbacks", int64_t{0});
+      for (const auto& pr : r.report.value("promotions", Json::array())) {
+        ++promotions;
+        if (pr.value("training_at_s", Json()).is_number() && pr.value("at_s", Json()).is_number()) {
+          promotedToTraining.push_back(pr.at("training_at_s").get<double>() - pr.at("at_s").get<double>());
+        }
+      }
+      copiesBuilt += int64_t(r.report.value("copies_built", Json::array()).size());
       for (const auto& in : r.report.value("injections", Json::array())) {
         auto& k = kinds[in.value("kind", std::string("?"))];
         if (in.value("detected", false) && in.at("detect_s").is_number()) {
@@ -314,6 +337,13 @@ int runChaos(const ChaosFlags& flagsIn) {
               static_cast<long long>(f.runs), wall, static_cast<long long>(ok), static_cast<long long>(failed),
               static_cast<long long>(unfinished), static_cast<long long>(inexact), static_cast<long long>(hung),
               static_cast<long long>(crashed));
+  std::printf("  rollbacks %lld", static_cast<long long>(rollbacks));
+  if (f.replicas == 2) {
+    std::printf(", backups promoted %lld (training went on p50 %.2f s, max %.2f s after), copies built again %lld",
+                static_cast<long long>(promotions), workers::percentile(promotedToTraining, 50),
+                workers::percentile(promotedToTraining, 100), static_cast<long long>(copiesBuilt));
+  }
+  std::printf("\n");
   std::vector<workers::FaultReport::Row> rows;
   Json totals = Json::object();
   for (auto kind : {actors::FaultKind::kKill, actors::FaultKind::kStop, actors::FaultKind::kSlow}) {
@@ -340,6 +370,11 @@ int runChaos(const ChaosFlags& flagsIn) {
            {"crashed", crashed},
            {"wall_seconds", wall},
            {"kinds", totals},
+           {"replicas", f.replicas},
+           {"rollbacks", rollbacks},
+           {"promotions", promotions},
+           {"promoted_to_training_s", promotedToTraining},
+           {"copies_built", copiesBuilt},
            {"each", runs}};
   std::ofstream(f.dir + "/chaos.json") << out.dump(2) << "\n";
   std::printf("  chaos.json: %s/chaos.json\n", f.dir.c_str());
@@ -360,6 +395,8 @@ void addChaosCommand(CLI::App* app, int* result) {
   cmd->add_option("--modes", flags->modes, "modes to draw from (default bsp,ssp,asp,allreduce,hybrid)");
   cmd->add_option("--workers", flags->workers, "worker processes per job (default: cluster.workers, at least 2)");
   cmd->add_option("--servers", flags->servers, "parameter servers per job in ps and hybrid modes (default 2)");
+  cmd->add_option("--replicas", flags->replicas,
+                  "copies of every shard in ps and hybrid modes: 1, or 2 (backups take over; default: ps.replicas)");
   cmd->add_option("--faults-per-run", flags->maxFaults, "at most this many faults per run (default 3)");
   cmd->add_option("--run-timeout", flags->runTimeout, "a run that has not ended after this many seconds is hung "
                                                       "(default 300)");

@@ -253,6 +253,14 @@ int runTrain(const TrainFlags& flags) {
     const auto plan = actors::parseFaultPlan(config, config.getInt("cluster.workers"), workers::serverCount(config));
     const bool checkpoints =
         config.getInt("checkpoint.every_steps") > 0 || config.getInt("checkpoint.every_seconds") > 0;
+    bool killsOrStops = false;
+    for (const auto& f : plan.faults) {
+      killsOrStops = killsOrStops || f.kind == actors::FaultKind::kKill || f.kind == actors::FaultKind::kStop;
+    }
+    if (killsOrStops && transport::avoidSharedMemoryFifo()) {
+      logger("apps")->info("the fault plan kills or stops processes: they talk over TCP and cma, not UCX's "
+                           "shared-memory FIFOs (a process killed mid-write wedges its peer's; UCX_TLS=^sysv,posix)");
+    }
     for (const auto& f : plan.faults) {
       if (f.afterCheckpoint > 0 && !checkpoints) {
         TROUPE_SETUP_ERROR("fault {} ({}): after_checkpoint: the job writes no checkpoints (checkpoint.every_steps, "
@@ -470,6 +478,23 @@ int runTrain(const TrainFlags& flags) {
                                r.stepsRedone);
     }
     field("rollbacks", "[" + rollbacks + "]");
+    if (outcome.replicas > 1) {
+      std::string promoted, built;
+      for (const auto& p : outcome.promotions) {
+        promoted += fmt::format("{}{{\"shard\": {}, \"from_ps\": {}, \"to_ps\": {}, \"at_s\": {}, \"training_at_s\": {}}}",
+                                promoted.empty() ? "" : ", ", p.shard, p.from, p.to, jsonNumber(p.atSeconds),
+                                p.trainingAtSeconds >= 0 ? jsonNumber(p.trainingAtSeconds) : "null");
+      }
+      for (const auto& b : outcome.replicasBuilt) {
+        built += fmt::format("{}{{\"shard\": {}, \"primary_ps\": {}, \"backup_ps\": {}, \"at_s\": {}, "
+                             "\"transfer_s\": {}}}",
+                             built.empty() ? "" : ", ", b.shard, b.primary, b.backup, jsonNumber(b.atSeconds),
+                             jsonNumber(b.seconds));
+      }
+      field("replicas", std::to_string(outcome.replicas));
+      field("promotions", "[" + promoted + "]");
+      field("copies_built", "[" + built + "]");
+    }
     if (outcome.resumedFromStep >= 0) field("resumed_from_step", std::to_string(outcome.resumedFromStep));
     if (trainMode(config) != TrainMode::kPs) field("regroups", std::to_string(outcome.regroups));
     if (outcome.shards.empty()) {

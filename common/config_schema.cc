@@ -85,6 +85,13 @@ std::vector<Config::Key> troupeConfigSchema() {
       {"ps.consistency", T::kString, std::string("bsp"),
        "bsp (every step sees every worker's previous step), ssp (at most ps.staleness steps ahead) or asp"},
       {"ps.staleness", T::kInt, int64_t{4}, "ssp: how many steps a worker may run ahead of the slowest"},
+      {"ps.replicas", T::kInt, int64_t{1},
+       "copies of every shard: 1, or 2 (primary and backup in two ps processes; a push is acknowledged once both "
+       "applied it, and a lost primary's backup takes over without a rollback). ps and hybrid modes, "
+       "cluster.servers >= 2"},
+      {"cluster.ps_rebuild", T::kBool, false,
+       "set by the coordinator: this ps process replaces a lost one, and its copies of the shards are built from "
+       "their primaries (ps.replicas = 2)"},
       // ---- faults injected on purpose (actors/fault_plan.h; README, Fault plans) ----
       {"faults.seed", T::kInt, int64_t{1}, "every random choice of the fault plan (ranks, times) comes from this"},
       {"faults.plan", T::kStringList, std::vector<std::string>{},

@@ -1,6 +1,11 @@
 #include "ps/shard.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <set>
@@ -15,6 +20,7 @@
 #include "ps/applied_window.h"
 #include "ps/table_set.h"
 #include "ps/wire.h"
+#include "transport/remote_actors.h"
 
 namespace troupe::ps {
 
@@ -84,6 +90,25 @@ namespace {
 using PullPromise = caf::typed_response_promise<Tensor, Tensor>;
 using PushPromise = caf::typed_response_promise<int64_t>;
 
+// A push's acknowledgement with a backup attached: the sender hears once
+// this copy and the backup have both answered (the forwarded push), with
+// this copy's answer.
+struct Join {
+  explicit Join(PushPromise p) : promise(std::move(p)) {}
+  PushPromise promise;
+  bool localDone = false, remoteDone = false, delivered = false;
+  int64_t value = 0;
+  caf::error localError;
+  caf::error remoteError;  // the backup refused what this copy took: they differ
+  uint64_t epoch = 0;      // of the backup it waits for
+};
+
+// What a push's sender is owed: answered at once without a backup.
+struct Ack {
+  PushPromise promise;
+  std::shared_ptr<Join> join;
+};
+
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 
 struct ParkedPull {
@@ -98,7 +123,7 @@ struct PendingStep {
   struct Part {
     caf::message msg;
     PushView view;
-    std::vector<PushPromise> promises;  // the push and any duplicates of it
+    std::vector<Ack> promises;  // the push and any duplicates of it
   };
   std::map<int64_t, Part> parts;  // by worker
 };
@@ -140,6 +165,15 @@ struct ShardState {
     bool indexed = false;
   } undo;
   int64_t generation = 0;  // see ShardOptions::generation
+  // Replication (ShardOptions::replication): whether this copy serves as
+  // the primary, its backup (null: none), which backup it is (replies of
+  // an older one are ignored), and the acknowledgements waiting for it.
+  bool primary = true;
+  caf::actor backup;
+  std::string backupName;
+  uint64_t backupEpoch = 0;
+  uint64_t nextJoin = 0;
+  std::map<uint64_t, std::shared_ptr<Join>> awaitingBackup;
   // The checkpoint being written beside training (one at a time).
   std::shared_ptr<std::thread> writer;
   static inline const char* name = "ps_shard";
@@ -152,6 +186,137 @@ struct ShardState {
 using Self = caf::stateful_actor<ShardState>;
 
 caf::error invalid(const Status& s) { return caf::make_error(caf::sec::invalid_argument, s.message()); }
+
+// Replication -----------------------------------------------------------
+
+// The backup is gone (down, timed out, detached by the coordinator, or it
+// answered otherwise than this copy): every acknowledgement waiting for it
+// goes out on this copy's word, and the coordinator hears of it.
+void dropBackup(Self* self, const std::string& why, bool tell) {
+  auto& st = self->state;
+  if (!st.backup) return;
+  st.log->warn("shard {}: its backup ({}) is gone: {}; it serves alone until a new one is built", st.options.shard,
+               st.backupName, why);
+  st.backup = nullptr;
+  st.backupName.clear();
+  ++st.backupEpoch;
+  auto waiting = std::move(st.awaitingBackup);
+  st.awaitingBackup.clear();
+  for (auto& [id, j] : waiting) {
+    j->remoteDone = true;
+    if (j->localDone && !j->delivered) {
+      j->delivered = true;
+      if (j->localError) {
+        j->promise.deliver(j->localError);
+      } else {
+        j->promise.deliver(j->value);
+      }
+    }
+  }
+  if (tell && st.options.coordinator) {
+    self->send(st.options.coordinator, backup_lost_atom::value, int64_t(st.options.shard), why);
+  }
+}
+
+void finishJoin(Self* self, const std::shared_ptr<Join>& j) {
+  if (!j->localDone || !j->remoteDone || j->delivered) return;
+  j->delivered = true;
+  auto& st = self->state;
+  if (j->remoteError && !j->localError && j->epoch == st.backupEpoch) {
+    // The copies no longer agree: the backup cannot stand in for this one.
+    dropBackup(self, fmt::format("it refused a push this copy applied ({})", caf::to_string(j->remoteError)), true);
+  }
+  if (j->localError) {
+    j->promise.deliver(j->localError);
+  } else {
+    j->promise.deliver(j->value);
+  }
+}
+
+bool backupUnreachable(const caf::error& err) {
+  return err == caf::sec::request_receiver_down || err == caf::sec::request_timeout ||
+         err.category() == transport::kDepartureCategory;
+}
+
+// A message that changes the shard's state goes to the backup too, in the
+// order this copy takes it; `onReply` sees the backup's answer (or its
+// error). A backup that cannot be reached is dropped.
+template <class... Ts>
+void forward(Self* self, const caf::message& msg, std::function<void(const caf::error*)> onReply) {
+  auto& st = self->state;
+  if (!st.backup) return;
+  const uint64_t epoch = st.backupEpoch;
+  self->request(st.backup, st.options.backupTimeout, msg)
+      .then([onReply](Ts...) { if (onReply) onReply(nullptr); },
+            [self, epoch, onReply](caf::error& err) {
+              if (backupUnreachable(err) && self->state.backupEpoch == epoch) {
+                dropBackup(self, fmt::format("it did not answer: {}", caf::to_string(err)), true);
+              }
+              if (onReply) onReply(&err);
+            });
+}
+
+// A leave, undo or restore goes to the backup too; when the two copies
+// answer it differently (one took it, the other refused it) they no longer
+// hold the same state, and the backup is dropped (the job builds a new one).
+std::shared_ptr<int> forwardChecked(Self* self, const caf::message& msg) {
+  auto agreed = std::make_shared<int>(-1);  // this copy's outcome: -1 not yet, 0 refused, 1 took it
+  const uint64_t epoch = self->state.backupEpoch;
+  forward<int64_t>(self, msg, [self, agreed, epoch](const caf::error* err) {
+    if (err && backupUnreachable(*err)) return;
+    const bool backupTook = err == nullptr;
+    if (*agreed >= 0 && backupTook != (*agreed == 1) && self->state.backupEpoch == epoch) {
+      dropBackup(self, backupTook ? "it took a change this copy refused" : "it refused a change this copy took", true);
+    }
+  });
+  return agreed;
+}
+
+caf::result<int64_t> settled(const std::shared_ptr<int>& agreed, caf::expected<int64_t> r) {
+  *agreed = r ? 1 : 0;
+  if (r) return *r;
+  return r.error();
+}
+
+// The acknowledgement of the push in `msg`: joined with the backup's when
+// one is attached (the push goes there too).
+Ack ackOf(Self* self, PushPromise promise, const caf::message& msg) {
+  auto& st = self->state;
+  Ack a{std::move(promise), nullptr};
+  if (!st.backup) return a;
+  auto j = std::make_shared<Join>(a.promise);
+  j->epoch = st.backupEpoch;
+  const uint64_t id = st.nextJoin++;
+  st.awaitingBackup.emplace(id, j);
+  forward<int64_t>(self, msg, [self, j, id](const caf::error* err) {
+    if (self->state.awaitingBackup.erase(id) == 0) return;  // dropped with its backup: answered already
+    if (err && !backupUnreachable(*err)) j->remoteError = *err;
+    j->remoteDone = true;
+    finishJoin(self, j);
+  });
+  a.join = std::move(j);
+  return a;
+}
+
+void settle(Self* self, Ack& a, int64_t value) {
+  if (!a.join) {
+    a.promise.deliver(value);
+    return;
+  }
+  a.join->localDone = true;
+  a.join->value = value;
+  finishJoin(self, a.join);
+}
+
+void settle(Self* self, Ack& a, caf::error err) {
+  if (!a.join) {
+    a.promise.deliver(std::move(err));
+    return;
+  }
+  a.join->localDone = true;
+  a.join->localError = std::move(err);
+  finishJoin(self, a.join);
+}
 
 int64_t minLiveClock(const ShardState& st) {
   int64_t m = std::numeric_limits<int64_t>::max();
@@ -167,7 +332,7 @@ bool pullReady(const ShardState& st, const PullView& v) {
 
 // The rest of a shard's state from a checkpoint's image (its tables are
 // loaded already).
-void restoreFrom(ShardState& st, const ShardImage& img) {
+void restoreFrom(ShardState& st, const ShardImage& img, bool exactLive = false) {
   st.dense = img.dense;
   st.updates = img.updates;
   st.live.clear();
@@ -175,14 +340,14 @@ void restoreFrom(ShardState& st, const ShardImage& img) {
     const WorkerCut& c = img.workerCut[size_t(w)];
     st.applied[size_t(w)] = AppliedWindow(c.floor, c.early);
     st.clock[size_t(w)] = c.clock;
-    if (c.live || st.options.groupTrains) st.live.insert(w);
+    if (c.live || (st.options.groupTrains && !exactLive)) st.live.insert(w);
   }
   st.stats.samplesApplied = img.samplesApplied;
   st.stats.pushesApplied = img.pushesApplied;
   st.stats.duplicatePushes = img.duplicatePushes;
   st.undo = ShardState::Undo{};
-  st.log->info("shard {}: restored {} rows and the pushes of {} workers from a checkpoint", st.options.shard,
-               st.tables->rows(), st.options.workers);
+  st.log->info("shard {}: restored {} rows and the pushes of {} workers from {}", st.options.shard,
+               st.tables->rows(), st.options.workers, exactLive ? "its primary" : "a checkpoint");
 }
 
 caf::error staleGeneration(const ShardState& st, int64_t worker, int64_t generation) {
@@ -348,14 +513,176 @@ void applyReadySteps(Self* self) {
       st.clock[size_t(w)] = std::max(st.clock[size_t(w)], stepIndex + 1);
       for (auto& p : part.promises) {
         if (s.isOk()) {
-          p.deliver(part.view.sequence);
+          settle(self, p, part.view.sequence);
         } else {
-          p.deliver(caf::make_error(caf::sec::runtime_error, s.toString()));
+          settle(self, p, caf::make_error(caf::sec::runtime_error, s.toString()));
         }
       }
     }
     st.pending.erase(it);
   }
+}
+
+// This copy's whole state, exactly (a new backup's; a checkpoint's cut
+// is taken by snapshot_atom).
+std::shared_ptr<ShardImage> imageOf(const ShardState& st) {
+  auto img = std::make_shared<ShardImage>();
+  img->shard = st.options.shard;
+  img->shards = st.options.shards;
+  img->workers = st.options.workers;
+  img->consistency = int64_t(st.options.consistency);
+  img->updates = st.updates;
+  img->tables = st.tables->image();
+  img->denseSize = st.denseSize;
+  img->dense = st.dense;
+  for (int w = 0; w < st.options.workers; ++w) {
+    img->workerCut.push_back(WorkerCut{st.applied[size_t(w)].floor(), st.applied[size_t(w)].earlyList(),
+                                       st.clock[size_t(w)], st.live.count(w) > 0});
+  }
+  img->samplesApplied = st.stats.samplesApplied;
+  img->pushesApplied = st.stats.pushesApplied;
+  img->duplicatePushes = st.stats.duplicatePushes;
+  return img;
+}
+
+std::string transferPath(int shard) {
+  static std::atomic<uint64_t> next{0};
+  return (std::filesystem::temp_directory_path() /
+          fmt::format("troupe-transfer-{}-{}-{}.img", ::getpid(), shard, next.fetch_add(1)))
+      .string();
+}
+
+// An image as the bytes of its file (checksummed: the receiver checks it
+// as it checks a checkpoint).
+Expected<std::vector<std::byte>> imageBytes(const ShardImage& img) {
+  const std::string path = transferPath(int(img.shard));
+  Status s = writeShardImage(img, path);
+  if (!s.isOk()) return s;
+  std::vector<std::byte> bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    in.seekg(0, std::ios::end);
+    bytes.resize(size_t(std::max<std::streamoff>(0, in.tellg())));
+    in.seekg(0);
+    in.read(reinterpret_cast<char*>(bytes.data()), std::streamsize(bytes.size()));
+    if (!in) s = Status::ioError(fmt::format("{}: cannot read back the image just written", path));
+  }
+  std::filesystem::remove(path);
+  if (!s.isOk()) return s;
+  return bytes;
+}
+
+Expected<ShardImage> imageFromBytes(const Tensor& bytes, int shard) {
+  const std::string path = transferPath(shard);
+  {
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes.data), std::streamsize(bytes.bytes));
+    if (!out) return Status::ioError(fmt::format("{}: cannot write the image received", path));
+  }
+  auto image = readShardImage(path);
+  std::filesystem::remove(path);
+  return image;
+}
+
+// wire.h, install: the state a primary sent becomes this copy's (what it
+// held for a BSP step is dropped: the primary sends it again).
+caf::expected<int64_t> installImage(Self* self, const Tensor& bytes, int64_t generation) {
+  auto& st = self->state;
+  auto image = imageFromBytes(bytes, st.options.shard);
+  Status s = image.hasValue() ? checkShardImage(*image, st.options) : image.status();
+  auto tables = std::make_unique<TableSet>(st.options.tables);
+  if (s.isOk()) s = tables->load(image->tables);
+  if (!s.isOk()) {
+    st.log->error("shard {}: refused the state its primary sent: {}", st.options.shard, s.message());
+    return caf::make_error(caf::sec::invalid_argument, s.message());
+  }
+  const auto gone = caf::make_error(caf::sec::runtime_error, "the copy took its primary's state anew");
+  for (auto& [step, pendingStep] : st.pending) {
+    for (auto& [w, part] : pendingStep.parts) {
+      for (auto& p : part.promises) settle(self, p, gone);
+    }
+  }
+  st.pending.clear();
+  for (auto& p : st.parked) p.promise.deliver(gone);
+  st.parked.clear();
+  st.tables = std::move(tables);
+  restoreFrom(st, *image, true);
+  st.generation = generation;
+  return int64_t(st.options.shard);
+}
+
+// wire.h, replicate: the copy `name` on node `node` becomes the backup.
+caf::result<int64_t> replicateTo(Self* self, int64_t node, const std::string& name, bool transfer) {
+  auto& st = self->state;
+  const int64_t shard = st.options.shard;
+  caf::actor b = st.options.locate ? st.options.locate(uint64_t(node), name) : caf::actor{};
+  if (!b) {
+    return caf::make_error(caf::sec::invalid_argument,
+                           fmt::format("shard {}: no copy '{}' on node {:x} to replicate to", shard, name, node));
+  }
+  dropBackup(self, "a new backup replaces it", false);
+  std::vector<std::byte> bytes;
+  if (transfer) {
+    auto img = imageOf(st);
+    auto encoded = imageBytes(*img);
+    if (!encoded.hasValue()) {
+      return caf::make_error(caf::sec::runtime_error,
+                             fmt::format("shard {}: cannot copy its state: {}", shard, encoded.status().message()));
+    }
+    bytes = std::move(*encoded);
+  }
+  st.primary = true;
+  st.backup = b;
+  st.backupName = fmt::format("'{}' on node {:x}", name, uint64_t(node));
+  ++st.backupEpoch;
+  if (!transfer) {
+    st.log->info("shard {}: replicated to {}", shard, st.backupName);
+    return shard;
+  }
+  // The state first, then the pushes held for a BSP step (not in the
+  // image), then every push from now on: the backup takes them in order.
+  auto promise = self->make_response_promise<int64_t>();
+  const uint64_t epoch = st.backupEpoch;
+  const size_t size = bytes.size();
+  const auto started = std::chrono::steady_clock::now();
+  self->request(b, st.options.backupTimeout, install_atom::value, Tensor::adopt(std::move(bytes), DType::kBytes),
+                st.generation)
+      .then(
+          [=](int64_t) mutable {
+            const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+            self->state.log->info("shard {}: its new backup {} has its state ({} bytes in {:.3f} s): two copies again",
+                                  shard, self->state.backupName, size, secs);
+            promise.deliver(shard);
+          },
+          [=](caf::error& err) mutable {
+            if (self->state.backupEpoch == epoch) {
+              dropBackup(self, fmt::format("it did not take the state: {}", caf::to_string(err)), false);
+            }
+            promise.deliver(err);
+          });
+  // Their acknowledgements wait for the backup too.
+  for (auto& [step, pendingStep] : st.pending) {
+    for (auto& [w, part] : pendingStep.parts) {
+      std::vector<std::pair<uint64_t, std::shared_ptr<Join>>> joins;
+      for (Ack& a : part.promises) {
+        if (!a.join) a.join = std::make_shared<Join>(a.promise);
+        a.join->remoteDone = false;
+        a.join->epoch = st.backupEpoch;
+        const uint64_t id = st.nextJoin++;
+        st.awaitingBackup.emplace(id, a.join);
+        joins.emplace_back(id, a.join);
+      }
+      forward<int64_t>(self, part.msg, [self, joins](const caf::error* err) {
+        for (const auto& [id, j] : joins) {
+          if (self->state.awaitingBackup.erase(id) == 0) continue;
+          if (err && !backupUnreachable(*err)) j->remoteError = *err;
+          j->remoteDone = true;
+          finishJoin(self, j);
+        }
+      });
+    }
+  }
+  return promise;
 }
 
 caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::unique_ptr<TableSet>> tables) {
@@ -373,6 +700,7 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
   st.applied.assign(size_t(st.options.workers), AppliedWindow{});
   for (int w = 0; w < st.options.workers; ++w) st.live.insert(w);
   st.generation = st.options.generation;
+  st.primary = !st.options.backup;
   if (const auto& img = st.options.restore) {
     restoreFrom(st, *img);  // checked, and its tables loaded, by spawnShard
     st.options.restore.reset();  // its rows are in the tables now
@@ -382,12 +710,13 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
   self->set_error_handler([=](caf::error& err) {
     self->state.log->warn("shard {}: ignored an error message: {}", self->state.options.shard, caf::to_string(err));
   });
-  self->set_default_handler([=](caf::scheduled_actor*, caf::message_view& x) -> caf::result<caf::message> {
+  auto refuse = [=](caf::scheduled_actor*, caf::message_view& x) -> caf::result<caf::message> {
     self->state.log->warn("shard {}: refused an unknown message {}", self->state.options.shard,
                           caf::to_string(x.content()));
     return caf::sec::unexpected_message;
-  });
-  return {
+  };
+  self->set_default_handler(refuse);
+  caf::behavior serving{
       [=](pull_atom a, int64_t worker, int64_t step, bool create, bool dense, const Tensor& counts,
           const Tensor& keys, int64_t generation) -> PullPromise {
         auto& st = self->state;
@@ -418,12 +747,14 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
           const Tensor& keys, const Tensor& grads, const Tensor& denseGrads, int64_t generation) -> PushPromise {
         auto& st = self->state;
         auto promise = self->make_response_promise<int64_t>();
-        if (generation != st.generation) {
-          promise.deliver(staleGeneration(st, worker, generation));
-          return promise;
-        }
         caf::message msg =
             caf::make_message(a, worker, sequence, step, samples, counts, keys, grads, denseGrads, generation);
+        // With a backup, the push goes there too, and its sender hears once both have it.
+        Ack ack = ackOf(self, promise, msg);
+        if (generation != st.generation) {
+          settle(self, ack, staleGeneration(st, worker, generation));
+          return promise;
+        }
         auto view = pushFromWire(msg, st.tables->dims(), size_t(st.denseSize));
         Status bad = view.hasValue() ? Status::ok() : view.status();
         if (bad.isOk() && (worker < 0 || worker >= st.options.workers)) {
@@ -436,12 +767,12 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
         }
         if (!bad.isOk()) {
           st.log->warn("shard {}: refused a push: {}", st.options.shard, bad.message());
-          promise.deliver(invalid(bad));
+          settle(self, ack, invalid(bad));
           return promise;
         }
         if (st.applied[size_t(worker)].contains(sequence)) {
           ++st.stats.duplicatePushes;
-          promise.deliver(sequence);
+          settle(self, ack, sequence);
           return promise;
         }
         if (st.options.consistency == Consistency::kBsp) {
@@ -449,43 +780,47 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
             auto it = pendingStep.parts.find(worker);
             if (it != pendingStep.parts.end() && it->second.view.sequence == sequence) {
               ++st.stats.duplicatePushes;
-              it->second.promises.push_back(promise);
+              it->second.promises.push_back(ack);
               return promise;
             }
           }
           auto& part = st.pending[step].parts[worker];
           if (!part.promises.empty()) {
-            promise.deliver(invalid(Status::invalidArgument(
+            settle(self, ack, invalid(Status::invalidArgument(
                 fmt::format("worker {} pushed step {} twice (sequences {} and {})", worker, step,
                             part.view.sequence, sequence))));
             return promise;
           }
           part.msg = std::move(msg);
           part.view = *view;
-          part.promises.push_back(promise);
+          part.promises.push_back(ack);
           applyReadySteps(self);
         } else {
           Status s = apply(st, view->counts, view->keys, view->grads, view->denseGrads);
           if (!s.isOk()) {
-            promise.deliver(caf::make_error(caf::sec::runtime_error, s.toString()));
+            settle(self, ack, caf::make_error(caf::sec::runtime_error, s.toString()));
             return promise;
           }
           st.applied[size_t(worker)].insert(sequence);
           st.stats.samplesApplied += view->samples;
           st.clock[size_t(worker)] = std::max(st.clock[size_t(worker)], step + 1);
-          promise.deliver(sequence);
+          settle(self, ack, sequence);
         }
         serveParked(self);
         return promise;
       },
-      [=](leave_atom, int64_t worker, int64_t generation) -> caf::result<int64_t> {
-        auto& st = self->state;
-        if (generation != st.generation) return staleGeneration(st, worker, generation);
-        if (st.live.erase(worker) == 0) return worker;
-        st.log->debug("shard {}: worker {} left", st.options.shard, worker);
-        if (st.options.consistency == Consistency::kBsp) applyReadySteps(self);
-        serveParked(self);
-        return worker;
+      [=](leave_atom a, int64_t worker, int64_t generation) -> caf::result<int64_t> {
+        auto agreed = forwardChecked(self, caf::make_message(a, worker, generation));
+        auto r = [&]() -> caf::expected<int64_t> {
+          auto& st = self->state;
+          if (generation != st.generation) return staleGeneration(st, worker, generation);
+          if (st.live.erase(worker) == 0) return worker;
+          st.log->debug("shard {}: worker {} left", st.options.shard, worker);
+          if (st.options.consistency == Consistency::kBsp) applyReadySteps(self);
+          serveParked(self);
+          return worker;
+        }();
+        return settled(agreed, std::move(r));
       },
       [=](clock_atom, int64_t worker) -> caf::result<int64_t> {
         auto& st = self->state;
@@ -495,63 +830,67 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
         }
         return received(st, worker);
       },
-      [=](revert_atom, int64_t lost, int64_t from, int64_t generation) -> caf::result<int64_t> {
-        auto& st = self->state;
-        if (generation < st.generation) return staleGeneration(st, lost, generation);
-        if (lost < 0 || lost >= st.options.workers || from < 0) {
-          return invalid(Status::invalidArgument(
-              fmt::format("revert of worker {} from step {}; the job has {} workers", lost, from, st.options.workers)));
-        }
-        if (st.options.consistency != Consistency::kBsp) {
-          return invalid(Status::invalidArgument("only a BSP shard can undo a step"));
-        }
-        int64_t highest = 0;  // steps applied, over the workers
-        for (int64_t c : st.clock) highest = std::max(highest, c);
-        if (highest > from + 1 || (highest == from + 1 && (st.undo.step != from || !st.undo.whole))) {
-          const std::string why = fmt::format("shard {}: cannot go back to step {}: it applied steps up to {} and kept "
-                                              "the state before step {} only",
-                                              st.options.shard, from, highest - 1, st.undo.step);
-          st.log->error("{}", why);
-          return caf::make_error(caf::sec::runtime_error, why);
-        }
-        const auto gone = caf::make_error(
-            caf::sec::runtime_error,
-            fmt::format("shard {}: steps from {} were undone (worker {} was lost; the group goes on without it)",
-                        st.options.shard, from, lost));
-        for (auto it = st.pending.lower_bound(from); it != st.pending.end(); it = st.pending.erase(it)) {
-          for (auto& [w, part] : it->second.parts) {
-            for (auto& p : part.promises) p.deliver(gone);
+      [=](revert_atom a, int64_t lost, int64_t from, int64_t generation) -> caf::result<int64_t> {
+        auto agreed = forwardChecked(self, caf::make_message(a, lost, from, generation));
+        auto r = [&]() -> caf::expected<int64_t> {
+          auto& st = self->state;
+          if (generation < st.generation) return staleGeneration(st, lost, generation);
+          if (lost < 0 || lost >= st.options.workers || from < 0) {
+            return invalid(Status::invalidArgument(
+                fmt::format("revert of worker {} from step {}; the job has {} workers", lost, from, st.options.workers)));
           }
-        }
-        for (auto& p : st.parked) p.promise.deliver(gone);
-        st.parked.clear();
-        if (highest == from + 1) {
-          // Step `from` as if it never was: its rows, the dense slice, the counters.
-          auto& u = st.undo;
-          const float* in = u.rows.data();
-          const uint64_t* key = u.keys.data();
-          for (size_t t = 0; t < st.tables->size(); ++t) {
-            EmbeddingTable& table = st.tables->table(t);
-            const size_t rowFloats = size_t(table.rowFloats());
-            for (uint64_t i = 0; i < u.counts[t]; ++i, ++key, in += rowFloats) {
-              std::copy_n(in, rowFloats, table.findOrCreate(*key));
+          if (st.options.consistency != Consistency::kBsp) {
+            return invalid(Status::invalidArgument("only a BSP shard can undo a step"));
+          }
+          int64_t highest = 0;  // steps applied, over the workers
+          for (int64_t c : st.clock) highest = std::max(highest, c);
+          if (highest > from + 1 || (highest == from + 1 && (st.undo.step != from || !st.undo.whole))) {
+            const std::string why = fmt::format("shard {}: cannot go back to step {}: it applied steps up to {} and kept "
+                                                "the state before step {} only",
+                                                st.options.shard, from, highest - 1, st.undo.step);
+            st.log->error("{}", why);
+            return caf::make_error(caf::sec::runtime_error, why);
+          }
+          const auto gone = caf::make_error(
+              caf::sec::runtime_error,
+              fmt::format("shard {}: steps from {} were undone (worker {} was lost; the group goes on without it)",
+                          st.options.shard, from, lost));
+          for (auto it = st.pending.lower_bound(from); it != st.pending.end(); it = st.pending.erase(it)) {
+            for (auto& [w, part] : it->second.parts) {
+              for (auto& p : part.promises) settle(self, p, gone);
             }
           }
-          st.dense = u.dense;
-          st.updates -= 1;
-          st.stats.pushesApplied -= 1;
-          for (const auto& p : u.parts) st.stats.samplesApplied -= p.samples;
-          st.log->info("shard {}: undid step {} ({} pushes): worker {} was lost and the group goes on without it",
-                       st.options.shard, from, u.parts.size(), lost);
-          st.undo = ShardState::Undo{};  // used (one not used stays: a later revert may go back to it)
-        }
-        for (int w = 0; w < st.options.workers; ++w) {
-          st.applied[size_t(w)].forgetFrom(from);
-          st.clock[size_t(w)] = std::min(st.clock[size_t(w)], from);
-        }
-        st.live.erase(lost);
-        st.generation = generation;
-        return from;
+          for (auto& p : st.parked) p.promise.deliver(gone);
+          st.parked.clear();
+          if (highest == from + 1) {
+            // Step `from` as if it never was: its rows, the dense slice, the counters.
+            auto& u = st.undo;
+            const float* in = u.rows.data();
+            const uint64_t* key = u.keys.data();
+            for (size_t t = 0; t < st.tables->size(); ++t) {
+              EmbeddingTable& table = st.tables->table(t);
+              const size_t rowFloats = size_t(table.rowFloats());
+              for (uint64_t i = 0; i < u.counts[t]; ++i, ++key, in += rowFloats) {
+                std::copy_n(in, rowFloats, table.findOrCreate(*key));
+              }
+            }
+            st.dense = u.dense;
+            st.updates -= 1;
+            st.stats.pushesApplied -= 1;
+            for (const auto& p : u.parts) st.stats.samplesApplied -= p.samples;
+            st.log->info("shard {}: undid step {} ({} pushes): worker {} was lost and the group goes on without it",
+                         st.options.shard, from, u.parts.size(), lost);
+            st.undo = ShardState::Undo{};  // used (one not used stays: a later revert may go back to it)
+          }
+          for (int w = 0; w < st.options.workers; ++w) {
+            st.applied[size_t(w)].forgetFrom(from);
+            st.clock[size_t(w)] = std::min(st.clock[size_t(w)], from);
+          }
+          st.live.erase(lost);
+          st.generation = generation;
+          return from;
+        }();
+        return settled(agreed, std::move(r));
       },
       [=](tick_atom) {
         // Pulls parked past parkTimeout fail, naming whom they waited for.
@@ -628,31 +967,36 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
         });
         return {id, std::move(floors), st.stats.samplesApplied};
       },
-      [=](restore_atom, const std::string& path, int64_t generation) -> caf::result<int64_t> {
-        // The job rolls back: this shard's state becomes the checkpoint's,
-        // and what waits on the old state is told it is gone.
-        auto& st = self->state;
-        auto image = readShardImage(path);
-        Status s = image.hasValue() ? checkShardImage(*image, st.options) : image.status();
-        auto tables = std::make_unique<TableSet>(st.options.tables);
-        if (s.isOk()) s = tables->load(image->tables);
-        if (!s.isOk()) {
-          st.log->error("shard {}: cannot roll back: {}", st.options.shard, s.message());
-          return caf::make_error(caf::sec::runtime_error, s.message());
-        }
-        const auto gone = caf::make_error(caf::sec::runtime_error, "the job rolled back to a checkpoint");
-        for (auto& p : st.parked) p.promise.deliver(gone);
-        st.parked.clear();
-        for (auto& [step, pendingStep] : st.pending) {
-          for (auto& [w, part] : pendingStep.parts) {
-            for (auto& p : part.promises) p.deliver(gone);
+      [=](restore_atom a, const std::string& path, int64_t generation) -> caf::result<int64_t> {
+        auto agreed = forwardChecked(self, caf::make_message(a, path, generation));
+        auto r = [&]() -> caf::expected<int64_t> {
+          // The job rolls back: this shard's state becomes the checkpoint's,
+          // and what waits on the old state is told it is gone (the backup
+          // does the same).
+          auto& st = self->state;
+          auto image = readShardImage(path);
+          Status s = image.hasValue() ? checkShardImage(*image, st.options) : image.status();
+          auto tables = std::make_unique<TableSet>(st.options.tables);
+          if (s.isOk()) s = tables->load(image->tables);
+          if (!s.isOk()) {
+            st.log->error("shard {}: cannot roll back: {}", st.options.shard, s.message());
+            return caf::make_error(caf::sec::runtime_error, s.message());
           }
-        }
-        st.pending.clear();
-        st.tables = std::move(tables);
-        restoreFrom(st, *image);
-        st.generation = generation;
-        return generation;
+          const auto gone = caf::make_error(caf::sec::runtime_error, "the job rolled back to a checkpoint");
+          for (auto& p : st.parked) p.promise.deliver(gone);
+          st.parked.clear();
+          for (auto& [step, pendingStep] : st.pending) {
+            for (auto& [w, part] : pendingStep.parts) {
+              for (auto& p : part.promises) settle(self, p, gone);
+            }
+          }
+          st.pending.clear();
+          st.tables = std::move(tables);
+          restoreFrom(st, *image);
+          st.generation = generation;
+          return generation;
+        }();
+        return settled(agreed, std::move(r));
       },
       [=](stats_atom) {
         auto& st = self->state;
@@ -661,7 +1005,65 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
         return caf::make_message(s.rows, s.pushesApplied, s.duplicatePushes, s.pullsServed, s.pullsDelayed,
                                  s.maxLead, s.samplesApplied);
       },
+      [=](replicate_atom, int64_t node, const std::string& name, bool transfer) -> caf::result<int64_t> {
+        return replicateTo(self, node, name, transfer);
+      },
+      [=](promote_atom) -> int64_t {
+        auto& st = self->state;
+        st.primary = true;
+        st.log->warn("shard {}: this copy is the primary now (its primary was lost); it serves alone until a new "
+                     "backup is built",
+                     st.options.shard);
+        return st.options.shard;
+      },
+      [=](install_atom, const Tensor& bytes, int64_t generation) -> caf::result<int64_t> {
+        // A backup built again (it and its primary disagreed, or it was slow).
+        if (self->state.primary) {
+          return caf::make_error(caf::sec::invalid_argument,
+                                 fmt::format("shard {}: this copy is the primary; it takes no state from another",
+                                             self->state.options.shard));
+        }
+        auto r = installImage(self, bytes, generation);
+        if (r) return *r;
+        return r.error();
+      },
+      [=](detach_atom) -> int64_t {
+        dropBackup(self, "the job found its process lost", false);
+        return self->state.options.shard;
+      },
   };
+  // A replicated copy's start (ShardOptions::Start): what is not for it
+  // waits in the mailbox until it can serve.
+  switch (st.options.start) {
+    case ShardOptions::Start::kServe:
+      return serving;
+    case ShardOptions::Start::kAwaitBackup:
+      self->set_default_handler(caf::skip);
+      return {
+          [=](replicate_atom, int64_t node, const std::string& name, bool transfer) -> caf::result<int64_t> {
+            auto r = replicateTo(self, node, name, transfer);
+            if (self->state.backup) {
+              self->set_default_handler(refuse);
+              self->become(serving);
+            }
+            return r;
+          },
+      };
+    case ShardOptions::Start::kAwaitImage:
+      self->set_default_handler(caf::skip);
+      return {
+          [=](install_atom, const Tensor& bytes, int64_t generation) -> caf::result<int64_t> {
+            auto r = installImage(self, bytes, generation);
+            if (r) {
+              self->set_default_handler(refuse);
+              self->become(serving);
+              return *r;
+            }
+            return r.error();
+          },
+      };
+  }
+  return serving;
 }
 
 }  // namespace

@@ -31,10 +31,12 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <caf/actor.hpp>
 #include <caf/fwd.hpp>
 
 #include "common/status.h"
@@ -85,6 +87,23 @@ struct ShardOptions {
   bool undoWholeSteps = false;
   int threads = 1;
   std::shared_ptr<kernels::Kernels> kernels;  // null: its own, with `threads`
+  // Replication (ps.replicas = 2; wire.h, replicate ... detach): how this
+  // copy starts. kAwaitBackup: a primary that serves nothing until it has
+  // its backup (replicate); kAwaitImage: a new backup that takes nothing
+  // until its primary sent the state (install). Messages meanwhile wait in
+  // the mailbox.
+  enum class Start { kServe, kAwaitBackup, kAwaitImage } start = Start::kServe;
+  // This copy starts as a backup (promote makes it the primary). A backup
+  // takes a primary's state (install) whenever it is sent again.
+  bool backup = false;
+  // The actor published as `name` on node `node` (a proxy through
+  // transport::RemoteActors): how a primary reaches its backup.
+  std::function<caf::actor(uint64_t node, const std::string& name)> locate;
+  // Told (backup_lost) when the backup stops answering; may be null.
+  caf::actor coordinator;
+  // A forwarded message (or the state's transfer) unanswered this long
+  // drops the backup.
+  std::chrono::milliseconds backupTimeout{60000};
 };
 
 // Whether a checkpoint's image fits a shard of these options (index, shard

@@ -36,6 +36,25 @@
 //           requester (written_atom, i64 id, i64 shard, string path, u64
 //           bytes, u64 checksum, string error ("" when written))
 //
+// Replication (ps.replicas = 2; DESIGN.md, Supervision and fault
+// tolerance): every state-changing message a primary takes (push, leave,
+// revert, restore) it forwards to its backup in the order it takes them, and
+// a push is acknowledged once both copies answered it.
+//   replicate: (replicate_atom, i64 node, string name, bool transfer) -> i64
+//           shard: the copy published as `name` by node `node`'s process is
+//           this primary's backup from now on; with `transfer` the backup
+//           (started empty) first gets this copy's state (install) and the
+//           BSP pushes it holds, and the answer comes once it took them
+//   install: (install_atom, Tensor image bytes, i64 generation) -> i64 shard
+//           (primary to a new backup): the whole state, as a checkpoint
+//           image's bytes (checked like a file)
+//   promote: (promote_atom) -> i64 shard: the primary is lost, this backup
+//           serves from now on
+//   detach: (detach_atom) -> i64 shard: the backup is lost; what waits for
+//           it is acknowledged on the primary's word
+//   to the coordinator: (backup_lost_atom, i64 shard, string why): the
+//           primary's backup stopped answering (or answered otherwise)
+//
 // `step` is the worker's training step (0-based): the consistency clock.
 // `generation`: how many times the job has rolled back when the worker
 // started (cluster.generation); a shard refuses an older one.
@@ -50,6 +69,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <caf/atom.hpp>
@@ -67,9 +87,24 @@ using snapshot_atom = caf::atom_constant<caf::atom("snapshot")>;
 using written_atom = caf::atom_constant<caf::atom("written")>;
 using restore_atom = caf::atom_constant<caf::atom("restore")>;
 using revert_atom = caf::atom_constant<caf::atom("revert")>;
+using replicate_atom = caf::atom_constant<caf::atom("replicate")>;
+using install_atom = caf::atom_constant<caf::atom("install")>;
+using promote_atom = caf::atom_constant<caf::atom("promote")>;
+using detach_atom = caf::atom_constant<caf::atom("detach")>;
+using backup_lost_atom = caf::atom_constant<caf::atom("backuplost")>;
 // To a worker's ps client (local): its pulls and pushes carry this
 // generation from now on.
 using generation_atom = caf::atom_constant<caf::atom("gen")>;
+// To a worker's ps client (from the coordinator, or its answer to
+// routes_atom): (route_atom, vector<i64> node of every shard's primary).
+using route_atom = caf::atom_constant<caf::atom("route")>;
+// To the coordinator: (routes_atom) -> vector<i64> the node of every
+// shard's primary.
+using routes_atom = caf::atom_constant<caf::atom("routes")>;
+
+// The name a ps process publishes each copy of a shard it holds under
+// (ps.replicas = 2: copies of shard k live in ps processes k and k+1).
+inline std::string shardCopyName(int64_t shard) { return "shard-copy-" + std::to_string(shard); }
 
 // More tables than this in one message is refused.
 inline constexpr size_t kMaxWireTables = 4096;

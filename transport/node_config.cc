@@ -55,4 +55,9 @@ std::string newJobToken() {
   return s;
 }
 
+bool avoidSharedMemoryFifo() {
+  if (std::getenv("UCX_TLS") != nullptr) return false;
+  return ::setenv("UCX_TLS", "^sysv,posix", 1) == 0;
+}
+
 }  // namespace troupe::transport

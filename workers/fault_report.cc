@@ -111,6 +111,9 @@ FaultReport faultReport(const JobOutcome& o, bool binary, const JobOutcome* base
   for (const auto& w : o.workers) r.stepsRedone += w.stepsRedone;
   for (const auto& rb : o.rollbacks) r.stepsRedone += rb.stepsRedone;
   r.rollbacks = int64_t(o.rollbacks.size());
+  r.replicas = o.replicas;
+  r.promotions = o.promotions;
+  r.copiesBuilt = o.replicasBuilt;
   r.crashes = o.crashes;
   r.regroups = o.regroups;
   r.expectedSamples = o.expectedSamples;
@@ -167,6 +170,21 @@ std::string faultReportJson(const FaultReport& r) {
   out += fmt::format("  \"kinds\": [\n{}\n  ],\n", kinds);
   out += fmt::format("  \"steps_redone\": {},\n  \"rollbacks\": {},\n  \"regroups\": {},\n", r.stepsRedone,
                      r.rollbacks, r.regroups);
+  {
+    std::vector<std::string> promoted, built;
+    for (const auto& p : r.promotions) {
+      promoted.push_back(fmt::format("{{\"shard\": {}, \"from_ps\": {}, \"to_ps\": {}, \"at_s\": {}, \"training_at_s\": {}}}",
+                                     p.shard, p.from, p.to, jsonNumber(p.atSeconds),
+                                     p.trainingAtSeconds >= 0 ? jsonNumber(p.trainingAtSeconds) : "null"));
+    }
+    for (const auto& b : r.copiesBuilt) {
+      built.push_back(fmt::format("{{\"shard\": {}, \"primary_ps\": {}, \"backup_ps\": {}, \"at_s\": {}, "
+                                  "\"transfer_s\": {}}}",
+                                  b.shard, b.primary, b.backup, jsonNumber(b.atSeconds), jsonNumber(b.seconds)));
+    }
+    out += fmt::format("  \"replicas\": {},\n  \"promotions\": [{}],\n  \"copies_built\": [{}],\n", r.replicas,
+                       fmt::join(promoted, ", "), fmt::join(built, ", "));
+  }
   out += fmt::format("  \"duplicates_suppressed\": {},\n", r.duplicatesSuppressed);
   std::string crashes;
   for (const auto& c : r.crashes) crashes += (crashes.empty() ? "" : ", ") + jsonString(c);
@@ -205,6 +223,19 @@ std::string faultReportTable(const FaultReport& r) {
   out += faultKindTable(r.rows, {50, 100});
   out += fmt::format("  steps redone {}, rollbacks {}, groups formed again {}, duplicate pushes suppressed {}\n",
                      r.stepsRedone, r.rollbacks, r.regroups, r.duplicatesSuppressed);
+  if (r.replicas > 1) {
+    double slowest = 0;
+    for (const auto& b : r.copiesBuilt) slowest = std::max(slowest, b.seconds);
+    double resumed = -1;
+    for (const auto& p : r.promotions) {
+      if (p.trainingAtSeconds >= 0) resumed = std::max(resumed, p.trainingAtSeconds - p.atSeconds);
+    }
+    out += fmt::format("  replicas {}: backups promoted {}{}, copies built again {}{}\n", r.replicas,
+                       r.promotions.size(),
+                       resumed < 0 ? "" : fmt::format(" (training went on within {:.2f} s)", resumed),
+                       r.copiesBuilt.size(),
+                       r.copiesBuilt.empty() ? "" : fmt::format(" (state moved in {:.3f} s at most)", slowest));
+  }
   out += fmt::format("  processes that died of a crash signal (SIGSEGV, SIGABRT, ...): {}\n", r.crashes.size());
   for (const auto& c : r.crashes) out += fmt::format("    {}\n", c);
   std::string applied;

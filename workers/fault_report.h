@@ -48,6 +48,12 @@ struct FaultReport {
   int64_t stepsRedone = 0;        // by replacements (ps mode) and rollbacks
   int64_t rollbacks = 0, regroups = 0;
   int64_t duplicatesSuppressed = 0;  // pushes a shard saw again and applied once
+  // ps.replicas = 2: backups promoted (a primary's process lost; no
+  // rollback) and copies built again by state transfer (the seconds each
+  // transfer took).
+  int64_t replicas = 1;
+  std::vector<JobOutcome::Promotion> promotions;
+  std::vector<JobOutcome::ReplicaBuilt> copiesBuilt;
   // The ledger: samples applied (per shard, or by the workers' group)
   // against rows x epochs.
   int64_t expectedSamples = 0;

@@ -167,4 +167,19 @@ int64_t serverCount(const Config& c) {
   return trainMode(c) == TrainMode::kAllReduce ? 0 : c.getInt("cluster.servers");
 }
 
+int64_t psReplicas(const Config& c) {
+  const int64_t r = c.getInt("ps.replicas");
+  if (r != 1 && r != 2) TROUPE_SETUP_ERROR("config: ps.replicas must be 1 or 2, not {}", r);
+  if (r == 2 && trainMode(c) == TrainMode::kAllReduce) {
+    TROUPE_SETUP_ERROR("config: ps.replicas = 2 needs parameter servers (train.mode = ps or hybrid); allreduce mode "
+                       "has none");
+  }
+  if (r == 2 && c.getInt("cluster.servers") < 2) {
+    TROUPE_SETUP_ERROR("config: ps.replicas = 2 needs cluster.servers >= 2 (a shard's two copies live in two ps "
+                       "processes); it is {}",
+                       c.getInt("cluster.servers"));
+  }
+  return r;
+}
+
 }  // namespace troupe::workers

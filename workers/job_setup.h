@@ -46,6 +46,10 @@ const char* trainModeName(TrainMode m);
 std::string collectivesBackend(const Config& c);
 // Parameter-server processes the job runs: none in allreduce mode.
 int64_t serverCount(const Config& c);
+// ps.replicas, checked: 1, or 2 in ps and hybrid modes with at least two
+// ps processes (the copies of a shard are never in the same process).
+// Throws SetupError naming what is wrong.
+int64_t psReplicas(const Config& c);
 
 // How long a training pull may wait at a shard for a slower worker's step
 // (BSP, SSP): long enough for the coordinator to find that worker hung

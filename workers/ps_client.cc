@@ -1,11 +1,14 @@
 #include "workers/ps_client.h"
 
 #include <algorithm>
+#include <map>
 
 #include <caf/all.hpp>
 
 #include "ps/shard.h"
 #include "ps/wire.h"
+#include "common/logging.h"
+#include "transport/remote_actors.h"
 
 namespace troupe::workers {
 namespace {
@@ -13,12 +16,119 @@ namespace {
 using transport::DType;
 using transport::Tensor;
 
+using reroute_tick_atom = caf::atom_constant<caf::atom("reroute")>;
+using Clock = std::chrono::steady_clock;
+
+// One request to one shard, kept until answered so that it can be sent
+// again to the shard's new primary (ps.replicas = 2).
+struct Token {
+  int shard = 0;
+  uint64_t id = 0;
+  int64_t attempt = 0;
+};
+
+struct Call {
+  std::function<void(Token)> issue;
+  int64_t attempt = 0;
+  bool waiting = false;  // its shard went down: waits for a new primary
+  Clock::time_point waitingSince;
+  std::function<void(const std::string&)> giveUp;
+};
+
 struct PsClientState {
   PsClientOptions options;
+  std::vector<std::map<uint64_t, Call>> calls;  // by shard
+  uint64_t nextCall = 0;
+  bool ticking = false;
   static inline const char* name = "ps_client";
 };
 
 using Self = caf::stateful_actor<PsClientState>;
+
+// The shard's process went (its proxy says so at once). A timeout is not:
+// a shard that fails a parked pull says request_timeout itself, naming whom
+// it waited for; a stopped primary's requests are sent again when the
+// coordinator names its backup.
+bool unreachable(const caf::error& err) {
+  return err == caf::sec::request_receiver_down || err.category() == transport::kDepartureCategory;
+}
+
+// Sends a request to `shard` through `issue` and keeps it until answered.
+void startCall(Self* self, int shard, std::function<void(Token)> issue, std::function<void(const std::string&)> giveUp) {
+  auto& st = self->state;
+  const uint64_t id = st.nextCall++;
+  Call& c = st.calls[size_t(shard)][id];
+  c.issue = std::move(issue);
+  c.attempt = 1;
+  c.giveUp = std::move(giveUp);
+  c.issue(Token{shard, id, 1});
+}
+
+// A reply of the call's latest attempt (true: handle it; the call is done).
+bool claim(Self* self, const Token& t) {
+  auto& calls = self->state.calls[size_t(t.shard)];
+  auto it = calls.find(t.id);
+  if (it == calls.end() || it->second.attempt != t.attempt) return false;
+  calls.erase(it);
+  return true;
+}
+
+void askRoutes(Self* self);
+
+// An error of the call's latest attempt: true when the call fails with it;
+// false when it is stale, or (replicas) its shard went down and the call
+// waits for the shard's new primary.
+bool claimError(Self* self, const Token& t, const caf::error& err) {
+  auto& st = self->state;
+  auto& calls = st.calls[size_t(t.shard)];
+  auto it = calls.find(t.id);
+  if (it == calls.end() || it->second.attempt != t.attempt) return false;
+  if (st.options.replicated && unreachable(err)) {
+    if (!it->second.waiting) {
+      it->second.waiting = true;
+      it->second.waitingSince = Clock::now();
+    }
+    askRoutes(self);
+    return false;
+  }
+  calls.erase(it);
+  return true;
+}
+
+// The primaries' nodes: a shard whose primary moved is reached there, and
+// what waits on it is sent again.
+void applyRoutes(Self* self, const std::vector<int64_t>& nodes) {
+  auto& st = self->state;
+  auto& o = st.options;
+  if (!o.replicated || nodes.size() != o.shards.size() || !o.locate) return;
+  for (size_t k = 0; k < nodes.size(); ++k) {
+    if (uint64_t(nodes[k]) == o.nodes[k]) continue;
+    o.nodes[k] = uint64_t(nodes[k]);
+    o.shards[k] = o.locate(o.nodes[k], ps::shardCopyName(int64_t(k)));
+    logger("job")->info("worker {}: shard {}'s primary is on node {:x} now; {} requests sent there again", o.worker, k,
+                        o.nodes[k], st.calls[k].size());
+    std::vector<std::pair<uint64_t, int64_t>> again;
+    for (auto& [id, c] : st.calls[k]) {
+      c.waiting = false;
+      again.emplace_back(id, ++c.attempt);
+    }
+    for (auto [id, attempt] : again) {
+      auto it = st.calls[k].find(id);
+      if (it != st.calls[k].end()) it->second.issue(Token{int(k), id, attempt});
+    }
+  }
+}
+
+void askRoutes(Self* self) {
+  auto& st = self->state;
+  if (!st.options.coordinator) return;
+  self->request(st.options.coordinator, std::chrono::seconds(10), ps::routes_atom::value)
+      .then([self](const std::vector<int64_t>& nodes) { applyRoutes(self, nodes); }, [](caf::error&) {});
+  if (!st.ticking) {
+    st.ticking = true;
+    self->delayed_send(self, std::chrono::milliseconds(500), reroute_tick_atom::value);
+  }
+}
 
 // Where each key of a request goes: per shard, the (table, index) of its keys.
 struct Split {
@@ -67,6 +177,7 @@ std::shared_ptr<Gather<Promise>> gatherOf(Promise promise, size_t shards) {
 
 caf::behavior psClient(Self* self, PsClientOptions options) {
   self->state.options = std::move(options);
+  self->state.calls.resize(self->state.options.shards.size());
   self->set_error_handler([](caf::error&) {});  // a stray error must not stop the client
   return {
       [=](ps::pull_atom, const ps::PullRequestPtr& req) -> caf::typed_response_promise<ps::PullReplyPtr> {
@@ -95,10 +206,11 @@ caf::behavior psClient(Self* self, PsClientOptions options) {
               ps::pullToWire(o.worker, req->step, req->create, req->dense,
                              Tensor::adopt(std::move(split->counts[size_t(s)]), DType::kUInt64),
                              Tensor::adopt(std::move(split->keys[size_t(s)]), DType::kUInt64), o.generation);
-          self->request(o.shards[size_t(s)], o.requestTimeout, std::move(msg))
+          auto issue = [=](Token t) {
+            self->request(self->state.options.shards[size_t(s)], self->state.options.requestTimeout, msg)
               .then(
                   [=](const Tensor& rowsT, const Tensor& denseT) {
-                    if (gather->failed) return;
+                    if (!claim(self, t) || gather->failed) return;
                     auto view = ps::pullReplyFromWire(caf::make_message(rowsT, denseT), rowFloats, denseFloats);
                     if (!view.hasValue()) return gather->fail(fmt::format("shard {}: {}", s, view.status().message()));
                     const auto& dims = self->state.options.dims;
@@ -111,7 +223,11 @@ caf::behavior psClient(Self* self, PsClientOptions options) {
                     if (denseFloats) std::copy_n(view->dense, denseFloats, reply->dense.data() + begin);
                     if (gather->arrived()) gather->promise.deliver(ps::PullReplyPtr(reply));
                   },
-                  [=](caf::error& err) { gather->fail(fmt::format("pull from shard {}: {}", s, caf::to_string(err))); });
+                  [=](caf::error& err) {
+                    if (claimError(self, t, err)) gather->fail(fmt::format("pull from shard {}: {}", s, caf::to_string(err)));
+                  });
+          };
+          startCall(self, s, issue, [gather](const std::string& why) { gather->fail(why); });
         }
         return promise;
       },
@@ -143,14 +259,44 @@ caf::behavior psClient(Self* self, PsClientOptions options) {
                                             Tensor::adopt(std::move(split.keys[size_t(s)]), DType::kUInt64),
                                             Tensor::adopt(std::move(grads), DType::kFloat32),
                                             Tensor::adopt(std::move(dense), DType::kFloat32), o.generation);
-          self->request(o.shards[size_t(s)], o.requestTimeout, std::move(msg))
-              .then(
-                  [=](int64_t) {
-                    if (gather->arrived()) gather->promise.deliver(sequence);
-                  },
-                  [=](caf::error& err) { gather->fail(fmt::format("push to shard {}: {}", s, caf::to_string(err))); });
+          auto issue = [=](Token t) {
+            self->request(self->state.options.shards[size_t(s)], self->state.options.requestTimeout, msg)
+                .then(
+                    [=](int64_t) {
+                      if (claim(self, t) && gather->arrived()) gather->promise.deliver(sequence);
+                    },
+                    [=](caf::error& err) {
+                      if (claimError(self, t, err)) gather->fail(fmt::format("push to shard {}: {}", s, caf::to_string(err)));
+                    });
+          };
+          startCall(self, s, issue, [gather](const std::string& why) { gather->fail(why); });
         }
         return promise;
+      },
+      [=](ps::route_atom, const std::vector<int64_t>& nodes) { applyRoutes(self, nodes); },
+      [=](reroute_tick_atom) {
+        // Calls waiting for a new primary: ask again, or give up.
+        auto& st = self->state;
+        st.ticking = false;
+        bool waiting = false;
+        const auto now = Clock::now();
+        for (size_t k = 0; k < st.calls.size(); ++k) {
+          std::vector<std::function<void(const std::string&)>> expired;
+          for (auto it = st.calls[k].begin(); it != st.calls[k].end();) {
+            if (it->second.waiting && now - it->second.waitingSince >= st.options.rerouteTimeout) {
+              expired.push_back(std::move(it->second.giveUp));
+              it = st.calls[k].erase(it);
+              continue;
+            }
+            waiting = waiting || it->second.waiting;
+            ++it;
+          }
+          for (auto& f : expired) {
+            f(fmt::format("shard {} went down and no new primary was named within {} s", k,
+                          st.options.rerouteTimeout.count()));
+          }
+        }
+        if (waiting) askRoutes(self);
       },
       [=](ps::generation_atom, int64_t generation) -> int64_t {
         self->state.options.generation = generation;
@@ -164,13 +310,19 @@ caf::behavior psClient(Self* self, PsClientOptions options) {
           return promise;
         }
         auto gather = gatherOf(promise, o.shards.size());
-        for (const auto& shard : o.shards) {
-          self->request(shard, o.requestTimeout, ps::leave_atom::value, o.worker, o.generation)
-              .then(
-                  [=](int64_t worker) {
-                    if (gather->arrived()) gather->promise.deliver(worker);
-                  },
-                  [=](caf::error& err) { gather->fail(fmt::format("leave at a shard: {}", caf::to_string(err))); });
+        for (int s = 0; s < int(o.shards.size()); ++s) {
+          auto issue = [=](Token t) {
+            auto& o = self->state.options;
+            self->request(o.shards[size_t(s)], o.requestTimeout, ps::leave_atom::value, o.worker, o.generation)
+                .then(
+                    [=](int64_t worker) {
+                      if (claim(self, t) && gather->arrived()) gather->promise.deliver(worker);
+                    },
+                    [=](caf::error& err) {
+                      if (claimError(self, t, err)) gather->fail(fmt::format("leave at shard {}: {}", s, caf::to_string(err)));
+                    });
+          };
+          startCall(self, s, issue, [gather](const std::string& why) { gather->fail(why); });
         }
         return promise;
       },
@@ -180,7 +332,9 @@ caf::behavior psClient(Self* self, PsClientOptions options) {
 }  // namespace
 
 caf::actor spawnPsClient(caf::actor_system& system, const PsClientOptions& options) {
-  return system.spawn(psClient, options);
+  PsClientOptions o = options;
+  o.nodes.resize(o.shards.size(), 0);
+  return system.spawn(psClient, o);
 }
 
 }  // namespace troupe::workers

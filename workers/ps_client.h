@@ -14,11 +14,22 @@
 //        from now on (the shards moved on: a rollback, or a hybrid group
 //        that went on without a lost rank)
 //
-// The first error from a shard (or a timeout) fails the request with it.
+//   (route_atom, vector<i64> nodes): ps.replicas = 2: the node of every
+//        shard's primary (from the coordinator, when it promoted a backup);
+//        a shard whose primary moved is reached there from now on, and
+//        every request still waiting on it is sent there again (a push is
+//        applied once: the shard's (worker, sequence) window)
+//
+// The first error from a shard (or a timeout) fails the request with it;
+// with replicas, a shard that went down (or did not answer) is waited for
+// until the coordinator names its new primary (asked every half second),
+// at most PsClientOptions::rerouteTimeout.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include <caf/actor.hpp>
@@ -33,6 +44,14 @@ struct PsClientOptions {
   int64_t denseSize = 0;           // dense parameters of the model (all shards)
   std::chrono::seconds requestTimeout{600};
   int64_t generation = 0;  // cluster.generation: the job's rollbacks when this worker started
+  // ps.replicas = 2: the node of every shard's primary (shards[k] is the
+  // copy published as ps::shardCopyName(k) there), how to reach a copy on
+  // a node, and whom to ask where the primaries are.
+  bool replicated = false;
+  std::vector<uint64_t> nodes;
+  std::function<caf::actor(uint64_t node, const std::string& name)> locate;
+  caf::actor coordinator;
+  std::chrono::seconds rerouteTimeout{30};
 };
 
 caf::actor spawnPsClient(caf::actor_system& system, const PsClientOptions& options);

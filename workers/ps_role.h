@@ -21,11 +21,17 @@ class PsRole final : public actors::Role {
   explicit PsRole(int threads) : threads_(threads) {}
   void prepare(actors::MemberContext& ctx) override;
   std::vector<actors::ChildSpec> start(actors::MemberContext& ctx, const actors::Roster& roster) override;
-  void release() override { shard_ = caf::actor(); }
+  void release() override {
+    shard_ = caf::actor();
+    second_ = caf::actor();
+  }
 
  private:
   int threads_;
-  caf::actor shard_;
+  caf::actor shard_;   // its rank's shard (a copy of it, with ps.replicas = 2)
+  caf::actor second_;  // ps.replicas = 2: its copy of shard rank-1 (mod S)
+  bool replicated_ = false, rebuild_ = false;
+  int64_t servers_ = 0;
 };
 
 }  // namespace troupe::workers

@@ -26,6 +26,7 @@ using transport::DType;
 using transport::Tensor;
 using recheck_atom = caf::atom_constant<caf::atom("recheck")>;
 using regroup_check_atom = caf::atom_constant<caf::atom("regroupchk")>;
+using rebuild_atom = caf::atom_constant<caf::atom("rebuild")>;
 using stall_atom = caf::atom_constant<caf::atom("stall")>;
 using pause_timeout_atom = caf::atom_constant<caf::atom("pausetime")>;
 using write_timeout_atom = caf::atom_constant<caf::atom("writetime")>;
@@ -48,6 +49,7 @@ actors::CoordinatorOptions coordinatorOptions(const Config& config) {
   if (maxRestarts < 0) TROUPE_SETUP_ERROR("config: supervision.max_restarts must be >= 0, got {}", maxRestarts);
   o.restarts = actors::RestartPolicy{maxRestarts, std::chrono::seconds(positive(config, "supervision.restart_window_s"))};
   (void)workerLossPolicy(config);  // checked here, before any process starts
+  (void)psReplicas(config);
   return o;
 }
 
@@ -97,6 +99,12 @@ TrainingJob::TrainingJob(const Config& config, TrainingJobOptions options)
   }
   workers_ = config.getInt("cluster.workers");
   servers_ = serverCount(config);
+  replicas_ = servers_ > 0 ? psReplicas(config) : 1;
+  primaryHost_.resize(size_t(servers_));
+  for (int64_t k = 0; k < servers_; ++k) primaryHost_[size_t(k)] = k;
+  backupSynced_.assign(size_t(servers_), replicas_ == 2);
+  outcome_.replicas = replicas_;
+  progressEvery_ = std::max<int64_t>(1, config.getInt("train.progress_every"));
   mode_ = trainMode(config);
   faults_ = std::make_unique<actors::FaultInjector>(actors::parseFaultPlan(config, workers_, servers_));
   auto consistency = ps::parseConsistency(config.getString("ps.consistency"));
@@ -188,7 +196,7 @@ void TrainingJob::finalize(actors::JobContext& job) {
   for (const auto& m : job.members("ps")) {
     const int64_t s = m.rank;
     job.self()
-        ->request(job.actorOf(m, kShardName), 10s, ps::stats_atom::value)
+        ->request(shardActor(job, m.rank), 10s, ps::stats_atom::value)
         .then(
             [this, &job, s, left](int64_t rows, int64_t pushes, int64_t dups, int64_t served, int64_t delayed,
                                   int64_t lead, int64_t samples) {
@@ -224,6 +232,7 @@ actors::LossDecision TrainingJob::decideLoss(actors::JobContext& job, const acto
   // Whatever takes the rank next starts a new stall clock (a rank lost
   // because it hung must not be found hung again, in its new place, at once).
   if (m.role == "worker") lastProgress_[size_t(m.rank)] = Clock::now();
+  if (m.role == "ps" && replicas_ == 2) return replicaLoss(job, m, what);
   if (m.role == "ps") {
     if (latestCheckpoint_.empty()) {
       return actors::LossDecision::fail(what + "; its shard of the model is gone, and the job has no checkpoint to "
@@ -415,13 +424,21 @@ void TrainingJob::revertShards(actors::JobContext& job) {
   auto left = std::make_shared<size_t>(shards.size() * asked.size());
   auto failed = std::make_shared<bool>(false);
   const int64_t generation = generation_ + 1;
-  auto fail = [this, &job, failed](const std::string& why) {
+  auto fail = [this, &job, failed, lost](const std::string& why) {
     if (*failed) return;
     *failed = true;
     reverting_ = false;
-    // A shard lost meanwhile is a loss of its own (it ends a job that shrank).
+    // A shard lost meanwhile is a loss of its own: it ends a job that
+    // shrank, unless its backup took over (ps.replicas = 2); then the undo
+    // is done again, at the new primaries (a shard that did it already
+    // does nothing more).
     for (const auto& s : job.members("ps")) {
-      if (s.state != actors::MemberState::kReady) return;
+      if (s.state == actors::MemberState::kReady) continue;
+      if (replicas_ == 2) {
+        toRevert_.insert(lost.begin(), lost.end());
+        job.self()->delayed_send(job.self(), 1s, regroup_check_atom::value);
+      }
+      return;
     }
     job.fail(why);
   };
@@ -434,7 +451,7 @@ void TrainingJob::revertShards(actors::JobContext& job) {
       for (int64_t w : lost) {
         const int64_t shard = s.rank;
         job.self()
-            ->request(job.actorOf(s, kShardName), 30s, ps::revert_atom::value, w, *from, generation)
+            ->request(shardActor(job, s.rank), 30s, ps::revert_atom::value, w, *from, generation)
             .then(
                 [this, &job, left, from, generation, failed](int64_t) {
                   if (*failed || --*left > 0) return;
@@ -457,7 +474,7 @@ void TrainingJob::revertShards(actors::JobContext& job) {
     for (int64_t w : asked) {
       const int64_t shard = s.rank;
       job.self()
-          ->request(job.actorOf(s, kShardName), 30s, ps::clock_atom::value, w)
+          ->request(shardActor(job, s.rank), 30s, ps::clock_atom::value, w)
           .then(
               [from, left, undo, failed](int64_t next) {
                 *from = std::min(*from, next);
@@ -479,6 +496,7 @@ actors::LossDecision TrainingJob::onEscalation(actors::JobContext& job, const ac
 }
 
 void TrainingJob::onReplaced(actors::JobContext& job, const actors::Member& m) {
+  if (m.role == "ps" && rebuild_.erase(m.rank)) return rebuildCopies(job, m);
   if (m.role != "worker") return;
   awaitingReplacement_.erase(m.rank);
   unheard_.insert(m.rank);  // its trainer may not be up yet: no checkpoint asks it to pause until it reports
@@ -547,7 +565,7 @@ void TrainingJob::checkStalls(actors::JobContext& job) {
   for (const auto& s : shards) {
     for (int64_t w : training) {
       job.self()
-          ->request(job.actorOf(s, kShardName), 10s, ps::clock_atom::value, w)
+          ->request(shardActor(job, s.rank), 10s, ps::clock_atom::value, w)
           .then(
               [=, this, &job](int64_t next) {
                 auto [it, fresh] = clocks->emplace(w, next);
@@ -634,7 +652,7 @@ void TrainingJob::maybeCheckpoint(actors::JobContext& job) {
   for (const auto& s : shards) {
     for (int64_t w = 0; w < workers_; ++w) {
       job.self()
-          ->request(job.actorOf(s, kShardName), 30s, ps::clock_atom::value, w)
+          ->request(shardActor(job, s.rank), 30s, ps::clock_atom::value, w)
           .then(
               [this, &job, id, furthest, left](int64_t next) {
                 *furthest = std::max(*furthest, next);
@@ -715,7 +733,7 @@ void TrainingJob::takeCut(actors::JobContext& job) {
     const int64_t rank = s.rank;
     const std::string path = fmt::format("{}/shard-{}.ckpt", ckpt_.dir, rank);
     job.self()
-        ->request(job.actorOf(s, kShardName), 60s, ps::snapshot_atom::value, id, path)
+        ->request(shardActor(job, s.rank), 60s, ps::snapshot_atom::value, id, path)
         .then(
             [this, &job, id, rank, agreeOnCut](int64_t, std::vector<int64_t>& floors, int64_t samples) {
               if (!ckpt_.active || ckpt_.id != id) return;
@@ -861,7 +879,7 @@ void TrainingJob::rollBack(actors::JobContext& job, int64_t lostShard) {
     for (int64_t w = 0; w < workers_ && size_t(w) < latestCut_.size(); ++w) {
       const int64_t cut = latestCut_[size_t(w)];
       job.self()
-          ->request(job.actorOf(s, kShardName), 30s, ps::clock_atom::value, w)
+          ->request(shardActor(job, s.rank), 30s, ps::clock_atom::value, w)
           .then(
               [this, index, w, cut](int64_t reached) {
                 auto& seen = rolledBackTo_[{index, w}];
@@ -874,7 +892,7 @@ void TrainingJob::rollBack(actors::JobContext& job, int64_t lostShard) {
     const std::string path = latestCheckpoint_ + "/" + manifest->shards[size_t(s.rank)].file;
     const int64_t rank = s.rank;
     job.self()
-        ->request(job.actorOf(s, kShardName), 120s, ps::restore_atom::value, path, generation_)
+        ->request(shardActor(job, s.rank), 120s, ps::restore_atom::value, path, generation_)
         .then([](int64_t) {},
               [&job, rank, node = s.node](caf::error& err) {
                 // A shard lost meanwhile is a loss of its own (another
@@ -915,10 +933,127 @@ void TrainingJob::rollBack(actors::JobContext& job, int64_t lostShard) {
   }
 }
 
+caf::actor TrainingJob::shardActor(actors::JobContext& job, int64_t shard) {
+  const auto& shards = job.members("ps");
+  if (replicas_ == 1) return job.actorOf(shards[size_t(shard)], kShardName);
+  return job.actorOf(shards[size_t(primaryHost_[size_t(shard)])], ps::shardCopyName(shard));
+}
+
+std::vector<int64_t> TrainingJob::primaryNodes(actors::JobContext& job) const {
+  std::vector<int64_t> nodes;
+  const auto& shards = job.members("ps");
+  for (int64_t k = 0; k < servers_; ++k) nodes.push_back(int64_t(shards[size_t(primaryHost_[size_t(k)])].node));
+  return nodes;
+}
+
+void TrainingJob::sendRoutes(actors::JobContext& job) {
+  const std::vector<int64_t> nodes = primaryNodes(job);
+  for (const auto& w : job.members("worker")) {
+    if (w.live()) job.self()->send(job.actorOf(w, psClientName(w.rank)), ps::route_atom::value, nodes);
+  }
+}
+
+// ps.replicas = 2: copies of shard k live in ps processes k and k+1 (mod S).
+// A lost process's primaries are served by their backups from now on (no
+// rollback: every push acknowledged is in the backup), its backups' primaries
+// serve alone, and its replacement builds both its copies anew.
+actors::LossDecision TrainingJob::replicaLoss(actors::JobContext& job, const actors::Member& m,
+                                              const std::string& what) {
+  const int64_t p = m.rank;
+  const auto& shards = job.members("ps");
+  std::vector<std::pair<int64_t, int64_t>> promote;  // (shard, new host)
+  for (int64_t k = 0; k < servers_; ++k) {
+    const int64_t a = k, b = (k + 1) % servers_;
+    if (a != p && b != p) continue;
+    const int64_t other = a == p ? b : a;
+    if (primaryHost_[size_t(k)] != p) {
+      if (backupSynced_[size_t(k)]) {
+        log()->warn("{}: it held shard {}'s backup; the primary (ps {}) serves alone until a new one is built", what,
+                    k, other);
+      }
+      backupSynced_[size_t(k)] = false;
+      job.self()->request(shardActor(job, k), 30s, ps::detach_atom::value).then([](int64_t) {}, [](caf::error&) {});
+      continue;
+    }
+    if (!backupSynced_[size_t(k)] || !shards[size_t(other)].live()) {
+      return actors::LossDecision::fail(fmt::format(
+          "{}; it held shard {}'s primary, and the shard's other copy (ps {}) is {}: no copy of shard {} is left "
+          "(ps.replicas = 2 survives one lost copy at a time; resume from a checkpoint: troupe train --resume)",
+          what, k, other, shards[size_t(other)].live() ? "still being built" : "lost too", k));
+    }
+    promote.emplace_back(k, other);
+  }
+  if (ckpt_.active) abandonCheckpoint(job, fmt::format("ps {} was lost", p));
+  for (auto [k, to] : promote) {
+    primaryHost_[size_t(k)] = to;
+    backupSynced_[size_t(k)] = false;
+    promotedAt_[outcome_.promotions.size()] = lastStep_;
+    outcome_.promotions.push_back(JobOutcome::Promotion{k, p, to, job.elapsed()});
+    log()->warn("{}: shard {}'s backup on ps {} is its primary now; the workers send there (nothing to roll back)",
+                what, k, to);
+    const int64_t shard = k;
+    job.self()
+        ->request(shardActor(job, k), 30s, ps::promote_atom::value)
+        .then([](int64_t) {},
+              [shard](caf::error& err) {
+                log()->warn("shard {}: its new primary did not answer the promotion: {}", shard, actors::describe(err));
+              });
+  }
+  if (!promote.empty()) sendRoutes(job);
+  rebuild_.insert(p);
+  return actors::LossDecision::replace();
+}
+
+void TrainingJob::rebuildCopies(actors::JobContext& job, const actors::Member& m) {
+  const int64_t p = m.rank;
+  for (int64_t k : {p, (p + servers_ - 1) % servers_}) rebuildCopy(job, k, p, m.node, 1);
+}
+
+// Shard k's primary sends its state to its copy in ps process `backup`
+// (node `node`), which becomes its backup; tried again (every 2 s, 5 times
+// in all) while that process is the same.
+void TrainingJob::rebuildCopy(actors::JobContext& job, int64_t k, int64_t backup, uint64_t node, int attempt) {
+  const int64_t primary = primaryHost_[size_t(k)];
+  if (primary == backup || job.over()) return;
+  const auto& shards = job.members("ps");
+  if (!shards[size_t(backup)].live() || shards[size_t(backup)].node != node) return;  // things moved on
+  const double asked = job.elapsed();
+  log()->info("shard {}: its primary (ps {}) sends its state to ps {}'s process, the new backup", k, primary, backup);
+  job.self()
+      ->request(shardActor(job, k), 300s, ps::replicate_atom::value, int64_t(node), ps::shardCopyName(k), true)
+      .then(
+          [this, &job, k, primary, backup, asked, node](int64_t) {
+            const auto& shards = job.members("ps");
+            if (primaryHost_[size_t(k)] != primary || !shards[size_t(backup)].live() ||
+                shards[size_t(backup)].node != node) {
+              return;  // things moved on meanwhile
+            }
+            backupSynced_[size_t(k)] = true;
+            const double now = job.elapsed();
+            outcome_.replicasBuilt.push_back(JobOutcome::ReplicaBuilt{k, primary, backup, now, now - asked});
+            log()->info("shard {} has two copies again (primary on ps {}, backup on ps {}; the state moved in "
+                        "{:.2f} s)",
+                        k, primary, backup, now - asked);
+          },
+          [this, &job, k, backup, node, attempt](caf::error& err) {
+            log()->warn("shard {}: its new backup on ps {} could not be built (try {} of 5): {}", k, backup, attempt,
+                        actors::describe(err));
+            if (attempt >= 5) return;
+            job.self()->delayed_send(job.self(), 2s, rebuild_atom::value, k, backup, int64_t(node),
+                                     int64_t(attempt + 1));
+          });
+}
+
 std::string TrainingJob::configFor(actors::JobContext&, const actors::Member& m, const std::string& base) {
   // The first process of every rank: the job's config (a resumed job's
   // names its checkpoint).
   if (m.incarnation == 0) return base;
+  if (m.role == "ps" && rebuild_.count(m.rank)) {
+    Config c = config_;
+    c.setValue("cluster.generation", generation_);
+    c.setValue("cluster.ps_rebuild", true);
+    return c.toToml();
+  }
   const bool rolledBack = generation_ != config_.getInt("cluster.generation");
   const bool syncWorker = mode_ != TrainMode::kPs && m.role == "worker";
   if (!rolledBack && !syncWorker) return base;
@@ -958,6 +1093,29 @@ void TrainingJob::onOver(actors::JobContext&) {
 
 caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
   caf::message_handler own{
+      [this, &job](ps::routes_atom) -> caf::result<std::vector<int64_t>> {
+        if (replicas_ != 2) return caf::make_error(caf::sec::invalid_argument, "the job's shards have no replicas");
+        return primaryNodes(job);
+      },
+      [this, &job](ps::backup_lost_atom, int64_t shard, const std::string& why) {
+        if (replicas_ != 2 || shard < 0 || shard >= servers_) return;
+        const int64_t primary = primaryHost_[size_t(shard)];
+        const auto& shards = job.members("ps");
+        const auto& sender = job.self()->current_sender();
+        const auto& host = shards[size_t(primary)];
+        if (!sender || !host.agent || sender->node() != host.agent.node()) return;  // only the primary's process says so
+        log()->warn("shard {}: its primary (ps {}) lost its backup ({}); it serves alone until it is built again",
+                    shard, primary, why);
+        backupSynced_[size_t(shard)] = false;
+        // The backup's process may be fine (the copies disagreed, or it was
+        // slow): it gets the state again. One that is lost is replaced.
+        const int64_t backup = primary == shard ? (shard + 1) % servers_ : shard;
+        if (shards[size_t(backup)].live()) rebuildCopy(job, shard, backup, shards[size_t(backup)].node, 1);
+      },
+      [this, &job](rebuild_atom, int64_t shard, int64_t backup, int64_t node, int64_t attempt) {
+        if (shard < 0 || shard >= servers_ || backup < 0 || backup >= servers_) return;
+        rebuildCopy(job, shard, backup, uint64_t(node), int(attempt));
+      },
       [this, &job](const CheckpointPaused& p) {
         const auto pauser = caf::actor_cast<caf::actor>(job.self()->current_sender());
         if (!ckpt_.active || p.id != ckpt_.id) {
@@ -1050,6 +1208,14 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
         lastProgress_[size_t(p.rank)] = Clock::now();
         lastStep_[size_t(p.rank)] = p.step;
         unheard_.erase(p.rank);
+        for (auto it = promotedAt_.begin(); it != promotedAt_.end();) {
+          if (p.step >= it->second[size_t(p.rank)] + 2 * progressEvery_) {
+            outcome_.promotions[it->first].trainingAtSeconds = job.elapsed();
+            it = promotedAt_.erase(it);
+          } else {
+            ++it;
+          }
+        }
         maybeCheckpoint(job);
         if (!onProgress_) return;
         JobProgress out{p.rank, p.step, p.epoch, p.epochRows, p.rowsPerEpoch, p.loss, 0};

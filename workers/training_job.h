@@ -131,6 +131,23 @@ struct JobOutcome {
   // Processes of a local job that died of a signal nobody sent on purpose
   // (actors::LocalJob::crashes).
   std::vector<std::string> crashes;
+  // ps.replicas = 2: backups promoted (the primary's process was lost) and
+  // backups built anew (state transfer to a replacement process), in order.
+  int64_t replicas = 1;
+  struct Promotion {
+    int64_t shard = 0, from = 0, to = 0;  // its primary's ps process was lost; the backup's serves
+    double atSeconds = 0;
+    // When training went on (at the latest): the first progress report of a
+    // worker twice train.progress_every steps past the last one it had
+    // reported before the promotion; -1 when none came.
+    double trainingAtSeconds = -1;
+  };
+  std::vector<Promotion> promotions;
+  struct ReplicaBuilt {
+    int64_t shard = 0, primary = 0, backup = 0;  // ps processes
+    double atSeconds = 0, seconds = 0;  // when two copies were there again; how long the transfer took
+  };
+  std::vector<ReplicaBuilt> replicasBuilt;
   // The fault plan (faults.plan) and every fault it injected, in order.
   actors::FaultPlan faultPlan;
   std::vector<actors::Injection> injections;
@@ -142,6 +159,9 @@ inline constexpr const char* kShardName = "shard";
 // A worker process publishes each of its ranks' trainer (a rank moved
 // into it has one of its own) as trainerName(rank).
 inline std::string trainerName(int64_t rank) { return "trainer" + std::to_string(rank); }
+// ps.replicas = 2: a worker process publishes each of its ranks' ps client
+// as psClientName(rank) (the coordinator names new primaries to it).
+inline std::string psClientName(int64_t rank) { return "psclient" + std::to_string(rank); }
 
 struct TrainingJobOptions {
   std::function<void(const JobProgress&)> onProgress;  // on the coordinator's thread
@@ -200,8 +220,26 @@ class TrainingJob final : public actors::JobPolicy {
   // replacement starts from it (a new generation: what the old workers
   // still send is refused).
   void rollBack(actors::JobContext& job, int64_t lostShard);
+  // ps.replicas = 2: the actor serving shard k (its primary copy), a lost
+  // ps process's shards (backups promoted, primaries told their backups are
+  // gone), the workers told where the primaries are, and a replacement's
+  // copies built from their primaries.
+  caf::actor shardActor(actors::JobContext& job, int64_t shard);
+  actors::LossDecision replicaLoss(actors::JobContext& job, const actors::Member& m, const std::string& what);
+  std::vector<int64_t> primaryNodes(actors::JobContext& job) const;
+  void sendRoutes(actors::JobContext& job);
+  void rebuildCopies(actors::JobContext& job, const actors::Member& m);
+  void rebuildCopy(actors::JobContext& job, int64_t shard, int64_t backup, uint64_t node, int attempt);
 
   int64_t workers_ = 0, servers_ = 0;
+  int64_t replicas_ = 1;
+  std::vector<int64_t> primaryHost_;  // ps.replicas = 2: per shard, the ps rank whose process serves it
+  std::vector<bool> backupSynced_;    // per shard: its other copy is live and identical
+  std::set<int64_t> rebuild_;         // ps ranks whose next process builds its copies from their primaries
+  // Promotions (outcome_.promotions indices) waiting for training to go on,
+  // and each worker's last reported step at the promotion.
+  std::map<size_t, std::vector<int64_t>> promotedAt_;
+  int64_t progressEvery_ = 100;
   ps::Consistency consistency_ = ps::Consistency::kBsp;
   TrainMode mode_ = TrainMode::kPs;
   std::string backend_;  // collectives.backend

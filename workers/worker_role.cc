@@ -256,23 +256,68 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   // has: 0 in a new job; where a lost one left off (a step some shard has is
   // re-sent and applied there once); the cut of a checkpoint the job goes on
   // from.
+  // ps.replicas = 2: each shard's primary may have moved (a backup took
+  // over): the coordinator knows where each is.
+  const bool replicated = servers > 0 && psReplicas(config) == 2;
+  std::vector<uint64_t> primaryNodes = shardNodes;
+  auto fetchRoutes = [&] {
+    caf::scoped_actor self{ctx.system};
+    std::string error;
+    bool answered = false;
+    self->request(ctx.coordinator, 30s, ps::routes_atom::value)
+        .receive(
+            [&](const std::vector<int64_t>& nodes) {
+              answered = nodes.size() == shardNodes.size();
+              if (!answered) error = fmt::format("{} nodes for {} shards", nodes.size(), shardNodes.size());
+              for (size_t k = 0; answered && k < nodes.size(); ++k) primaryNodes[k] = uint64_t(nodes[k]);
+            },
+            [&](caf::error& e) { error = actors::describe(e); });
+    if (!answered) TROUPE_SETUP_ERROR("worker {}: the coordinator did not say where the shards are: {}", rank, error);
+  };
+  if (replicated) fetchRoutes();
+  auto shardActor = [&](size_t k) {
+    return replicated ? ctx.remote.remoteActor(primaryNodes[k], ps::shardCopyName(int64_t(k)))
+                      : ctx.remote.remoteActor(shardNodes[k], kShardName);
+  };
   int64_t resumeAt = 0, redo = 0;
   if (mode == TrainMode::kPs || (mode == TrainMode::kHybrid && rejoin)) {
     caf::scoped_actor self{ctx.system};
-    resumeAt = std::numeric_limits<int64_t>::max();
+    // With replicas a shard's primary may be going as this process starts
+    // (stopped, or lost and its backup about to be promoted): it asks again,
+    // where the coordinator says the primaries are now, until the job has
+    // had time to find the loss (2 x the heartbeat timeout, and 30 s).
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::milliseconds(2 * config.getInt("transport.heartbeat_timeout_ms")) + 30s;
     int64_t furthest = 0;
-    for (size_t s = 0; s < shardNodes.size(); ++s) {
+    for (int attempt = 1;; ++attempt) {
+      resumeAt = std::numeric_limits<int64_t>::max();
+      furthest = 0;
       std::string error;
-      bool answered = false;
-      self->request(ctx.remote.remoteActor(shardNodes[s], kShardName), 30s, ps::clock_atom::value, rank)
-          .receive(
-              [&](int64_t next) {
-                resumeAt = std::min(resumeAt, next);
-                furthest = std::max(furthest, next);
-                answered = true;
-              },
-              [&](caf::error& e) { error = actors::describe(e); });
-      if (!answered) TROUPE_SETUP_ERROR("worker {}: shard {} did not say where to resume: {}", rank, s, error);
+      size_t failedShard = 0;
+      for (size_t s = 0; s < shardNodes.size() && error.empty(); ++s) {
+        bool answered = false;
+        self->request(shardActor(s), replicated ? 5s : 30s, ps::clock_atom::value, rank)
+            .receive(
+                [&](int64_t next) {
+                  resumeAt = std::min(resumeAt, next);
+                  furthest = std::max(furthest, next);
+                  answered = true;
+                },
+                [&](caf::error& e) { error = actors::describe(e); });
+        if (!answered) {
+          failedShard = s;
+          if (error.empty()) error = "no answer";
+        }
+      }
+      if (error.empty()) break;
+      if (!replicated || std::chrono::steady_clock::now() >= deadline) {
+        TROUPE_SETUP_ERROR("worker {}: shard {} did not say where to resume: {}", rank, failedShard, error);
+      }
+      logger("job")->warn("worker {}: shard {} did not say where to resume ({}); asking again where the primaries are "
+                          "(try {})",
+                          rank, failedShard, error, attempt);
+      std::this_thread::sleep_for(500ms);
+      fetchRoutes();
     }
     redo = furthest - resumeAt;  // steps some shard has already: redone, applied there once
     if (mode == TrainMode::kPs && (resumeAt > 0 || redo > 0)) {
@@ -313,12 +358,21 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   if (mode != TrainMode::kAllReduce) {
     PsClientOptions co;
     co.worker = rank;
-    for (uint64_t node : shardNodes) co.shards.push_back(ctx.remote.remoteActor(node, kShardName));
+    for (size_t k = 0; k < shardNodes.size(); ++k) co.shards.push_back(shardActor(k));
+    if (replicated) {
+      co.replicated = true;
+      co.nodes = primaryNodes;
+      co.locate = [&remote = ctx.remote](uint64_t node, const std::string& name) { return remote.remoteActor(node, name); };
+      co.coordinator = ctx.coordinator;
+      co.rerouteTimeout = std::chrono::seconds(2 * config.getInt("transport.heartbeat_timeout_ms") / 1000 + 30);
+    }
     for (const auto& t : tableOptions(config, model)) co.dims.push_back(t.dim);
     co.denseSize = mode == TrainMode::kPs ? (*core)->denseParameters() : 0;
     co.requestTimeout = pullWaitBound(config) + std::chrono::seconds(20);
     co.generation = config.getInt("cluster.generation");
     client = spawnPsClient(ctx.system, co);
+    // The coordinator names a shard's new primary here (route_atom).
+    if (replicated) ctx.remote.publish(client, psClientName(rank));
   } else if ((*core)->hasTables()) {
     ps::TableHolderOptions ho;
     ho.tables = tableOptions(config, model);

@@ -112,12 +112,23 @@ bool waitForText(const std::string& path, const std::string& text, std::chrono::
   return false;
 }
 
+// Most of these tests kill or stop processes, and a process killed while it
+// writes into a peer's UCX shared-memory FIFO wedges that peer for good
+// (transport::avoidSharedMemoryFifo): they run without the FIFO transports,
+// as `troupe train` does with a fault plan that kills. The fault-free tests
+// that call sharedMemoryFifo() run on the default transports.
 class ClusterTest : public ::testing::Test {
  protected:
-  void SetUp() override { ::setenv("TROUPE_JOB_TOKEN", "cluster-test-token-0123456789abcdef", 1); }
+  void SetUp() override {
+    ::setenv("TROUPE_JOB_TOKEN", "cluster-test-token-0123456789abcdef", 1);
+    ::setenv("UCX_TLS", "^sysv,posix", 1);
+  }
+  void TearDown() override { ::unsetenv("UCX_TLS"); }
+  static void sharedMemoryFifo() { ::unsetenv("UCX_TLS"); }
 };
 
 TEST_F(ClusterTest, EveryConsistencyModelLearnsWithTwoWorkersAndTwoShards) {
+  sharedMemoryFifo();  // no process is killed: the default transports
   TempDir dir;
   for (const std::string mode : {"bsp", "ssp", "asp"}) {
     SCOPED_TRACE(mode);
@@ -182,6 +193,7 @@ Comparison compareBspWithOneProcess(TempDir& dir, const std::string& tag, std::v
 }
 
 TEST_F(ClusterTest, BspEqualsASingleProcessOnTheSameGlobalBatches) {
+  sharedMemoryFifo();  // no process is killed: the default transports
   TempDir dir;
   Comparison shortRun = compareBspWithOneProcess(dir, "short", {"--set", "train.max_steps=12"});
   EXPECT_EQ(shortRun.rows, 5000);
@@ -1138,6 +1150,101 @@ TEST_F(ClusterTest, AFaultPlanKillsAndStopsProcessesForRealAndItsReportCountsEac
   EXPECT_NE(readFile(dir.file("runs/plan/worker-1.log")).find("fault 2: stop: continued"), std::string::npos);
 }
 
+// ps.replicas = 2 (copies of shard k in ps processes k and k+1): a lost
+// primary's backup is promoted and the job goes on with no rollback and no
+// checkpoint; a lost backup's primary serves alone; the replacement process
+// gets both its copies by state transfer. Three faults, one after the other
+// settled: ps 0 killed (SIGKILL: shard 0's primary and shard 1's backup),
+// then ps 0's new process stopped (SIGSTOP longer than the heartbeat
+// timeout: both backups), then ps 1 stopped (both primaries, promoted to
+// ps 0's third process). BSP averages each step's pushes in a fixed order,
+// so a run that lost or doubled nothing is the fault-free run to the bit.
+TEST_F(ClusterTest, WithReplicasLostPrimariesAndBackupsCostNoRollbackAndTheModelIsTheSameBits) {
+  TempDir dir;
+  auto r = troupe(plus({"train"}, plus(smallJob(dir, "replicas"),
+                                       {"--set", "cluster.workers=2", "--set", "cluster.servers=2", "--set",
+                                        "ps.replicas=2", "--set", "train.epochs=40", "--set",
+                                        "transport.heartbeat_timeout_ms=2000", "--fault",
+                                        "kind=kill,target=ps:0,at_s=1", "--fault",
+                                        "kind=stop,target=ps:0,at_s=3.5,duration_s=5", "--fault",
+                                        "kind=stop,target=ps:1,at_s=9,duration_s=5", "--baseline"})),
+                  400s);
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  const std::string json = readFile(dir.file("runs/replicas/faults.json"));
+  ASSERT_FALSE(json.empty());
+  EXPECT_EQ(fields(json, "rollbacks"), std::vector<double>{0}) << json;
+  EXPECT_EQ(fields(json, "replicas"), std::vector<double>{2}) << json;
+  // Promoted: shard 0 (ps 0 -> ps 1), then shards 0 and 1 (ps 1 -> ps 0).
+  EXPECT_EQ(fields(json, "from_ps"), (std::vector<double>{0, 1, 1})) << json;
+  EXPECT_EQ(fields(json, "to_ps"), (std::vector<double>{1, 0, 0})) << json;
+  // Each of ps 0's and ps 1's new processes got both its copies.
+  EXPECT_EQ(fields(json, "backup_ps"), (std::vector<double>{0, 0, 0, 0, 1, 1})) << json;
+  const std::string kill = lineWith(json, "\"kind\": \"kill\", \"injected\"");
+  EXPECT_NE(kill.find("\"injected\": 1, \"skipped\": 0, \"unfired\": 0, \"detected\": 1, \"recovered\": 1"),
+            std::string::npos)
+      << json;
+  const std::string stop = lineWith(json, "\"kind\": \"stop\", \"injected\"");
+  EXPECT_NE(stop.find("\"injected\": 2, \"skipped\": 0, \"unfired\": 0, \"detected\": 2, \"recovered\": 2"),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"samples_applied\": [1600000, 1600000]"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"exact\": true"), std::string::npos) << json;
+  const auto auc = fields(json, "test_auc"), baseline = fields(json, "baseline_test_auc");
+  ASSERT_EQ(auc.size(), 1u) << json;
+  ASSERT_EQ(baseline.size(), 1u) << json;
+  EXPECT_EQ(auc[0], baseline[0]) << json;
+  EXPECT_NE(r.out.find("replicas 2: backups promoted 3 (training went on within "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(", copies built again 6 (state moved in "), std::string::npos) << r.out;
+  // The stopped processes were fenced (killed by PID), not let back in.
+  for (int f : {2, 3}) {
+    const auto pids = fields(lineWith(json, fmt::format("\"fault\": {},", f)), "pid");
+    ASSERT_EQ(pids.size(), 1u) << json;
+    EXPECT_NE(::kill(pid_t(pids[0]), 0), 0) << "the stopped shard " << pids[0] << " still exists";
+  }
+}
+
+// Hybrid mode (tables on the shards, dense parameters by all-reduce): a
+// killed primary's backup serves on, the group never notices, and the
+// model is the fault-free one.
+TEST_F(ClusterTest, WithReplicasAHybridJobGoesOnPastAKilledPrimaryToTheSameBits) {
+  TempDir dir;
+  auto r = troupe(plus({"train"}, plus(smallJob(dir, "hybrid"),
+                                       {"--set", "cluster.workers=2", "--set", "cluster.servers=2", "--set",
+                                        "ps.replicas=2", "--set", "train.mode=hybrid", "--set",
+                                        "collectives.backend=ring", "--set", "train.epochs=6", "--fault",
+                                        "kind=kill,target=ps:1,at_s=1", "--baseline"})),
+                  400s);
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  const std::string json = readFile(dir.file("runs/hybrid/faults.json"));
+  EXPECT_EQ(fields(json, "rollbacks"), std::vector<double>{0}) << json;
+  EXPECT_EQ(fields(json, "from_ps"), std::vector<double>{1}) << json;
+  EXPECT_EQ(fields(json, "to_ps"), std::vector<double>{0}) << json;
+  EXPECT_NE(json.find("\"exact\": true"), std::string::npos) << json;
+  const auto auc = fields(json, "test_auc"), baseline = fields(json, "baseline_test_auc");
+  ASSERT_EQ(auc.size(), 1u) << json;
+  ASSERT_EQ(baseline.size(), 1u) << json;
+  EXPECT_EQ(auc[0], baseline[0]) << json;
+}
+
+// What replication needs is checked before any process starts.
+TEST_F(ClusterTest, WithReplicasABadSettingIsRefusedBeforeTheJobStarts) {
+  TempDir dir;
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--set", "ps.replicas=3"}, "ps.replicas must be 1 or 2, not 3"},
+      {{"--set", "ps.replicas=2", "--set", "cluster.servers=1"}, "ps.replicas = 2 needs cluster.servers >= 2"},
+      {{"--set", "ps.replicas=2", "--set", "train.mode=allreduce"}, "ps.replicas = 2 needs parameter servers"},
+  };
+  for (const auto& [set, expected] : cases) {
+    auto r = troupe(plus({"train"}, plus(plus(smallJob(dir, "bad"), {"--set", "cluster.workers=2", "--set",
+                                                                   "cluster.servers=2"}),
+                                         set)),
+                    60s);
+    EXPECT_NE(r.exitCode, 0) << expected;
+    EXPECT_NE(r.err.find(expected), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("started"), std::string::npos) << "no process may start: " << r.err;
+  }
+}
+
 // Found by troupe chaos: in ASP the other worker finishes long before a
 // replacement of a worker killed near the end is ready; the gate must wait
 // for the replacement (a rank that a process is to take again is still
@@ -1187,14 +1294,15 @@ TEST_F(ClusterTest, WithBaselineTheReportSetsTheFaultFreeRunBesideAndAllreduceRe
 }
 
 // A short chaos campaign, as users run it: ten jobs, each in a mode and
-// with one to three kill / stop / slow faults drawn from the seed. Every
+// with one to three kill / stop / slow faults drawn from the seed, shards
+// replicated (ps.replicas = 2). Every
 // run must finish with its ledger exact (no sample lost or applied twice),
 // none may hang or have a process crash, and the totals add up.
 TEST_F(ClusterTest, AShortChaosCampaignEndsWithEveryRunFinishedAndEveryLedgerExact) {
   TempDir dir;
   const auto job = smallJob(dir, "unused");  // chaos names each run and its directory itself
-  auto r = troupe(plus({"chaos"}, plus(job, {"--runs", "10", "--seed", "1", "--run-timeout", "120", "--dir",
-                                             dir.file("chaos")})),
+  auto r = troupe(plus({"chaos"}, plus(job, {"--runs", "10", "--seed", "1", "--run-timeout", "120", "--replicas", "2",
+                                             "--dir", dir.file("chaos")})),
                   1200s);
   EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
   const std::string text = readFile(dir.file("chaos/chaos.json"));
@@ -1215,6 +1323,19 @@ TEST_F(ClusterTest, AShortChaosCampaignEndsWithEveryRunFinishedAndEveryLedgerExa
   }
   for (const auto& [kind, k] : json.at("kinds").items()) injected += k.at("injected").get<int64_t>();
   EXPECT_EQ(injected, fromReports);
+  // With replicas a lost shard's backup takes over: no run rolls back, and
+  // every shard fault that was detected promoted a backup.
+  EXPECT_EQ(json.at("replicas").get<int>(), 2);
+  EXPECT_EQ(json.at("rollbacks").get<int>(), 0) << r.out;
+  int64_t promotions = 0, psDetected = 0;
+  for (const auto& run : json.at("each")) {
+    promotions += int64_t(run.at("report").at("promotions").size());
+    for (const auto& in : run.at("report").at("injections")) {
+      if (in.at("target").get<std::string>().rfind("ps", 0) == 0 && in.at("detected").get<bool>()) ++psDetected;
+    }
+  }
+  EXPECT_EQ(json.at("promotions").get<int64_t>(), promotions);
+  EXPECT_GE(promotions, psDetected) << "each run loses one ps process at most, and each holds a primary until then" << r.out;
   EXPECT_GT(injected, 5) << "ten runs of one to three faults each inject some";
   // One line per run, and every mode drawn at least once in ten runs of this seed.
   for (int i = 1; i <= 10; ++i) {
@@ -1548,6 +1669,7 @@ int countWorker(const std::string& coordinator, const std::string& mode, int wor
 // Sync modes: every rank ends with the same dense weights, bit for bit, and
 // so does a second run with the same seed; a third seed changes them.
 TEST_F(ClusterTest, SyncModesGiveBitIdenticalWeightsOnEveryRankAndAcrossRuns) {
+  sharedMemoryFifo();  // no process is killed: the default transports
   TempDir dir;
   struct Case {
     std::string mode;
