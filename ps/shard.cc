@@ -90,16 +90,18 @@ namespace {
 using PullPromise = caf::typed_response_promise<Tensor, Tensor>;
 using PushPromise = caf::typed_response_promise<int64_t>;
 
-// A push's acknowledgement with a backup attached: the sender hears once
-// this copy and the backup have both answered (the forwarded push), with
-// this copy's answer.
+// The answer to a push (or a leave, undo or restore) with a backup
+// attached: the sender hears once this copy and the backup have both
+// answered the message (forwarded), with this copy's answer; when one took
+// it and the other refused it, the copies differ and the backup is dropped.
 struct Join {
   explicit Join(PushPromise p) : promise(std::move(p)) {}
   PushPromise promise;
   bool localDone = false, remoteDone = false, delivered = false;
   int64_t value = 0;
   caf::error localError;
-  caf::error remoteError;  // the backup refused what this copy took: they differ
+  caf::error remoteError;  // the backup's refusal, when it answered with one
+  bool remoteAnswered = false;  // the backup answered (took it or refused it), not just went
   uint64_t epoch = 0;      // of the backup it waits for
 };
 
@@ -222,9 +224,12 @@ void finishJoin(Self* self, const std::shared_ptr<Join>& j) {
   if (!j->localDone || !j->remoteDone || j->delivered) return;
   j->delivered = true;
   auto& st = self->state;
-  if (j->remoteError && !j->localError && j->epoch == st.backupEpoch) {
+  if (j->remoteAnswered && bool(j->remoteError) != bool(j->localError) && j->epoch == st.backupEpoch) {
     // The copies no longer agree: the backup cannot stand in for this one.
-    dropBackup(self, fmt::format("it refused a push this copy applied ({})", caf::to_string(j->remoteError)), true);
+    dropBackup(self,
+               j->remoteError ? fmt::format("it refused a change this copy took ({})", caf::to_string(j->remoteError))
+                              : "it took a change this copy refused",
+               true);
   }
   if (j->localError) {
     j->promise.deliver(j->localError);
@@ -256,28 +261,6 @@ void forward(Self* self, const caf::message& msg, std::function<void(const caf::
             });
 }
 
-// A leave, undo or restore goes to the backup too; when the two copies
-// answer it differently (one took it, the other refused it) they no longer
-// hold the same state, and the backup is dropped (the job builds a new one).
-std::shared_ptr<int> forwardChecked(Self* self, const caf::message& msg) {
-  auto agreed = std::make_shared<int>(-1);  // this copy's outcome: -1 not yet, 0 refused, 1 took it
-  const uint64_t epoch = self->state.backupEpoch;
-  forward<int64_t>(self, msg, [self, agreed, epoch](const caf::error* err) {
-    if (err && backupUnreachable(*err)) return;
-    const bool backupTook = err == nullptr;
-    if (*agreed >= 0 && backupTook != (*agreed == 1) && self->state.backupEpoch == epoch) {
-      dropBackup(self, backupTook ? "it took a change this copy refused" : "it refused a change this copy took", true);
-    }
-  });
-  return agreed;
-}
-
-caf::result<int64_t> settled(const std::shared_ptr<int>& agreed, caf::expected<int64_t> r) {
-  *agreed = r ? 1 : 0;
-  if (r) return *r;
-  return r.error();
-}
-
 // The acknowledgement of the push in `msg`: joined with the backup's when
 // one is attached (the push goes there too).
 Ack ackOf(Self* self, PushPromise promise, const caf::message& msg) {
@@ -290,6 +273,7 @@ Ack ackOf(Self* self, PushPromise promise, const caf::message& msg) {
   st.awaitingBackup.emplace(id, j);
   forward<int64_t>(self, msg, [self, j, id](const caf::error* err) {
     if (self->state.awaitingBackup.erase(id) == 0) return;  // dropped with its backup: answered already
+    if (!err || !backupUnreachable(*err)) j->remoteAnswered = true;
     if (err && !backupUnreachable(*err)) j->remoteError = *err;
     j->remoteDone = true;
     finishJoin(self, j);
@@ -649,6 +633,13 @@ caf::result<int64_t> replicateTo(Self* self, int64_t node, const std::string& na
                 st.generation)
       .then(
           [=](int64_t) mutable {
+            if (self->state.backupEpoch != epoch) {
+              promise.deliver(caf::make_error(caf::sec::runtime_error,
+                                              fmt::format("shard {}: its backup was replaced or lost as it took the "
+                                                          "state",
+                                                          shard)));
+              return;
+            }
             const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
             self->state.log->info("shard {}: its new backup {} has its state ({} bytes in {:.3f} s): two copies again",
                                   shard, self->state.backupName, size, secs);
@@ -675,6 +666,7 @@ caf::result<int64_t> replicateTo(Self* self, int64_t node, const std::string& na
       forward<int64_t>(self, part.msg, [self, joins](const caf::error* err) {
         for (const auto& [id, j] : joins) {
           if (self->state.awaitingBackup.erase(id) == 0) continue;
+          if (!err || !backupUnreachable(*err)) j->remoteAnswered = true;
           if (err && !backupUnreachable(*err)) j->remoteError = *err;
           j->remoteDone = true;
           finishJoin(self, j);
@@ -809,8 +801,10 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
         serveParked(self);
         return promise;
       },
-      [=](leave_atom a, int64_t worker, int64_t generation) -> caf::result<int64_t> {
-        auto agreed = forwardChecked(self, caf::make_message(a, worker, generation));
+      [=](leave_atom a, int64_t worker, int64_t generation) -> PushPromise {
+        // Answered once the backup has it too (and it answered alike).
+        auto promise = self->make_response_promise<int64_t>();
+        Ack ack = ackOf(self, promise, caf::make_message(a, worker, generation));
         auto r = [&]() -> caf::expected<int64_t> {
           auto& st = self->state;
           if (generation != st.generation) return staleGeneration(st, worker, generation);
@@ -820,7 +814,12 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
           serveParked(self);
           return worker;
         }();
-        return settled(agreed, std::move(r));
+        if (r) {
+          settle(self, ack, *r);
+        } else {
+          settle(self, ack, r.error());
+        }
+        return promise;
       },
       [=](clock_atom, int64_t worker) -> caf::result<int64_t> {
         auto& st = self->state;
@@ -830,8 +829,10 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
         }
         return received(st, worker);
       },
-      [=](revert_atom a, int64_t lost, int64_t from, int64_t generation) -> caf::result<int64_t> {
-        auto agreed = forwardChecked(self, caf::make_message(a, lost, from, generation));
+      [=](revert_atom a, int64_t lost, int64_t from, int64_t generation) -> PushPromise {
+        // Answered once the backup has it too (and it answered alike).
+        auto promise = self->make_response_promise<int64_t>();
+        Ack ack = ackOf(self, promise, caf::make_message(a, lost, from, generation));
         auto r = [&]() -> caf::expected<int64_t> {
           auto& st = self->state;
           if (generation < st.generation) return staleGeneration(st, lost, generation);
@@ -890,7 +891,12 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
           st.generation = generation;
           return from;
         }();
-        return settled(agreed, std::move(r));
+        if (r) {
+          settle(self, ack, *r);
+        } else {
+          settle(self, ack, r.error());
+        }
+        return promise;
       },
       [=](tick_atom) {
         // Pulls parked past parkTimeout fail, naming whom they waited for.
@@ -967,8 +973,10 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
         });
         return {id, std::move(floors), st.stats.samplesApplied};
       },
-      [=](restore_atom a, const std::string& path, int64_t generation) -> caf::result<int64_t> {
-        auto agreed = forwardChecked(self, caf::make_message(a, path, generation));
+      [=](restore_atom a, const std::string& path, int64_t generation) -> PushPromise {
+        // Answered once the backup has it too (and it answered alike).
+        auto promise = self->make_response_promise<int64_t>();
+        Ack ack = ackOf(self, promise, caf::make_message(a, path, generation));
         auto r = [&]() -> caf::expected<int64_t> {
           // The job rolls back: this shard's state becomes the checkpoint's,
           // and what waits on the old state is told it is gone (the backup
@@ -996,7 +1004,12 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
           st.generation = generation;
           return generation;
         }();
-        return settled(agreed, std::move(r));
+        if (r) {
+          settle(self, ack, *r);
+        } else {
+          settle(self, ack, r.error());
+        }
+        return promise;
       },
       [=](stats_atom) {
         auto& st = self->state;

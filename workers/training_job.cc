@@ -103,6 +103,7 @@ TrainingJob::TrainingJob(const Config& config, TrainingJobOptions options)
   primaryHost_.resize(size_t(servers_));
   for (int64_t k = 0; k < servers_; ++k) primaryHost_[size_t(k)] = k;
   backupSynced_.assign(size_t(servers_), replicas_ == 2);
+  rebuildToken_.assign(size_t(servers_), 0);
   outcome_.replicas = replicas_;
   progressEvery_ = std::max<int64_t>(1, config.getInt("train.progress_every"));
   mode_ = trainMode(config);
@@ -961,6 +962,13 @@ actors::LossDecision TrainingJob::replicaLoss(actors::JobContext& job, const act
                                               const std::string& what) {
   const int64_t p = m.rank;
   const auto& shards = job.members("ps");
+  if (!started_) {
+    // Nothing has trained: the copies a new process starts with are the
+    // same as the others' (fresh, or the checkpoint's), and its primary
+    // takes its backup as the first ones do once every process is there.
+    log()->warn("{}: a new process takes its place before training starts", what);
+    return actors::LossDecision::replace();
+  }
   std::vector<std::pair<int64_t, int64_t>> promote;  // (shard, new host)
   for (int64_t k = 0; k < servers_; ++k) {
     const int64_t a = k, b = (k + 1) % servers_;
@@ -1006,13 +1014,18 @@ actors::LossDecision TrainingJob::replicaLoss(actors::JobContext& job, const act
 
 void TrainingJob::rebuildCopies(actors::JobContext& job, const actors::Member& m) {
   const int64_t p = m.rank;
-  for (int64_t k : {p, (p + servers_ - 1) % servers_}) rebuildCopy(job, k, p, m.node, 1);
+  for (int64_t k : {p, (p + servers_ - 1) % servers_}) rebuildCopy(job, k, p, m.node, 1, -1);
 }
 
 // Shard k's primary sends its state to its copy in ps process `backup`
 // (node `node`), which becomes its backup; tried again (every 2 s, 5 times
 // in all) while that process is the same.
-void TrainingJob::rebuildCopy(actors::JobContext& job, int64_t k, int64_t backup, uint64_t node, int attempt) {
+void TrainingJob::rebuildCopy(actors::JobContext& job, int64_t k, int64_t backup, uint64_t node, int attempt,
+                              int64_t token) {
+  // One rebuild of a shard at a time: a newer one (another loss, another
+  // backup_lost) makes the tries of an older one stale.
+  if (token < 0) token = ++rebuildToken_[size_t(k)];
+  if (token != rebuildToken_[size_t(k)]) return;
   const int64_t primary = primaryHost_[size_t(k)];
   if (primary == backup || job.over()) return;
   const auto& shards = job.members("ps");
@@ -1020,12 +1033,13 @@ void TrainingJob::rebuildCopy(actors::JobContext& job, int64_t k, int64_t backup
   const double asked = job.elapsed();
   log()->info("shard {}: its primary (ps {}) sends its state to ps {}'s process, the new backup", k, primary, backup);
   job.self()
-      ->request(shardActor(job, k), 300s, ps::replicate_atom::value, int64_t(node), ps::shardCopyName(k), true)
+      ->request(shardActor(job, k), pullWaitBound(config_) + 120s, ps::replicate_atom::value, int64_t(node),
+                ps::shardCopyName(k), true)
       .then(
-          [this, &job, k, primary, backup, asked, node](int64_t) {
+          [this, &job, k, primary, backup, asked, node, token](int64_t) {
             const auto& shards = job.members("ps");
-            if (primaryHost_[size_t(k)] != primary || !shards[size_t(backup)].live() ||
-                shards[size_t(backup)].node != node) {
+            if (token != rebuildToken_[size_t(k)] || primaryHost_[size_t(k)] != primary ||
+                !shards[size_t(backup)].live() || shards[size_t(backup)].node != node) {
               return;  // things moved on meanwhile
             }
             backupSynced_[size_t(k)] = true;
@@ -1035,12 +1049,14 @@ void TrainingJob::rebuildCopy(actors::JobContext& job, int64_t k, int64_t backup
                         "{:.2f} s)",
                         k, primary, backup, now - asked);
           },
-          [this, &job, k, backup, node, attempt](caf::error& err) {
+          [this, &job, k, backup, node, attempt, token](caf::error& err) {
+            if (token != rebuildToken_[size_t(k)]) return;
+            backupSynced_[size_t(k)] = false;
             log()->warn("shard {}: its new backup on ps {} could not be built (try {} of 5): {}", k, backup, attempt,
                         actors::describe(err));
             if (attempt >= 5) return;
             job.self()->delayed_send(job.self(), 2s, rebuild_atom::value, k, backup, int64_t(node),
-                                     int64_t(attempt + 1));
+                                     int64_t(attempt + 1), token);
           });
 }
 
@@ -1110,11 +1126,11 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
         // The backup's process may be fine (the copies disagreed, or it was
         // slow): it gets the state again. One that is lost is replaced.
         const int64_t backup = primary == shard ? (shard + 1) % servers_ : shard;
-        if (shards[size_t(backup)].live()) rebuildCopy(job, shard, backup, shards[size_t(backup)].node, 1);
+        if (shards[size_t(backup)].live()) rebuildCopy(job, shard, backup, shards[size_t(backup)].node, 1, -1);
       },
-      [this, &job](rebuild_atom, int64_t shard, int64_t backup, int64_t node, int64_t attempt) {
-        if (shard < 0 || shard >= servers_ || backup < 0 || backup >= servers_) return;
-        rebuildCopy(job, shard, backup, uint64_t(node), int(attempt));
+      [this, &job](rebuild_atom, int64_t shard, int64_t backup, int64_t node, int64_t attempt, int64_t token) {
+        if (shard < 0 || shard >= servers_ || backup < 0 || backup >= servers_ || token < 0) return;
+        rebuildCopy(job, shard, backup, uint64_t(node), int(attempt), token);
       },
       [this, &job](const CheckpointPaused& p) {
         const auto pauser = caf::actor_cast<caf::actor>(job.self()->current_sender());

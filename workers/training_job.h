@@ -229,12 +229,13 @@ class TrainingJob final : public actors::JobPolicy {
   std::vector<int64_t> primaryNodes(actors::JobContext& job) const;
   void sendRoutes(actors::JobContext& job);
   void rebuildCopies(actors::JobContext& job, const actors::Member& m);
-  void rebuildCopy(actors::JobContext& job, int64_t shard, int64_t backup, uint64_t node, int attempt);
+  void rebuildCopy(actors::JobContext& job, int64_t shard, int64_t backup, uint64_t node, int attempt, int64_t token);
 
   int64_t workers_ = 0, servers_ = 0;
   int64_t replicas_ = 1;
   std::vector<int64_t> primaryHost_;  // ps.replicas = 2: per shard, the ps rank whose process serves it
   std::vector<bool> backupSynced_;    // per shard: its other copy is live and identical
+  std::vector<int64_t> rebuildToken_; // per shard: the latest rebuild (older tries are stale)
   std::set<int64_t> rebuild_;         // ps ranks whose next process builds its copies from their primaries
   // Promotions (outcome_.promotions indices) waiting for training to go on,
   // and each worker's last reported step at the promotion.

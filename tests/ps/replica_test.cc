@@ -5,6 +5,7 @@
 // (tests/cluster) kill and stop the processes that hold them.
 #include <chrono>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 
@@ -172,16 +173,21 @@ TEST(Replica, APushIsAcknowledgedOnlyOnceTheBackupHasIt) {
   caf::actor primary = c.copy(1, ShardOptions::Start::kAwaitBackup);
   caf::actor client = c.client(0, 1);
   caf::scoped_actor self{*c.system};
-  self->send(client, push_atom::value, pushOf(0, 0));
+  self->send(client, push_atom::value, pushOf(0, 7));  // sequence 7: told apart from the shard's index 0
   EXPECT_EQ(ackWithin(self, kQuiet), -1) << "a primary without its backup serves nothing";
   self->send(primary, replicate_atom::value, int64_t(2), shardCopyName(0), false);
   EXPECT_EQ(ackWithin(self, kTimeout), 0) << "replicate is answered with the shard";
   EXPECT_EQ(ackWithin(self, kQuiet), -1) << "applied by the primary, not by the backup: not acknowledged";
+  // A worker's leave waits for the backup alike.
+  self->send(primary, leave_atom::value, int64_t(0), int64_t(0));
+  EXPECT_EQ(ackWithin(self, kQuiet), -1) << "the leave is not answered before the backup has it";
   int64_t detached = -1;
   self->request(primary, kTimeout, detach_atom::value)
       .receive([&](int64_t shard) { detached = shard; }, [](caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
   EXPECT_EQ(detached, 0);
-  EXPECT_EQ(ackWithin(self, kTimeout), 0) << "acknowledged on the primary's word once its backup is detached";
+  // Now both go out on the primary's word: the push's sequence (7) and the leave's worker (0).
+  std::multiset<int64_t> answers = {ackWithin(self, kTimeout), ackWithin(self, kTimeout)};
+  EXPECT_EQ(answers, (std::multiset<int64_t>{0, 7}));
   EXPECT_EQ(statsOf(self, primary).pushes, 1);
   EXPECT_FLOAT_EQ(moved(self, client), 1.0f);
 }
