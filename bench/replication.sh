@@ -23,7 +23,8 @@ for i in $(seq 1 "$rounds"); do
       --summary-json "$out/r$r-$i.json" > "$out/r$r-$i.log" 2>&1
   done
 done
-"$bin" train "${common[@]}" --set ps.replicas=2 --set run.name=kill --fault "kind=kill,target=ps:0,at_s=$kill_at" \
+"$bin" train "${common[@]}" --set ps.replicas=2 --set run.name=kill --set train.progress_every=20 \
+  --fault "kind=kill,target=ps:0,at_s=$kill_at" \
   --summary-json "$out/kill.json" > "$out/kill.log" 2>&1
 python3 - "$out" "$rounds" "$kill_at" <<'PY'
 import json, sys

@@ -176,6 +176,12 @@ struct ShardState {
   uint64_t backupEpoch = 0;
   uint64_t nextJoin = 0;
   std::map<uint64_t, std::shared_ptr<Join>> awaitingBackup;
+  // A new backup taking the state (replicate with transfer): changes go to
+  // it in order but are answered on this copy's word until it has the
+  // state and has answered every one of them (then the job counts it).
+  bool catchingUp = false;
+  int64_t catchUpLeft = 0;
+  std::function<void(bool)> onCaughtUp;
   // The checkpoint being written beside training (one at a time).
   std::shared_ptr<std::thread> writer;
   static inline const char* name = "ps_shard";
@@ -202,6 +208,12 @@ void dropBackup(Self* self, const std::string& why, bool tell) {
   st.backup = nullptr;
   st.backupName.clear();
   ++st.backupEpoch;
+  st.catchingUp = false;
+  st.catchUpLeft = 0;
+  if (auto f = std::move(st.onCaughtUp)) {
+    st.onCaughtUp = nullptr;
+    f(false);
+  }
   auto waiting = std::move(st.awaitingBackup);
   st.awaitingBackup.clear();
   for (auto& [id, j] : waiting) {
@@ -263,10 +275,31 @@ void forward(Self* self, const caf::message& msg, std::function<void(const caf::
 
 // The acknowledgement of the push in `msg`: joined with the backup's when
 // one is attached (the push goes there too).
+void maybeCaughtUp(Self* self) {
+  auto& st = self->state;
+  if (st.catchingUp || st.catchUpLeft > 0 || !st.onCaughtUp) return;
+  auto f = std::move(st.onCaughtUp);
+  st.onCaughtUp = nullptr;
+  f(true);
+}
+
 Ack ackOf(Self* self, PushPromise promise, const caf::message& msg) {
   auto& st = self->state;
   Ack a{std::move(promise), nullptr};
   if (!st.backup) return a;
+  if (st.catchingUp || st.onCaughtUp) {
+    // The new backup is still catching up (the job does not count it as a
+    // copy yet): the change goes there in order, answered on this copy's word.
+    ++st.catchUpLeft;
+    const uint64_t epoch = st.backupEpoch;
+    forward<int64_t>(self, msg, [self, epoch](const caf::error*) {
+      auto& st = self->state;
+      if (st.backupEpoch != epoch) return;
+      --st.catchUpLeft;
+      maybeCaughtUp(self);
+    });
+    return a;
+  }
   auto j = std::make_shared<Join>(a.promise);
   j->epoch = st.backupEpoch;
   const uint64_t id = st.nextJoin++;
@@ -625,10 +658,16 @@ caf::result<int64_t> replicateTo(Self* self, int64_t node, const std::string& na
   }
   // The state first, then the pushes held for a BSP step (not in the
   // image), then every push from now on: the backup takes them in order.
+  // Training goes on meanwhile: until the backup has the state and has
+  // answered what came after it, changes are answered on this copy's word
+  // (ackOf), and the answer to replicate (the job counts two copies again)
+  // waits for that.
   auto promise = self->make_response_promise<int64_t>();
   const uint64_t epoch = st.backupEpoch;
   const size_t size = bytes.size();
   const auto started = std::chrono::steady_clock::now();
+  st.catchingUp = true;
+  st.catchUpLeft = 0;
   self->request(b, st.options.backupTimeout, install_atom::value, Tensor::adopt(std::move(bytes), DType::kBytes),
                 st.generation)
       .then(
@@ -640,10 +679,21 @@ caf::result<int64_t> replicateTo(Self* self, int64_t node, const std::string& na
                                                           shard)));
               return;
             }
-            const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-            self->state.log->info("shard {}: its new backup {} has its state ({} bytes in {:.3f} s): two copies again",
-                                  shard, self->state.backupName, size, secs);
-            promise.deliver(shard);
+            auto& st = self->state;
+            st.catchingUp = false;
+            st.onCaughtUp = [=](bool ok) mutable {
+              if (!ok) {
+                promise.deliver(caf::make_error(caf::sec::runtime_error,
+                                                fmt::format("shard {}: its backup was lost as it caught up", shard)));
+                return;
+              }
+              const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+              self->state.log->info("shard {}: its new backup {} has its state ({} bytes) and what came since, in "
+                                    "{:.3f} s: two copies again",
+                                    shard, self->state.backupName, size, secs);
+              promise.deliver(shard);
+            };
+            maybeCaughtUp(self);
           },
           [=](caf::error& err) mutable {
             if (self->state.backupEpoch == epoch) {

@@ -1225,7 +1225,7 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
         lastStep_[size_t(p.rank)] = p.step;
         unheard_.erase(p.rank);
         for (auto it = promotedAt_.begin(); it != promotedAt_.end();) {
-          if (p.step >= it->second[size_t(p.rank)] + 2 * progressEvery_) {
+          if (p.step >= it->second[size_t(p.rank)] + progressEvery_) {
             outcome_.promotions[it->first].trainingAtSeconds = job.elapsed();
             it = promotedAt_.erase(it);
           } else {

@@ -137,9 +137,9 @@ struct JobOutcome {
   struct Promotion {
     int64_t shard = 0, from = 0, to = 0;  // its primary's ps process was lost; the backup's serves
     double atSeconds = 0;
-    // When training went on (at the latest): the first progress report of a
-    // worker twice train.progress_every steps past the last one it had
-    // reported before the promotion; -1 when none came.
+    // When training went on (at the latest): the first progress report a
+    // worker sent after the promotion (train.progress_every steps past the
+    // last one it had reported before it); -1 when none came.
     double trainingAtSeconds = -1;
   };
   std::vector<Promotion> promotions;

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include <caf/all.hpp>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "ps/embedding_table.h"
@@ -277,6 +278,49 @@ TEST(Replica, ANewBackupIsBuiltByStateTransferAndTakesOverExactly) {
   EXPECT_EQ(after.pushes, 5);
   EXPECT_EQ(after.duplicates, 2);
   EXPECT_EQ(after.samples, 100);
+}
+
+// While a new backup takes the state, training goes on: a push is
+// answered on the primary's word, and goes to the backup after the state,
+// in order; the job hears "two copies again" (replicate's answer) only once
+// the backup has answered the state and every change sent after it. The
+// backup here is a stand-in that shows what it gets.
+TEST(Replica, WhileANewBackupTakesTheStateTrainingGoesOn) {
+  Copies c(Consistency::kAsp, 1);
+  caf::actor primary = c.copy(1, ShardOptions::Start::kServe);
+  caf::scoped_actor fake{*c.system};
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    c.nodes[2] = caf::actor(fake);
+  }
+  caf::actor client = c.client(0, 1);
+  caf::scoped_actor self{*c.system};
+  self->send(primary, replicate_atom::value, int64_t(2), shardCopyName(0), true);
+  self->send(client, push_atom::value, pushOf(0, 5));
+  EXPECT_EQ(ackWithin(self, kTimeout), 5) << "answered on the primary's word while the backup takes the state";
+  std::vector<std::string> got;
+  fake->receive([&](install_atom, const transport::Tensor& bytes, int64_t) -> int64_t {
+    got.push_back(fmt::format("install {} bytes", bytes.bytes > 0 ? "some" : "no"));
+    return 0;
+  }, caf::after(kTimeout) >> [&] { got.push_back("nothing"); });
+  EXPECT_EQ(ackWithin(self, kQuiet), -1) << "not two copies before the backup answered the push sent after the state";
+  fake->receive(
+      [&](push_atom, int64_t worker, int64_t sequence, int64_t, int64_t, const transport::Tensor&,
+          const transport::Tensor&, const transport::Tensor&, const transport::Tensor&, int64_t) -> int64_t {
+        got.push_back(fmt::format("push {} of worker {}", sequence, worker));
+        return sequence;
+      },
+      caf::after(kTimeout) >> [&] { got.push_back("nothing"); });
+  EXPECT_EQ(got, (std::vector<std::string>{"install some bytes", "push 5 of worker 0"}));
+  EXPECT_EQ(ackWithin(self, kTimeout), 0) << "replicate answered: two copies again";
+  // From now on a push waits for the backup.
+  self->send(client, push_atom::value, pushOf(0, 6));
+  EXPECT_EQ(ackWithin(self, kQuiet), -1);
+  fake->receive(
+      [&](push_atom, int64_t, int64_t sequence, int64_t, int64_t, const transport::Tensor&, const transport::Tensor&,
+          const transport::Tensor&, const transport::Tensor&, int64_t) -> int64_t { return sequence; },
+      caf::after(kTimeout) >> [] { ADD_FAILURE() << "the push did not reach the backup"; });
+  EXPECT_EQ(ackWithin(self, kTimeout), 6);
 }
 
 // Bytes that are no image are refused, naming what is wrong; the copy
