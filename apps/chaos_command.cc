@@ -339,9 +339,13 @@ int runChaos(const ChaosFlags& flagsIn) {
               static_cast<long long>(crashed));
   std::printf("  rollbacks %lld", static_cast<long long>(rollbacks));
   if (f.replicas == 2) {
-    std::printf(", backups promoted %lld (training went on p50 %.2f s, max %.2f s after), copies built again %lld",
-                static_cast<long long>(promotions), workers::percentile(promotedToTraining, 50),
-                workers::percentile(promotedToTraining, 100), static_cast<long long>(copiesBuilt));
+    const std::string wentOn =
+        promotedToTraining.empty()
+            ? std::string(" (no progress report after any: train.progress_every)")
+            : fmt::format(" (training went on p50 {:.2f} s, max {:.2f} s after)", workers::percentile(promotedToTraining, 50),
+                          workers::percentile(promotedToTraining, 100));
+    std::printf(", backups promoted %lld%s, copies built again %lld", static_cast<long long>(promotions),
+                wentOn.c_str(), static_cast<long long>(copiesBuilt));
   }
   std::printf("\n");
   std::vector<workers::FaultReport::Row> rows;

@@ -23,6 +23,16 @@
 #include "transport/remote_actors.h"
 
 namespace troupe::ps {
+// A new backup's state as bytes, from the thread that made them to the shard.
+struct StateBytes {
+  Expected<std::vector<std::byte>> bytes;
+};
+using StateBytesPtr = std::shared_ptr<StateBytes>;
+}  // namespace troupe::ps
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::ps::StateBytesPtr)
+
+namespace troupe::ps {
 
 using transport::DType;
 using transport::Tensor;
@@ -112,6 +122,7 @@ struct Ack {
 };
 
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
+using transfer_ready_atom = caf::atom_constant<caf::atom("xferready")>;
 
 struct ParkedPull {
   caf::message msg;  // keeps the view's buffers alive
@@ -182,12 +193,23 @@ struct ShardState {
   bool catchingUp = false;
   int64_t catchUpLeft = 0;
   std::function<void(bool)> onCaughtUp;
+  // The state being made into bytes for a new backup: changes wait here
+  // (answered on this copy's word) until the bytes went.
+  struct Transfer {
+    caf::typed_response_promise<int64_t> promise;
+    std::chrono::steady_clock::time_point started;
+    std::vector<caf::message> queued;
+  };
+  bool serializing = false;
+  std::unique_ptr<Transfer> transfer;
+  std::shared_ptr<std::thread> transferThread;
   // The checkpoint being written beside training (one at a time).
   std::shared_ptr<std::thread> writer;
   static inline const char* name = "ps_shard";
 
   ~ShardState() {
     if (writer && writer->joinable()) writer->join();
+    if (transferThread && transferThread->joinable()) transferThread->join();
   }
 };
 
@@ -210,6 +232,12 @@ void dropBackup(Self* self, const std::string& why, bool tell) {
   ++st.backupEpoch;
   st.catchingUp = false;
   st.catchUpLeft = 0;
+  st.serializing = false;
+  if (auto t = std::move(st.transfer)) {
+    t->promise.deliver(caf::make_error(caf::sec::runtime_error,
+                                       fmt::format("shard {}: its new backup was lost before it had the state: {}",
+                                                   st.options.shard, why)));
+  }
   if (auto f = std::move(st.onCaughtUp)) {
     st.onCaughtUp = nullptr;
     f(false);
@@ -275,6 +303,22 @@ void forward(Self* self, const caf::message& msg, std::function<void(const caf::
 
 // The acknowledgement of the push in `msg`: joined with the backup's when
 // one is attached (the push goes there too).
+void maybeCaughtUp(Self* self);
+
+// The new backup is still catching up (the job does not count it as a
+// copy yet): a change goes there in order, answered on this copy's word.
+void catchUpForward(Self* self, const caf::message& msg) {
+  auto& st = self->state;
+  ++st.catchUpLeft;
+  const uint64_t epoch = st.backupEpoch;
+  forward<int64_t>(self, msg, [self, epoch](const caf::error*) {
+    auto& st = self->state;
+    if (st.backupEpoch != epoch) return;
+    --st.catchUpLeft;
+    maybeCaughtUp(self);
+  });
+}
+
 void maybeCaughtUp(Self* self) {
   auto& st = self->state;
   if (st.catchingUp || st.catchUpLeft > 0 || !st.onCaughtUp) return;
@@ -287,17 +331,13 @@ Ack ackOf(Self* self, PushPromise promise, const caf::message& msg) {
   auto& st = self->state;
   Ack a{std::move(promise), nullptr};
   if (!st.backup) return a;
+  if (st.serializing) {
+    // The state is being made into bytes: the change follows them.
+    st.transfer->queued.push_back(msg);
+    return a;
+  }
   if (st.catchingUp || st.onCaughtUp) {
-    // The new backup is still catching up (the job does not count it as a
-    // copy yet): the change goes there in order, answered on this copy's word.
-    ++st.catchUpLeft;
-    const uint64_t epoch = st.backupEpoch;
-    forward<int64_t>(self, msg, [self, epoch](const caf::error*) {
-      auto& st = self->state;
-      if (st.backupEpoch != epoch) return;
-      --st.catchUpLeft;
-      maybeCaughtUp(self);
-    });
+    catchUpForward(self, msg);
     return a;
   }
   auto j = std::make_shared<Join>(a.promise);
@@ -628,58 +668,34 @@ caf::expected<int64_t> installImage(Self* self, const Tensor& bytes, int64_t gen
   return int64_t(st.options.shard);
 }
 
-// wire.h, replicate: the copy `name` on node `node` becomes the backup.
-caf::result<int64_t> replicateTo(Self* self, int64_t node, const std::string& name, bool transfer) {
+// The state's bytes are ready (made on a thread of their own): the backup
+// gets them, then every change queued meanwhile, in order.
+void sendState(Self* self, uint64_t epoch, Expected<std::vector<std::byte>> bytes) {
   auto& st = self->state;
+  auto& t = st.transfer;
+  if (!t || st.backupEpoch != epoch || !st.backup) return;  // dropped meanwhile: answered then
+  auto promise = t->promise;
   const int64_t shard = st.options.shard;
-  caf::actor b = st.options.locate ? st.options.locate(uint64_t(node), name) : caf::actor{};
-  if (!b) {
-    return caf::make_error(caf::sec::invalid_argument,
-                           fmt::format("shard {}: no copy '{}' on node {:x} to replicate to", shard, name, node));
+  if (!bytes.hasValue()) {
+    const std::string why = fmt::format("shard {}: cannot copy its state: {}", shard, bytes.status().message());
+    dropBackup(self, why, false);
+    promise.deliver(caf::make_error(caf::sec::runtime_error, why));
+    return;
   }
-  dropBackup(self, "a new backup replaces it", false);
-  std::vector<std::byte> bytes;
-  if (transfer) {
-    auto img = imageOf(st);
-    auto encoded = imageBytes(*img);
-    if (!encoded.hasValue()) {
-      return caf::make_error(caf::sec::runtime_error,
-                             fmt::format("shard {}: cannot copy its state: {}", shard, encoded.status().message()));
-    }
-    bytes = std::move(*encoded);
-  }
-  st.primary = true;
-  st.backup = b;
-  st.backupName = fmt::format("'{}' on node {:x}", name, uint64_t(node));
-  ++st.backupEpoch;
-  if (!transfer) {
-    st.log->info("shard {}: replicated to {}", shard, st.backupName);
-    return shard;
-  }
-  // The state first, then the pushes held for a BSP step (not in the
-  // image), then every push from now on: the backup takes them in order.
-  // Training goes on meanwhile: until the backup has the state and has
-  // answered what came after it, changes are answered on this copy's word
-  // (ackOf), and the answer to replicate (the job counts two copies again)
-  // waits for that.
-  auto promise = self->make_response_promise<int64_t>();
-  const uint64_t epoch = st.backupEpoch;
-  const size_t size = bytes.size();
-  const auto started = std::chrono::steady_clock::now();
-  st.catchingUp = true;
-  st.catchUpLeft = 0;
-  self->request(b, st.options.backupTimeout, install_atom::value, Tensor::adopt(std::move(bytes), DType::kBytes),
-                st.generation)
+  const size_t size = bytes->size();
+  const auto started = t->started;
+  st.serializing = false;
+  self->request(st.backup, st.options.backupTimeout, install_atom::value,
+                Tensor::adopt(std::move(*bytes), DType::kBytes), st.generation)
       .then(
           [=](int64_t) mutable {
-            if (self->state.backupEpoch != epoch) {
-              promise.deliver(caf::make_error(caf::sec::runtime_error,
-                                              fmt::format("shard {}: its backup was replaced or lost as it took the "
-                                                          "state",
-                                                          shard)));
+            auto& st = self->state;
+            if (st.backupEpoch != epoch) {
+              promise.deliver(caf::make_error(
+                  caf::sec::runtime_error, fmt::format("shard {}: its backup was replaced or lost as it took the state",
+                                                       shard)));
               return;
             }
-            auto& st = self->state;
             st.catchingUp = false;
             st.onCaughtUp = [=](bool ok) mutable {
               if (!ok) {
@@ -701,29 +717,55 @@ caf::result<int64_t> replicateTo(Self* self, int64_t node, const std::string& na
             }
             promise.deliver(err);
           });
-  // Their acknowledgements wait for the backup too.
-  for (auto& [step, pendingStep] : st.pending) {
-    for (auto& [w, part] : pendingStep.parts) {
-      std::vector<std::pair<uint64_t, std::shared_ptr<Join>>> joins;
-      for (Ack& a : part.promises) {
-        if (!a.join) a.join = std::make_shared<Join>(a.promise);
-        a.join->remoteDone = false;
-        a.join->epoch = st.backupEpoch;
-        const uint64_t id = st.nextJoin++;
-        st.awaitingBackup.emplace(id, a.join);
-        joins.emplace_back(id, a.join);
-      }
-      forward<int64_t>(self, part.msg, [self, joins](const caf::error* err) {
-        for (const auto& [id, j] : joins) {
-          if (self->state.awaitingBackup.erase(id) == 0) continue;
-          if (!err || !backupUnreachable(*err)) j->remoteAnswered = true;
-          if (err && !backupUnreachable(*err)) j->remoteError = *err;
-          j->remoteDone = true;
-          finishJoin(self, j);
-        }
-      });
-    }
+  // What came while the bytes were made, after them.
+  auto queued = std::move(t->queued);
+  t.reset();
+  for (auto& msg : queued) catchUpForward(self, msg);
+}
+
+// wire.h, replicate: the copy `name` on node `node` becomes the backup.
+caf::result<int64_t> replicateTo(Self* self, int64_t node, const std::string& name, bool transfer) {
+  auto& st = self->state;
+  const int64_t shard = st.options.shard;
+  caf::actor b = st.options.locate ? st.options.locate(uint64_t(node), name) : caf::actor{};
+  if (!b) {
+    return caf::make_error(caf::sec::invalid_argument,
+                           fmt::format("shard {}: no copy '{}' on node {:x} to replicate to", shard, name, node));
   }
+  dropBackup(self, "a new backup replaces it", false);
+  st.primary = true;
+  st.backup = b;
+  st.backupName = fmt::format("'{}' on node {:x}", name, uint64_t(node));
+  ++st.backupEpoch;
+  if (!transfer) {
+    st.log->info("shard {}: replicated to {}", shard, st.backupName);
+    return shard;
+  }
+  // The state as it is now (copied here: a consistent cut), made into bytes
+  // on a thread of its own while this copy serves on. The backup gets the
+  // state first, then the pushes held for a BSP step (not in the image),
+  // then every change from now on, in order. Until it has the state and has
+  // answered every change sent after it, changes are answered on this
+  // copy's word (ackOf), and the answer to replicate (the job counts two
+  // copies again) waits for that.
+  auto img = imageOf(st);
+  auto promise = self->make_response_promise<int64_t>();
+  const uint64_t epoch = st.backupEpoch;
+  st.transfer = std::make_unique<ShardState::Transfer>();
+  st.transfer->promise = promise;
+  st.transfer->started = std::chrono::steady_clock::now();
+  st.serializing = true;
+  st.catchingUp = true;
+  st.catchUpLeft = 0;
+  for (auto& [step, pendingStep] : st.pending) {
+    for (auto& [w, part] : pendingStep.parts) st.transfer->queued.push_back(part.msg);
+  }
+  if (st.transferThread && st.transferThread->joinable()) st.transferThread->join();
+  auto me = caf::actor_cast<caf::actor>(self);
+  st.transferThread = std::make_shared<std::thread>([img, me, epoch] {
+    auto bytes = imageBytes(*img);
+    caf::anon_send(me, transfer_ready_atom::value, epoch, std::make_shared<StateBytes>(StateBytes{std::move(bytes)}));
+  });
   return promise;
 }
 
@@ -1089,6 +1131,10 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
         auto r = installImage(self, bytes, generation);
         if (r) return *r;
         return r.error();
+      },
+      [=](transfer_ready_atom, uint64_t epoch, const StateBytesPtr& state) {
+        if (self->current_sender() || !state) return;  // only from its own thread (anonymous)
+        sendState(self, epoch, std::move(state->bytes));
       },
       [=](detach_atom) -> int64_t {
         dropBackup(self, "the job found its process lost", false);
