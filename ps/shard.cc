@@ -119,6 +119,9 @@ struct Join {
 struct Ack {
   PushPromise promise;
   std::shared_ptr<Join> join;
+  // A catch-up forward's (no join): this copy's outcome, for the backup's
+  // answer to be checked against (-1 not yet, 0 refused, 1 took it).
+  std::shared_ptr<int> outcome;
 };
 
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
@@ -198,7 +201,8 @@ struct ShardState {
   struct Transfer {
     caf::typed_response_promise<int64_t> promise;
     std::chrono::steady_clock::time_point started;
-    std::vector<caf::message> queued;
+    int64_t generation = 0;  // the state's, as copied
+    std::vector<std::pair<caf::message, std::shared_ptr<int>>> queued;
   };
   bool serializing = false;
   std::unique_ptr<Transfer> transfer;
@@ -209,7 +213,15 @@ struct ShardState {
 
   ~ShardState() {
     if (writer && writer->joinable()) writer->join();
-    if (transferThread && transferThread->joinable()) transferThread->join();
+    if (transferThread && transferThread->joinable()) {
+      // The thread may hold the last reference to this actor and so run
+      // this destructor itself.
+      if (transferThread->get_id() == std::this_thread::get_id()) {
+        transferThread->detach();
+      } else {
+        transferThread->join();
+      }
+    }
   }
 };
 
@@ -307,13 +319,21 @@ void maybeCaughtUp(Self* self);
 
 // The new backup is still catching up (the job does not count it as a
 // copy yet): a change goes there in order, answered on this copy's word.
-void catchUpForward(Self* self, const caf::message& msg) {
+void catchUpForward(Self* self, const caf::message& msg, std::shared_ptr<int> outcome) {
   auto& st = self->state;
   ++st.catchUpLeft;
   const uint64_t epoch = st.backupEpoch;
-  forward<int64_t>(self, msg, [self, epoch](const caf::error*) {
+  forward<int64_t>(self, msg, [self, epoch, outcome](const caf::error* err) {
     auto& st = self->state;
     if (st.backupEpoch != epoch) return;
+    const bool answered = !err || !backupUnreachable(*err);
+    if (answered && outcome && *outcome >= 0 && (err == nullptr) != (*outcome == 1)) {
+      // The copies differ: this one cannot count as a copy.
+      dropBackup(self, err ? "it refused a change this copy took, as it caught up"
+                           : "it took a change this copy refused, as it caught up",
+                 true);
+      return;
+    }
     --st.catchUpLeft;
     maybeCaughtUp(self);
   });
@@ -333,11 +353,15 @@ Ack ackOf(Self* self, PushPromise promise, const caf::message& msg) {
   if (!st.backup) return a;
   if (st.serializing) {
     // The state is being made into bytes: the change follows them.
-    st.transfer->queued.push_back(msg);
+    a.outcome = std::make_shared<int>(-1);
+    st.transfer->queued.emplace_back(msg, a.outcome);
     return a;
   }
-  if (st.catchingUp || st.onCaughtUp) {
-    catchUpForward(self, msg);
+  if (st.catchingUp) {
+    // The backup has not answered the state yet. (Once it has, changes wait
+    // for it as usual; only those sent before are still counted.)
+    a.outcome = std::make_shared<int>(-1);
+    catchUpForward(self, msg, a.outcome);
     return a;
   }
   auto j = std::make_shared<Join>(a.promise);
@@ -356,6 +380,7 @@ Ack ackOf(Self* self, PushPromise promise, const caf::message& msg) {
 }
 
 void settle(Self* self, Ack& a, int64_t value) {
+  if (a.outcome) *a.outcome = 1;
   if (!a.join) {
     a.promise.deliver(value);
     return;
@@ -366,6 +391,7 @@ void settle(Self* self, Ack& a, int64_t value) {
 }
 
 void settle(Self* self, Ack& a, caf::error err) {
+  if (a.outcome) *a.outcome = 0;
   if (!a.join) {
     a.promise.deliver(std::move(err));
     return;
@@ -677,16 +703,15 @@ void sendState(Self* self, uint64_t epoch, Expected<std::vector<std::byte>> byte
   auto promise = t->promise;
   const int64_t shard = st.options.shard;
   if (!bytes.hasValue()) {
-    const std::string why = fmt::format("shard {}: cannot copy its state: {}", shard, bytes.status().message());
-    dropBackup(self, why, false);
-    promise.deliver(caf::make_error(caf::sec::runtime_error, why));
+    // Answers the replicate request (the transfer's promise) with why.
+    dropBackup(self, fmt::format("shard {}: cannot copy its state: {}", shard, bytes.status().message()), false);
     return;
   }
   const size_t size = bytes->size();
   const auto started = t->started;
   st.serializing = false;
   self->request(st.backup, st.options.backupTimeout, install_atom::value,
-                Tensor::adopt(std::move(*bytes), DType::kBytes), st.generation)
+                Tensor::adopt(std::move(*bytes), DType::kBytes), t->generation)
       .then(
           [=](int64_t) mutable {
             auto& st = self->state;
@@ -720,7 +745,7 @@ void sendState(Self* self, uint64_t epoch, Expected<std::vector<std::byte>> byte
   // What came while the bytes were made, after them.
   auto queued = std::move(t->queued);
   t.reset();
-  for (auto& msg : queued) catchUpForward(self, msg);
+  for (auto& [msg, outcome] : queued) catchUpForward(self, msg, outcome);
 }
 
 // wire.h, replicate: the copy `name` on node `node` becomes the backup.
@@ -754,17 +779,22 @@ caf::result<int64_t> replicateTo(Self* self, int64_t node, const std::string& na
   st.transfer = std::make_unique<ShardState::Transfer>();
   st.transfer->promise = promise;
   st.transfer->started = std::chrono::steady_clock::now();
+  st.transfer->generation = st.generation;
   st.serializing = true;
   st.catchingUp = true;
   st.catchUpLeft = 0;
   for (auto& [step, pendingStep] : st.pending) {
-    for (auto& [w, part] : pendingStep.parts) st.transfer->queued.push_back(part.msg);
+    for (auto& [w, part] : pendingStep.parts) st.transfer->queued.emplace_back(part.msg, nullptr);
   }
   if (st.transferThread && st.transferThread->joinable()) st.transferThread->join();
-  auto me = caf::actor_cast<caf::actor>(self);
-  st.transferThread = std::make_shared<std::thread>([img, me, epoch] {
+  // A weak handle: the thread must not keep the shard alive.
+  auto weak = caf::actor_cast<caf::weak_actor_ptr>(self->ctrl());
+  st.transferThread = std::make_shared<std::thread>([img, weak, epoch] {
     auto bytes = imageBytes(*img);
-    caf::anon_send(me, transfer_ready_atom::value, epoch, std::make_shared<StateBytes>(StateBytes{std::move(bytes)}));
+    if (auto strong = weak.lock()) {
+      caf::anon_send(caf::actor_cast<caf::actor>(strong), transfer_ready_atom::value, epoch,
+                     std::make_shared<StateBytes>(StateBytes{std::move(bytes)}));
+    }
   });
   return promise;
 }
