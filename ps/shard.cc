@@ -606,8 +606,8 @@ void applyReadySteps(Self* self) {
   }
 }
 
-// This copy's whole state, exactly (a new backup's; a checkpoint's cut
-// is taken by snapshot_atom).
+// This copy's whole state, exactly (a new backup's, and a checkpoint's
+// before snapshot_atom cuts a group job's lost ranks where the group is).
 std::shared_ptr<ShardImage> imageOf(const ShardState& st) {
   auto img = std::make_shared<ShardImage>();
   img->shard = st.options.shard;
@@ -1049,16 +1049,9 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
           const std::string& path) -> caf::result<int64_t, std::vector<int64_t>, int64_t> {
         auto& st = self->state;
         if (st.writer && st.writer->joinable()) st.writer->join();  // one checkpoint at a time
-        auto img = std::make_shared<ShardImage>();
-        img->shard = st.options.shard;
-        img->shards = st.options.shards;
-        img->workers = st.options.workers;
-        img->consistency = int64_t(st.options.consistency);
-        img->updates = st.updates;
-        img->tables = st.tables->image();
-        img->denseSize = st.denseSize;
-        img->dense = st.dense;
-        std::vector<int64_t> floors;
+        // The state as it is (pushes held for a BSP step are not in it:
+        // their workers redo them, they were not acknowledged).
+        auto img = imageOf(st);
         // A group job (hybrid) whose group went on without a lost rank: that
         // rank is cut where the group is (every rank trains again from the
         // cut when the job resumes).
@@ -1067,22 +1060,15 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
           groupFloor = std::max(groupFloor, st.applied[size_t(w)].floor());
           groupClock = std::max(groupClock, st.clock[size_t(w)]);
         }
-        for (int w = 0; w < st.options.workers; ++w) {
-          // Pushes held for a BSP step are not in the cut: their workers
-          // redo them (they were not acknowledged).
-          WorkerCut cut{st.applied[size_t(w)].floor(), st.applied[size_t(w)].earlyList(), st.clock[size_t(w)],
-                        st.live.count(w) > 0};
+        std::vector<int64_t> floors;
+        for (WorkerCut& cut : img->workerCut) {
           if (st.options.groupTrains && !cut.live && groupFloor >= 0) {
             cut.floor = groupFloor;
             cut.early.clear();
             cut.clock = groupClock;
           }
           floors.push_back(cut.floor);
-          img->workerCut.push_back(std::move(cut));
         }
-        img->samplesApplied = st.stats.samplesApplied;
-        img->pushesApplied = st.stats.pushesApplied;
-        img->duplicatePushes = st.stats.duplicatePushes;
         auto requester = caf::actor_cast<caf::actor>(self->current_sender());
         const int64_t shard = st.options.shard;
         st.writer = std::make_shared<std::thread>([img, path, id, shard, requester] {
