@@ -479,21 +479,9 @@ int runTrain(const TrainFlags& flags) {
     }
     field("rollbacks", "[" + rollbacks + "]");
     if (outcome.replicas > 1) {
-      std::string promoted, built;
-      for (const auto& p : outcome.promotions) {
-        promoted += fmt::format("{}{{\"shard\": {}, \"from_ps\": {}, \"to_ps\": {}, \"at_s\": {}, \"training_at_s\": {}}}",
-                                promoted.empty() ? "" : ", ", p.shard, p.from, p.to, jsonNumber(p.atSeconds),
-                                p.trainingAtSeconds >= 0 ? jsonNumber(p.trainingAtSeconds) : "null");
-      }
-      for (const auto& b : outcome.replicasBuilt) {
-        built += fmt::format("{}{{\"shard\": {}, \"primary_ps\": {}, \"backup_ps\": {}, \"at_s\": {}, "
-                             "\"transfer_s\": {}}}",
-                             built.empty() ? "" : ", ", b.shard, b.primary, b.backup, jsonNumber(b.atSeconds),
-                             jsonNumber(b.seconds));
-      }
       field("replicas", std::to_string(outcome.replicas));
-      field("promotions", "[" + promoted + "]");
-      field("copies_built", "[" + built + "]");
+      field("promotions", workers::promotionsJson(outcome.promotions));
+      field("copies_built", workers::copiesBuiltJson(outcome.replicasBuilt));
     }
     if (outcome.resumedFromStep >= 0) field("resumed_from_step", std::to_string(outcome.resumedFromStep));
     if (trainMode(config) != TrainMode::kPs) field("regroups", std::to_string(outcome.regroups));

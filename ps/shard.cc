@@ -401,6 +401,15 @@ void settle(Self* self, Ack& a, caf::error err) {
   finishJoin(self, a.join);
 }
 
+// A change's outcome, whichever it is.
+void settle(Self* self, Ack& a, caf::expected<int64_t> r) {
+  if (r) {
+    settle(self, a, *r);
+  } else {
+    settle(self, a, std::move(r.error()));
+  }
+}
+
 int64_t minLiveClock(const ShardState& st) {
   int64_t m = std::numeric_limits<int64_t>::max();
   for (int64_t w : st.live) m = std::min(m, st.clock[size_t(w)]);
@@ -936,11 +945,7 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
           serveParked(self);
           return worker;
         }();
-        if (r) {
-          settle(self, ack, *r);
-        } else {
-          settle(self, ack, r.error());
-        }
+        settle(self, ack, std::move(r));
         return promise;
       },
       [=](clock_atom, int64_t worker) -> caf::result<int64_t> {
@@ -1013,11 +1018,7 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
           st.generation = generation;
           return from;
         }();
-        if (r) {
-          settle(self, ack, *r);
-        } else {
-          settle(self, ack, r.error());
-        }
+        settle(self, ack, std::move(r));
         return promise;
       },
       [=](tick_atom) {
@@ -1112,11 +1113,7 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
           st.generation = generation;
           return generation;
         }();
-        if (r) {
-          settle(self, ack, *r);
-        } else {
-          settle(self, ack, r.error());
-        }
+        settle(self, ack, std::move(r));
         return promise;
       },
       [=](stats_atom) {

@@ -132,6 +132,25 @@ FaultReport faultReport(const JobOutcome& o, bool binary, const JobOutcome* base
   return r;
 }
 
+std::string promotionsJson(const std::vector<JobOutcome::Promotion>& promotions) {
+  std::vector<std::string> out;
+  for (const auto& p : promotions) {
+    out.push_back(fmt::format("{{\"shard\": {}, \"from_ps\": {}, \"to_ps\": {}, \"at_s\": {}, \"training_at_s\": {}}}",
+                              p.shard, p.from, p.to, jsonNumber(p.atSeconds),
+                              p.trainingAtSeconds >= 0 ? jsonNumber(p.trainingAtSeconds) : "null"));
+  }
+  return fmt::format("[{}]", fmt::join(out, ", "));
+}
+
+std::string copiesBuiltJson(const std::vector<JobOutcome::ReplicaBuilt>& copies) {
+  std::vector<std::string> out;
+  for (const auto& b : copies) {
+    out.push_back(fmt::format("{{\"shard\": {}, \"primary_ps\": {}, \"backup_ps\": {}, \"at_s\": {}, \"transfer_s\": {}}}",
+                              b.shard, b.primary, b.backup, jsonNumber(b.atSeconds), jsonNumber(b.seconds)));
+  }
+  return fmt::format("[{}]", fmt::join(out, ", "));
+}
+
 std::string faultReportJson(const FaultReport& r) {
   auto seconds = [](double s) { return s >= 0 ? jsonNumber(s) : std::string("null"); };
   std::string out = "{\n";
@@ -170,21 +189,8 @@ std::string faultReportJson(const FaultReport& r) {
   out += fmt::format("  \"kinds\": [\n{}\n  ],\n", kinds);
   out += fmt::format("  \"steps_redone\": {},\n  \"rollbacks\": {},\n  \"regroups\": {},\n", r.stepsRedone,
                      r.rollbacks, r.regroups);
-  {
-    std::vector<std::string> promoted, built;
-    for (const auto& p : r.promotions) {
-      promoted.push_back(fmt::format("{{\"shard\": {}, \"from_ps\": {}, \"to_ps\": {}, \"at_s\": {}, \"training_at_s\": {}}}",
-                                     p.shard, p.from, p.to, jsonNumber(p.atSeconds),
-                                     p.trainingAtSeconds >= 0 ? jsonNumber(p.trainingAtSeconds) : "null"));
-    }
-    for (const auto& b : r.copiesBuilt) {
-      built.push_back(fmt::format("{{\"shard\": {}, \"primary_ps\": {}, \"backup_ps\": {}, \"at_s\": {}, "
-                                  "\"transfer_s\": {}}}",
-                                  b.shard, b.primary, b.backup, jsonNumber(b.atSeconds), jsonNumber(b.seconds)));
-    }
-    out += fmt::format("  \"replicas\": {},\n  \"promotions\": [{}],\n  \"copies_built\": [{}],\n", r.replicas,
-                       fmt::join(promoted, ", "), fmt::join(built, ", "));
-  }
+  out += fmt::format("  \"replicas\": {},\n  \"promotions\": {},\n  \"copies_built\": {},\n", r.replicas,
+                     promotionsJson(r.promotions), copiesBuiltJson(r.copiesBuilt));
   out += fmt::format("  \"duplicates_suppressed\": {},\n", r.duplicatesSuppressed);
   std::string crashes;
   for (const auto& c : r.crashes) crashes += (crashes.empty() ? "" : ", ") + jsonString(c);

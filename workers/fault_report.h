@@ -77,6 +77,10 @@ struct FaultReport {
 // same job without faults, or null.
 FaultReport faultReport(const JobOutcome& outcome, bool binary = true, const JobOutcome* baseline = nullptr);
 std::string faultReportJson(const FaultReport& report);
+// ps.replicas = 2: the promotions and the copies built, each as a JSON array
+// (faults.json and the run's summary.json write the same).
+std::string promotionsJson(const std::vector<JobOutcome::Promotion>& promotions);
+std::string copiesBuiltJson(const std::vector<JobOutcome::ReplicaBuilt>& copies);
 // Per kind (rows with nothing are left out): injected, skipped, unfired,
 // detected, recovered, and the seconds to detect and to recover at each of
 // `percentiles` (100: the max).
