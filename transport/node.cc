@@ -25,6 +25,7 @@
 #include "common/logging.h"
 #include "transport/handshake.h"
 #include "transport/internal/node_impl.h"
+#include "transport/local_network.h"
 
 namespace troupe::transport {
 namespace {
@@ -65,7 +66,7 @@ Expected<std::pair<std::string, uint16_t>> parseHostPort(const std::string& text
 
 // ---------------------------------------------------------------- set-up
 
-Status Node::Impl::init() {
+Status UcxNode::Impl::init() {
   if (options_.token.empty()) return Status::invalidArgument("transport: the job token is empty");
   if (options_.nodeId == 0) {
     const Nonce n = randomNonce();
@@ -164,7 +165,7 @@ Status Node::Impl::init() {
   return Status::ok();
 }
 
-void Node::Impl::shutdown() {
+void UcxNode::Impl::shutdown() {
   if (thread_.joinable()) {
     // Say goodbye to every peer, let those sends (and any others) finish,
     // then stop progress and let ucp_worker_destroy release the endpoints.
@@ -213,9 +214,9 @@ void Node::Impl::shutdown() {
 
 // ---------------------------------------------------------------- progress
 
-thread_local bool Node::Impl::t_polling = false;
+thread_local bool UcxNode::Impl::t_polling = false;
 
-void Node::Impl::run() {
+void UcxNode::Impl::run() {
   auto lastWork = Clock::now();
   auto now = lastWork;
   unsigned idle = 0;
@@ -309,7 +310,7 @@ void Node::Impl::run() {
   }
 }
 
-bool Node::Impl::pollOnce() {
+bool UcxNode::Impl::pollOnce() {
   if (t_polling || !workerMutex_.try_lock()) return false;
   std::lock_guard<std::mutex> lock(workerMutex_, std::adopt_lock);
   PollingScope polling;
@@ -319,7 +320,7 @@ bool Node::Impl::pollOnce() {
   return worked;
 }
 
-bool Node::Impl::drainQueue() {
+bool UcxNode::Impl::drainQueue() {
   if (!queued_.load(std::memory_order_seq_cst)) return false;
   std::vector<std::function<void()>> work;
   {
@@ -331,7 +332,7 @@ bool Node::Impl::drainQueue() {
   return !work.empty();
 }
 
-void Node::Impl::onTimer(Clock::time_point now) {
+void UcxNode::Impl::onTimer(Clock::time_point now) {
   nextTimer_ = now + std::max(std::chrono::milliseconds(1), options_.heartbeatInterval / 4);
   if (retryJoinAt_ && now >= *retryJoinAt_) {
     retryJoinAt_.reset();
@@ -365,7 +366,7 @@ void Node::Impl::onTimer(Clock::time_point now) {
 
 // ---------------------------------------------------------------- endpoints
 
-Status Node::Impl::createEndpoint(const ucp_ep_params_t& base, Connection* c) {
+Status UcxNode::Impl::createEndpoint(const ucp_ep_params_t& base, Connection* c) {
   ucp_ep_params_t params = base;
   params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
   // UCX offers its shared-memory transports only without peer error
@@ -383,7 +384,7 @@ Status Node::Impl::createEndpoint(const ucp_ep_params_t& base, Connection* c) {
   return Status::ok();
 }
 
-void Node::Impl::openConnection(const std::string& host, uint16_t port, uint64_t expectPeer) {
+void UcxNode::Impl::openConnection(const std::string& host, uint16_t port, uint64_t expectPeer) {
   auto addr = ipv4Address(host, port);
   auto c = std::make_unique<Connection>();
   c->outgoing = true;
@@ -417,13 +418,13 @@ void Node::Impl::openConnection(const std::string& host, uint16_t port, uint64_t
   sendControl(raw, kHello, encodeHello(Hello{options_.nodeId, raw->clientNonce, tokenFingerprint_}));
 }
 
-size_t Node::Impl::handshaking() const {
+size_t UcxNode::Impl::handshaking() const {
   size_t n = 0;
   for (auto& [ep, c] : connections_) n += (c->state != State::kReady && !c->outgoing) ? 1 : 0;
   return n;
 }
 
-void Node::Impl::onConnRequest(ucp_conn_request_h request, void* arg) {
+void UcxNode::Impl::onConnRequest(ucp_conn_request_h request, void* arg) {
   auto* self = static_cast<Impl*>(arg);
   if (self->handshaking() >= kMaxHandshaking) {
     self->counters_.refused++;
@@ -452,7 +453,7 @@ void Node::Impl::onConnRequest(ucp_conn_request_h request, void* arg) {
   self->connections_[raw->ep] = std::move(c);
 }
 
-void Node::Impl::onEpError(void* arg, ucp_ep_h ep, ucs_status_t status) {
+void UcxNode::Impl::onEpError(void* arg, ucp_ep_h ep, ucs_status_t status) {
   auto* self = static_cast<Impl*>(arg);
   Connection* c = self->connectionOf(ep);
   if (c == nullptr || c->state == State::kClosed) return;
@@ -461,7 +462,7 @@ void Node::Impl::onEpError(void* arg, ucp_ep_h ep, ucs_status_t status) {
       true);
 }
 
-void Node::Impl::closeConnection(Connection* c, const Status& why, bool peerDown) {
+void UcxNode::Impl::closeConnection(Connection* c, const Status& why, bool peerDown) {
   if (c->state == State::kClosed) return;
   const State was = c->state;
   c->state = State::kClosed;
@@ -523,7 +524,7 @@ void Node::Impl::closeConnection(Connection* c, const Status& why, bool peerDown
 
 // ---------------------------------------------------------------- sending
 
-void Node::Impl::sendRaw(Connection* c, Envelope envelope, std::vector<Tensor> tensors) {
+void UcxNode::Impl::sendRaw(Connection* c, Envelope envelope, std::vector<Tensor> tensors) {
   if (c->state == State::kClosed || c->closeAt) return;
   envelope.sourceNode = options_.nodeId;
   auto out = std::make_unique<OutFrame>();
@@ -579,7 +580,7 @@ void Node::Impl::sendRaw(Connection* c, Envelope envelope, std::vector<Tensor> t
   out.release();  // onSendDone frees it and the request
 }
 
-void Node::Impl::sendRawBytes(uint64_t peer, std::vector<std::byte> bytes) {
+void UcxNode::Impl::sendRawBytes(uint64_t peer, std::vector<std::byte> bytes) {
   auto it = byPeer_.find(peer);
   if (it == byPeer_.end()) return;
   auto out = std::make_unique<OutFrame>();
@@ -597,21 +598,21 @@ void Node::Impl::sendRawBytes(uint64_t peer, std::vector<std::byte> bytes) {
   }
 }
 
-void Node::Impl::onSendDone(void* request, ucs_status_t /*status*/, void* user) {
+void UcxNode::Impl::onSendDone(void* request, ucs_status_t /*status*/, void* user) {
   auto* out = static_cast<OutFrame*>(user);
   out->self->pendingSends_--;
   delete out;
   if (request) ucp_request_free(request);
 }
 
-void Node::Impl::sendControl(Connection* c, uint16_t kind, std::string body) {
+void UcxNode::Impl::sendControl(Connection* c, uint16_t kind, std::string body) {
   Envelope e;
   e.kind = kind;
   e.body = std::move(body);
   sendRaw(c, std::move(e), {});
 }
 
-void Node::Impl::sendTo(uint64_t peer, Envelope envelope, std::vector<Tensor> tensors) {
+void UcxNode::Impl::sendTo(uint64_t peer, Envelope envelope, std::vector<Tensor> tensors) {
   if (auto it = byPeer_.find(peer); it != byPeer_.end()) {
     sendRaw(it->second, std::move(envelope), std::move(tensors));
     return;
@@ -647,7 +648,7 @@ void Node::Impl::sendTo(uint64_t peer, Envelope envelope, std::vector<Tensor> te
 
 // ---------------------------------------------------------------- receiving
 
-ucs_status_t Node::Impl::onAm(void* arg, const void* header, size_t headerLength, void* data, size_t length,
+ucs_status_t UcxNode::Impl::onAm(void* arg, const void* header, size_t headerLength, void* data, size_t length,
                               const ucp_am_recv_param_t* param) {
   auto* self = static_cast<Impl*>(arg);
   const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
@@ -711,7 +712,7 @@ ucs_status_t Node::Impl::onAm(void* arg, const void* header, size_t headerLength
   return UCS_INPROGRESS;
 }
 
-void Node::Impl::onRecvDone(void* request, ucs_status_t status, size_t /*length*/, void* user) {
+void UcxNode::Impl::onRecvDone(void* request, ucs_status_t status, size_t /*length*/, void* user) {
   if (request) ucp_request_free(request);
   std::unique_ptr<RecvOp> op(static_cast<RecvOp*>(user));
   Connection* c = op->self->connectionOf(op->ep);
@@ -726,7 +727,7 @@ void Node::Impl::onRecvDone(void* request, ucs_status_t status, size_t /*length*
   op->self->pumpInbox(c);
 }
 
-void Node::Impl::pumpInbox(Connection* c) {
+void UcxNode::Impl::pumpInbox(Connection* c) {
   const ucp_ep_h ep = c->ep;
   while (!c->inbox.empty() && c->inbox.front()->complete) {
     auto in = std::move(c->inbox.front());
@@ -737,7 +738,7 @@ void Node::Impl::pumpInbox(Connection* c) {
   }
 }
 
-void Node::Impl::dropMalformed(Connection* c, const std::string& why) {
+void UcxNode::Impl::dropMalformed(Connection* c, const std::string& why) {
   const uint64_t n = ++counters_.malformed;
   // Log the first few and then every 1000th, so garbage cannot flood the log.
   if (n <= 10 || n % 1000 == 0) {
@@ -745,7 +746,7 @@ void Node::Impl::dropMalformed(Connection* c, const std::string& why) {
   }
 }
 
-void Node::Impl::handleFrame(Connection* c, const std::shared_ptr<Incoming>& in) {
+void UcxNode::Impl::handleFrame(Connection* c, const std::shared_ptr<Incoming>& in) {
   auto decoded = decodeFrame(reinterpret_cast<const std::byte*>(in->storage.get()), in->bytes);
   if (!decoded.hasValue()) {
     dropMalformed(c, decoded.status().message());
@@ -775,35 +776,36 @@ void Node::Impl::handleFrame(Connection* c, const std::shared_ptr<Incoming>& in)
 
 Expected<std::unique_ptr<Node>> Node::start(NodeOptions options, NodeHandler* handler) {
   TROUPE_CHECK(handler != nullptr, "Node::start needs a handler");
-  auto impl = std::make_unique<Impl>(std::move(options), handler);
+  if (options.network) return startLocalNode(std::move(options), handler);
+  auto impl = std::make_unique<UcxNode::Impl>(std::move(options), handler);
   Status st = impl->init();
   if (!st.isOk()) return st;
-  return std::unique_ptr<Node>(new Node(std::move(impl)));
+  return std::unique_ptr<Node>(new UcxNode(std::move(impl)));
 }
 
-Node::Node(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Node::~Node() = default;
+UcxNode::UcxNode(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+UcxNode::~UcxNode() = default;
 
-uint64_t Node::id() const { return impl_->options_.nodeId; }
-const std::string& Node::role() const { return impl_->options_.role; }
-uint16_t Node::port() const { return impl_->port_; }
-std::string Node::address() const { return fmt::format("{}:{}", impl_->options_.listenHost, impl_->port_); }
+uint64_t UcxNode::id() const { return impl_->options_.nodeId; }
+const std::string& UcxNode::role() const { return impl_->options_.role; }
+uint16_t UcxNode::port() const { return impl_->port_; }
+std::string UcxNode::address() const { return fmt::format("{}:{}", impl_->options_.listenHost, impl_->port_); }
 
-void Node::send(uint64_t peer, Envelope envelope, std::vector<Tensor> tensors) {
+void UcxNode::send(uint64_t peer, Envelope envelope, std::vector<Tensor> tensors) {
   impl_->sendNowOrPost(peer, std::move(envelope), std::move(tensors));
 }
 
-void Node::sendRawFrame(uint64_t peer, std::vector<std::byte> frame) {
+void UcxNode::sendRawFrame(uint64_t peer, std::vector<std::byte> frame) {
   Impl* impl = impl_.get();
   impl->post([impl, peer, f = std::move(frame)]() mutable { impl->sendRawBytes(peer, std::move(f)); });
 }
 
-std::vector<Member> Node::members() const {
+std::vector<Member> UcxNode::members() const {
   std::lock_guard<std::mutex> lock(impl_->membersMutex_);
   return impl_->members_;
 }
 
-Status Node::waitForMembers(size_t count, std::chrono::milliseconds timeout) const {
+Status UcxNode::waitForMembers(size_t count, std::chrono::milliseconds timeout) const {
   std::unique_lock<std::mutex> lock(impl_->membersMutex_);
   if (!impl_->membersChanged_.wait_for(lock, timeout, [&] {
         return impl_->members_.size() >= count || !impl_->bootstrapError_.isOk();
@@ -815,15 +817,15 @@ Status Node::waitForMembers(size_t count, std::chrono::milliseconds timeout) con
   return impl_->bootstrapError_;
 }
 
-bool Node::pollOnce() { return impl_->pollOnce(); }
+bool UcxNode::pollOnce() { return impl_->pollOnce(); }
 
-void Node::beginPolling() { impl_->beginPolling(); }
+void UcxNode::beginPolling() { impl_->beginPolling(); }
 
-void Node::endPolling() { impl_->endPolling(); }
+void UcxNode::endPolling() { impl_->endPolling(); }
 
-void Node::handBackProgress(bool now) { impl_->handBackProgress(now); }
+void UcxNode::handBackProgress(bool now) { impl_->handBackProgress(now); }
 
-NodeStats Node::stats() const {
+NodeStats UcxNode::stats() const {
   const auto& k = impl_->counters_;
   NodeStats s;
   s.framesSent = k.framesSent;

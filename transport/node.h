@@ -47,6 +47,8 @@
 
 namespace troupe::transport {
 
+class LocalNetwork;
+
 // Envelope kinds below this are the transport's own (handshake, heartbeat,
 // bootstrap); actor messages use kinds from it on.
 inline constexpr uint16_t kFirstUserKind = 16;
@@ -72,6 +74,9 @@ struct NodeOptions {
   // peer is found by heartbeats and by the wire-up lane's socket. false:
   // TCP with UCX peer error handling everywhere (as across hosts).
   bool sharedMemory = true;
+  // Set: the node is not a UCX node but a node of this in-process network
+  // (transport/local_network.h); listenHost and listenPort name it there.
+  std::shared_ptr<LocalNetwork> network;
 };
 
 // Why a peer is gone, as NodeHandler::onPeerDown and the proxies of
@@ -121,46 +126,53 @@ class NodeHandler {
   virtual void onMembers(const std::vector<Member>& members) { (void)members; }
 };
 
-class Node final {
+// A node's side of the job's network. Two implementations: UCX (the
+// product; this file's header comment describes it) and the in-process twin
+// (transport/local_network.h: every node a thread of one process, frames
+// handed over by ownership), chosen by NodeOptions::network. Both keep the
+// guarantees above; code above the transport never asks which it has.
+class Node {
  public:
-  // Creates the UCX context, worker and listener and starts the progress
-  // thread; then, if options.coordinator is set, joins there. Fails with a
-  // Status naming what went wrong (bad address, port in use, no token, UCX).
+  // Creates the node: the UCX context, worker and listener and the progress
+  // thread, or the in-process twin's node when options.network is set;
+  // then, if options.coordinator is set, joins there. Fails with a Status
+  // naming what went wrong (bad address, port in use, no token, UCX).
   // `handler` must outlive the node.
   static Expected<std::unique_ptr<Node>> start(NodeOptions options, NodeHandler* handler);
 
-  // Stops the progress thread and closes every endpoint (bounded wait).
-  ~Node();
+  // Says goodbye to every peer, stops the progress thread and closes every
+  // endpoint (bounded wait).
+  virtual ~Node() = default;
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 
-  uint64_t id() const;
-  const std::string& role() const;
-  uint16_t port() const;  // the port the listener got
-  std::string address() const;  // "host:port"
+  virtual uint64_t id() const = 0;
+  virtual const std::string& role() const = 0;
+  virtual uint16_t port() const = 0;  // the port the listener got
+  virtual std::string address() const = 0;  // "host:port"
 
   // Queues a frame for `peer`; never blocks. The envelope's sourceNode is set
   // to this node. If the peer is a member not yet connected, connects first.
   // An undeliverable frame (unknown or dead peer, failed connection) leads
   // to handler->onPeerDown(peer, why).
-  void send(uint64_t peer, Envelope envelope, std::vector<Tensor> tensors);
+  virtual void send(uint64_t peer, Envelope envelope, std::vector<Tensor> tensors) = 0;
 
   // Fault injection and tests: sends `frame` to `peer` exactly as given,
   // unchecked (garbage, truncated or lying frames), over the authenticated
   // endpoint. Dropped if there is no such endpoint.
-  void sendRawFrame(uint64_t peer, std::vector<std::byte> frame);
+  virtual void sendRawFrame(uint64_t peer, std::vector<std::byte> frame) = 0;
 
   // The latest membership the coordinator sent (empty before the first).
-  std::vector<Member> members() const;
+  virtual std::vector<Member> members() const = 0;
   // Waits until at least `count` members are known; a timeout is an error.
-  Status waitForMembers(size_t count, std::chrono::milliseconds timeout) const;
+  virtual Status waitForMembers(size_t count, std::chrono::milliseconds timeout) const = 0;
 
-  NodeStats stats() const;
+  virtual NodeStats stats() const = 0;
 
   // Caller-driven progress, for a thread that waits for a frame and wants it
   // without a hand-over from the progress thread (small collectives).
-  // pollOnce() progresses the UCX worker on this thread if no other thread
-  // is doing so at the moment, handing what arrives to the handler here;
+  // pollOnce() progresses the node on this thread if no other thread is
+  // doing so at the moment, handing what arrives to the handler here;
   // returns whether anything was done. Not from a handler callback (returns
   // false there). Between beginPolling() and endPolling(), and for 1 ms
   // after, the progress thread backs off (it would only compete for the
@@ -169,16 +181,13 @@ class Node final {
   // about to sleep or to compute for a while: with now = true the progress
   // thread is woken at once (a syscall), else it resumes at its next timer
   // tick (within 200 us).
-  bool pollOnce();
-  void beginPolling();
-  void endPolling();
-  void handBackProgress(bool now);
+  virtual bool pollOnce() = 0;
+  virtual void beginPolling() = 0;
+  virtual void endPolling() = 0;
+  virtual void handBackProgress(bool now) = 0;
 
-  class Impl;
-
- private:
-  explicit Node(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+ protected:
+  Node() = default;
 };
 
 // Parses "host:port" (IPv4 dotted quad or "localhost"); fails naming the text.

@@ -1,10 +1,10 @@
-// Node::Impl's control messages: the token handshake, heartbeats, goodbye and
+// UcxNode::Impl's control messages: the token handshake, heartbeats, goodbye and
 // the coordinator's membership (see node.h and internal/control.h).
 #include "transport/internal/node_impl.h"
 
 namespace troupe::transport {
 
-void Node::Impl::refuse(Connection* c, const std::string& reason) {
+void UcxNode::Impl::refuse(Connection* c, const std::string& reason) {
   if (c->state == State::kClosed || c->closeAt) return;
   counters_.refused++;
   sendControl(c, kRefused, encodeRefused(Refused{reason}));
@@ -15,7 +15,7 @@ void Node::Impl::refuse(Connection* c, const std::string& reason) {
   c->closeAt = Clock::now() + std::chrono::milliseconds(200);
 }
 
-void Node::Impl::handleControl(Connection* c, const DecodedFrame& frame) {
+void UcxNode::Impl::handleControl(Connection* c, const DecodedFrame& frame) {
   const uint16_t kind = frame.envelope.kind;
   const std::string& body = frame.envelope.body;
   switch (kind) {
@@ -128,7 +128,7 @@ void Node::Impl::handleControl(Connection* c, const DecodedFrame& frame) {
   }
 }
 
-void Node::Impl::becomeReady(Connection* c) {
+void UcxNode::Impl::becomeReady(Connection* c) {
   c->state = State::kReady;
   c->lastReceived = Clock::now();
   downPeers_.erase(c->peerId);
@@ -144,7 +144,7 @@ void Node::Impl::becomeReady(Connection* c) {
   }
 }
 
-void Node::Impl::broadcastMembers() {
+void UcxNode::Impl::broadcastMembers() {
   MemberList list;
   for (auto& [id, m] : membership_) list.members.push_back(m);
   list.epoch = ++membersEpoch_;
@@ -158,7 +158,7 @@ void Node::Impl::broadcastMembers() {
   for (Connection* c : targets) sendControl(c, kMembers, body);
 }
 
-void Node::Impl::setMembers(std::vector<Member> members) {
+void UcxNode::Impl::setMembers(std::vector<Member> members) {
   {
     std::lock_guard<std::mutex> lock(membersMutex_);
     members_ = members;

@@ -1,4 +1,4 @@
-// Node::Impl, shared by node.cc (set-up, progress, endpoints, sending and
+// UcxNode, the UCX implementation of Node, and its Impl, shared by node.cc (set-up, progress, endpoints, sending and
 // receiving) and node_control.cc (handshake, heartbeat, goodbye and
 // membership messages). Private to transport/.
 //
@@ -96,7 +96,31 @@ inline Expected<sockaddr_in> ipv4Address(const std::string& host, uint16_t port)
 
 using namespace internal;
 
-class Node::Impl {
+class UcxNode final : public Node {
+ public:
+  class Impl;
+  explicit UcxNode(std::unique_ptr<Impl> impl);
+  ~UcxNode() override;
+
+  uint64_t id() const override;
+  const std::string& role() const override;
+  uint16_t port() const override;
+  std::string address() const override;
+  void send(uint64_t peer, Envelope envelope, std::vector<Tensor> tensors) override;
+  void sendRawFrame(uint64_t peer, std::vector<std::byte> frame) override;
+  std::vector<Member> members() const override;
+  Status waitForMembers(size_t count, std::chrono::milliseconds timeout) const override;
+  NodeStats stats() const override;
+  bool pollOnce() override;
+  void beginPolling() override;
+  void endPolling() override;
+  void handBackProgress(bool now) override;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+class UcxNode::Impl {
  public:
   Impl(NodeOptions options, NodeHandler* handler) : options_(std::move(options)), handler_(handler) {}
   ~Impl() { shutdown(); }
