@@ -451,6 +451,7 @@ caf::behavior coordinator(Self* self, CoordinatorOptions options, std::shared_pt
         if (m.agent) self->monitor(m.agent);
         st.log->info("{} joined{}", m.describe(),
                      replacement ? fmt::format(" (replacement {} of rank {})", m.incarnation, m.rank) : "");
+        if (st.options.joined) st.options.joined(m);
         return Welcome{m.rank, m.incarnation, st.policy->configFor(st, m, st.options.config)};
       },
       [=](const MemberFailed& f) -> int64_t {

@@ -184,6 +184,8 @@ struct CoordinatorOptions {
   // crashed, timed out or hung, not for one that left or reported its own
   // failure (it is exiting). May be null.
   std::function<void(const Member& lost)> terminate;
+  // A member joined (its rank and node are known now). May be null.
+  std::function<void(const Member& joined)> joined;
 };
 
 // (run_atom) -> JobResult, answered when the job is over;

@@ -5,6 +5,8 @@
 #include <caf/all.hpp>
 
 #include "actors/actor_system.h"
+#include "actors/fault_injector.h"
+#include "common/config.h"
 #include "common/check.h"
 #include "common/logging.h"
 #include "transport/remote_actors.h"
@@ -30,6 +32,32 @@ JobResult runCoordinator(CoordinatorProcessOptions options, std::shared_ptr<JobP
   options.coordinator.locate = [proxies](uint64_t peer, const std::string& name) {
     return proxies->remoteActor(peer, name);
   };
+  // The plan's message faults on the coordinator's links too (a partition
+  // cuts heartbeats to it as well); members are named as they join.
+  std::shared_ptr<transport::LinkFaults> linkFaults;
+  {
+    Config config(troupeConfigSchema());
+    config.loadString(options.coordinator.config, "the job's config");
+    if (!config.getStringList("faults.plan").empty()) {
+      // One clock for every process's fault windows: from now.
+      if (config.getInt("faults.start_unix_ms") == 0) {
+        config.setValue("faults.start_unix_ms",
+                        int64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    std::chrono::system_clock::now().time_since_epoch())
+                                    .count()));
+        options.coordinator.config = config.toToml();
+      }
+      const FaultPlan plan = parseFaultPlan(config, int64_t(1) << 20, int64_t(1) << 20);
+      linkFaults = injectMessageFaults((*remote)->node(), plan, "coordinator");
+    }
+  }
+  if (linkFaults) {
+    auto chained = options.coordinator.joined;
+    options.coordinator.joined = [linkFaults, chained](const Member& m) {
+      linkFaults->name(m.node, fmt::format("{}:{}", m.role, m.rank));
+      if (chained) chained(m);
+    };
+  }
   auto coord = spawnCoordinator(system, std::move(options.coordinator), std::move(policy));
   (*remote)->publish(coord, kCoordinatorName);
   logger("job")->info("coordinator listening on {}", (*remote)->node().address());
@@ -55,6 +83,7 @@ JobResult runCoordinator(CoordinatorProcessOptions options, std::shared_ptr<JobP
     std::this_thread::sleep_for(200ms);
     self->send_exit(coord, caf::exit_reason::user_shutdown);
   }
+  if (linkFaults) logger("job")->info("coordinator: {}", linkSummary((*remote)->node().stats()));
   return *result;
 }
 

@@ -14,9 +14,42 @@
 
 #include <caf/event_based_actor.hpp>
 
+#include "common/check.h"
 #include "common/logging.h"
 
 namespace troupe::actors {
+
+std::shared_ptr<transport::LinkFaults> injectMessageFaults(transport::Node& node, const FaultPlan& plan,
+                                                           const std::string& self) {
+  if (plan.messages.empty()) return nullptr;
+  std::optional<std::chrono::system_clock::time_point> start;
+  if (plan.startUnixMs > 0) start = std::chrono::system_clock::time_point(std::chrono::milliseconds(plan.startUnixMs));
+  auto faults = std::make_shared<transport::LinkFaults>(plan.seed, plan.linkRules(), start);
+  faults->name(node.id(), self);
+  Status st = node.setLinkFaults(faults);
+  if (!st.isOk()) TROUPE_SETUP_ERROR("the fault plan's message faults: {}", st.message());
+  logger("job")->warn("{}: {} message fault{} on this process's links (seed {})", self, plan.messages.size(),
+                      plan.messages.size() == 1 ? "" : "s", plan.seed);
+  return faults;
+}
+
+void nameMembers(transport::LinkFaults& faults, const Roster& roster, uint64_t coordinatorNode) {
+  for (const std::string& role : roster.roles) {
+    const auto nodes = roster.nodesOf(role);
+    for (size_t k = 0; k < nodes.size(); ++k) {
+      if (nodes[k] != 0) faults.name(nodes[k], fmt::format("{}:{}", role, k));
+    }
+  }
+  if (coordinatorNode != 0) faults.name(coordinatorNode, "coordinator");
+}
+
+std::string linkSummary(const transport::NodeStats& s) {
+  return fmt::format(
+      "links: {} sent again, {} duplicates suppressed, {} waited for an earlier one, {} gaps, {} malformed refused; "
+      "injected here: {} dropped, {} duplicated, {} delayed, {} reordered, {} corrupted, {} cut by a partition",
+      s.framesResent, s.duplicatesSuppressed, s.framesHeldOutOfOrder, s.gapsFound, s.malformedDropped, s.faultsDropped,
+      s.faultsDuplicated, s.faultsDelayed, s.faultsReordered, s.faultsCorrupted, s.faultsPartitioned);
+}
 
 void killThisProcess(int64_t fault) {
   logger("job")->warn("fault {}: kill: SIGKILL to this process (pid {})", fault, ::getpid());

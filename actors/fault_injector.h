@@ -26,8 +26,23 @@
 
 #include "actors/coordinator.h"
 #include "actors/fault_plan.h"
+#include "actors/messages.h"
+#include "transport/link_faults.h"
+#include "transport/node.h"
 
 namespace troupe::actors {
+
+// The plan's message faults on this process's links: a filter installed on
+// `node` (null when the plan has none); name the other processes in it
+// with nameMembers as they become known. Throws SetupError when the node's
+// links are not reliable (transport.reliable_links = false).
+std::shared_ptr<transport::LinkFaults> injectMessageFaults(transport::Node& node, const FaultPlan& plan,
+                                                           const std::string& self);
+// Every rank of the roster as "role:rank", and the coordinator's node.
+void nameMembers(transport::LinkFaults& faults, const Roster& roster, uint64_t coordinatorNode);
+// What this process's links did: "links: ..." (resends, duplicates
+// suppressed, ... and the message faults injected here), for its log.
+std::string linkSummary(const transport::NodeStats& stats);
 
 // SIGKILL to this process, after a log line naming the fault.
 [[noreturn]] void killThisProcess(int64_t fault);

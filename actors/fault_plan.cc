@@ -18,9 +18,13 @@ constexpr double kMinEverySeconds = 0.1;
 constexpr const char* kFields =
     "kind, target, at_step, at_s, every_s, count, duration_s, factor, delay_ms, steps, after_checkpoint";
 
-// What the message faults will be: named so that a plan asking for one is
-// told it is not there yet, rather than that the kind is unknown.
-const std::set<std::string_view> kNotYet = {"drop", "duplicate", "dup", "delay", "reorder", "partition", "corrupt"};
+constexpr const char* kMessageFields = "kind, from, to, target, both_ways, p, delay_ms, bits, at_s, duration_s";
+
+const std::map<std::string_view, transport::LinkFaultKind> kMessageKinds = {
+    {"drop", transport::LinkFaultKind::kDrop},         {"dup", transport::LinkFaultKind::kDuplicate},
+    {"duplicate", transport::LinkFaultKind::kDuplicate}, {"delay", transport::LinkFaultKind::kDelay},
+    {"reorder", transport::LinkFaultKind::kReorder},   {"corrupt", transport::LinkFaultKind::kCorrupt},
+    {"partition", transport::LinkFaultKind::kPartition}};
 
 struct Parser {
   const Fault& f;
@@ -60,7 +64,104 @@ std::optional<FaultKind> faultKindOf(std::string_view name) {
   return std::nullopt;
 }
 
-bool isMessageFault(std::string_view name) { return kNotYet.count(name) != 0; }
+bool isMessageFault(std::string_view name) { return kMessageKinds.count(name) != 0; }
+
+std::vector<transport::LinkFaultRule> FaultPlan::linkRules() const {
+  std::vector<transport::LinkFaultRule> rules;
+  for (const auto& m : messages) rules.push_back(m.rule);
+  return rules;
+}
+
+namespace {
+
+using Fields = std::map<std::string, std::string, std::less<>>;
+
+// A link end: "*", a role, or role:rank of this job.
+std::string linkEnd(const Parser& p, std::string_view v, int64_t workers, int64_t servers) {
+  if (v == "*" || v == "coordinator") return std::string(v);
+  const size_t colon = v.find(':');
+  const std::string role(v.substr(0, colon));
+  if (role != "worker" && role != "ps") p.bad(fmt::format("'{}' is not worker[:RANK], ps[:RANK], coordinator or *", v));
+  const int64_t count = role == "worker" ? workers : servers;
+  if (count == 0) p.bad(fmt::format("the job has no {} process", role == "ps" ? "parameter-server" : "worker"));
+  if (colon == std::string_view::npos || v.substr(colon + 1) == "*") return role;
+  const int64_t rank = p.integer(v.substr(colon + 1), 0, std::numeric_limits<int64_t>::max());
+  if (rank >= count) {
+    p.bad(fmt::format("{} {} is not in the job ({} {} rank{}: 0 to {})", role, rank, count, role, count == 1 ? "" : "s",
+                      count - 1));
+  }
+  return fmt::format("{}:{}", role, rank);
+}
+
+MessageFault parseMessageFault(const Fault& f, const Fields& fields, transport::LinkFaultKind kind, int64_t workers,
+                               int64_t servers) {
+  using transport::LinkFaultKind;
+  static const std::set<std::string_view> known = {"kind", "from", "to",   "target", "both_ways",
+                                                   "p",    "delay_ms", "bits", "at_s",   "duration_s"};
+  for (const auto& [name, value] : fields) {
+    if (known.count(name) == 0) {
+      TROUPE_SETUP_ERROR("fault {} ({}): unknown field '{}' for a message fault (fields: {})", f.id, f.spec, name,
+                         kMessageFields);
+    }
+  }
+  auto has = [&](std::string_view name) { return fields.count(name) != 0; };
+  auto value = [&](std::string_view name) -> std::string_view { return fields.find(name)->second; };
+  MessageFault m;
+  m.id = f.id;
+  m.spec = f.spec;
+  transport::LinkFaultRule& r = m.rule;
+  r.kind = kind;
+  const char* kindName = transport::linkFaultKindName(kind);
+  auto refuse = [&](std::string_view name, const std::string& why) {
+    if (has(name)) Parser{f, name}.bad(why);
+  };
+  if (kind == LinkFaultKind::kPartition) {
+    if (!has("target") && !has("from")) {
+      TROUPE_SETUP_ERROR("fault {} ({}): a partition needs target (the side cut off)", f.id, f.spec);
+    }
+    if (has("target") && has("from")) Parser{f, "target"}.bad("give target or from, not both");
+    refuse("p", "a partition drops everything while it lasts (no probability)");
+    if (!has("duration_s")) TROUPE_SETUP_ERROR("fault {} ({}): a partition needs duration_s", f.id, f.spec);
+  } else {
+    refuse("target", fmt::format("a {} fault names its links with from and to", kindName));
+    if (!has("p")) TROUPE_SETUP_ERROR("fault {} ({}): a {} fault needs p (0 < p <= 1)", f.id, f.spec, kindName);
+    r.probability = Parser{f, "p"}.number(value("p"), 0, true, 1);
+  }
+  if (has("target")) r.from = linkEnd(Parser{f, "target"}, value("target"), workers, servers);
+  if (has("from")) r.from = linkEnd(Parser{f, "from"}, value("from"), workers, servers);
+  if (has("to")) r.to = linkEnd(Parser{f, "to"}, value("to"), workers, servers);
+  if (has("both_ways")) {
+    const std::string_view b = value("both_ways");
+    if (b != "true" && b != "false" && b != "1" && b != "0") Parser{f, "both_ways"}.bad("true or false");
+    r.bothWays = b == "true" || b == "1";
+  }
+  if (kind == LinkFaultKind::kDelay) {
+    if (!has("delay_ms")) TROUPE_SETUP_ERROR("fault {} ({}): a delay fault needs delay_ms (MS or LO-HI)", f.id, f.spec);
+    const Parser p{f, "delay_ms"};
+    const std::string_view v = value("delay_ms");
+    const size_t dash = v.find('-');
+    const int64_t lo = p.integer(v.substr(0, dash), 0, 3'600'000);
+    const int64_t hi = dash == std::string_view::npos ? lo : p.integer(v.substr(dash + 1), 0, 3'600'000);
+    if (hi < lo) p.bad(fmt::format("{} is less than {}", hi, lo));
+    if (hi == 0) p.bad("a delay of 0 ms");
+    r.delayMin = std::chrono::milliseconds(lo);
+    r.delayMax = std::chrono::milliseconds(hi);
+  } else {
+    refuse("delay_ms", fmt::format("a {} fault takes no delay", kindName));
+  }
+  if (kind == LinkFaultKind::kCorrupt) {
+    if (has("bits")) r.bits = int(Parser{f, "bits"}.integer(value("bits"), 1, 64));
+  } else {
+    refuse("bits", fmt::format("a {} fault flips no bits", kindName));
+  }
+  if (has("at_s")) r.startSeconds = Parser{f, "at_s"}.number(value("at_s"), 0, false, kMaxSeconds);
+  if (has("duration_s")) {
+    r.endSeconds = r.startSeconds + Parser{f, "duration_s"}.number(value("duration_s"), 0.001, false, kMaxSeconds);
+  }
+  return m;
+}
+
+}  // namespace
 
 const Fault* FaultPlan::byId(int64_t id) const {
   for (const auto& f : faults) {
@@ -97,6 +198,7 @@ std::vector<Fault> FaultPlan::stepFaultsOf(int64_t rank) const {
 FaultPlan parseFaultPlan(const Config& config, int64_t workers, int64_t servers) {
   FaultPlan plan;
   plan.seed = uint64_t(config.getInt("faults.seed"));
+  plan.startUnixMs = config.getInt("faults.start_unix_ms");
   plan.detectWithinSeconds = 2 * double(config.getInt("transport.heartbeat_timeout_ms")) / 1000.0 + 1.0;
   const auto& specs = config.getStringList("faults.plan");
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -121,6 +223,10 @@ FaultPlan parseFaultPlan(const Config& config, int64_t workers, int64_t servers)
         TROUPE_SETUP_ERROR("fault {} ({}): {} is given twice", f.id, f.spec, name);
       }
     }
+    if (auto kind = fields.find("kind"); kind != fields.end() && kMessageKinds.count(kind->second)) {
+      plan.messages.push_back(parseMessageFault(f, fields, kMessageKinds.at(kind->second), workers, servers));
+      continue;
+    }
     for (const auto& [name, value] : fields) {
       static const std::set<std::string_view> known = {"kind",     "target", "at_step",         "at_s",
                                                        "every_s",  "count",  "duration_s",      "factor",
@@ -132,16 +238,18 @@ FaultPlan parseFaultPlan(const Config& config, int64_t workers, int64_t servers)
     auto has = [&](std::string_view name) { return fields.count(name) != 0; };
     auto value = [&](std::string_view name) -> std::string_view { return fields.find(name)->second; };
 
-    if (!has("kind")) TROUPE_SETUP_ERROR("fault {} ({}): kind is missing (kill, stop or slow)", f.id, f.spec);
+    if (!has("kind")) {
+      TROUPE_SETUP_ERROR("fault {} ({}): kind is missing (kill, stop, slow, drop, dup, delay, reorder, corrupt or "
+                         "partition)",
+                         f.id, f.spec);
+    }
     const std::string_view kind = value("kind");
     if (const auto k = faultKindOf(kind)) {
       f.kind = *k;
-    } else if (isMessageFault(kind)) {
-      TROUPE_SETUP_ERROR("fault {} ({}): kind: '{}' is a message fault, which troupe does not inject yet (kill, "
-                         "stop and slow it does)",
-                         f.id, f.spec, kind);
     } else {
-      TROUPE_SETUP_ERROR("fault {} ({}): kind: '{}' is not a fault kind (kill, stop or slow)", f.id, f.spec, kind);
+      TROUPE_SETUP_ERROR("fault {} ({}): kind: '{}' is not a fault kind (kill, stop, slow, drop, dup, delay, "
+                         "reorder, corrupt or partition)",
+                         f.id, f.spec, kind);
     }
 
     if (!has("target")) TROUPE_SETUP_ERROR("fault {} ({}): target is missing (worker[:RANK] or ps[:RANK])", f.id, f.spec);

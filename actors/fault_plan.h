@@ -33,6 +33,27 @@
 //               this many checkpoints instead of from the start (a shard
 //               lost before the first checkpoint has nothing to roll back
 //               to); a fault whose checkpoint never comes does not fire
+// Message faults (transport/link_faults.h), injected below every process's
+// reliable links, so each message still arrives once and in order; what
+// they cost is resends and waiting, and a partition is a loss the job
+// recovers from as from a hung process:
+//
+//   kind=drop,from=worker,to=ps:0,p=0.05        5% of worker -> ps 0 messages lost
+//   kind=dup,from=*,to=*,p=0.01                 1% of all messages doubled
+//   kind=delay,from=ps,to=worker,p=0.1,delay_ms=2-30
+//   kind=reorder,from=worker:1,to=ps,p=0.05
+//   kind=corrupt,from=worker,to=ps,p=0.01,bits=3
+//   kind=partition,target=ps:1,at_s=5,duration_s=4   ps 1 cut off from all
+//
+//   from, to    worker[:RANK] | ps[:RANK] | coordinator | * (default *)
+//   both_ways   true: also from `to` to `from` (a partition always is)
+//   p           the probability per message, 0 < p <= 1 (not for partition)
+//   delay_ms    delay: a fixed delay, or LO-HI drawn uniformly (<= 1 h)
+//   bits        corrupt: bits flipped per message (1..64, default 1)
+//   at_s        open from this many seconds after the coordinator started (default 0)
+//   duration_s  open for this long (default: to the end; partition: required)
+//   target      partition: the side cut off (from = target, to = * unless given)
+//
 // kill and stop take exactly one of at_step, at_s, every_s; slow starts at
 // at_step (default: the first step). A fault hits the process that holds
 // its target when it fires; a step-triggered one is armed in the rank's
@@ -51,6 +72,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "transport/link_faults.h"
 
 namespace troupe::actors {
 
@@ -58,9 +80,16 @@ enum class FaultKind { kKill, kStop, kSlow };
 const char* faultKindName(FaultKind kind);
 // The kind a name means ("kill", "stop", "slow"), if any.
 std::optional<FaultKind> faultKindOf(std::string_view name);
-// Whether `name` is a message fault (drop, duplicate, delay, ...), which
-// troupe does not inject yet.
+// Whether `name` is a message fault (drop, dup, delay, reorder, corrupt,
+// partition).
 bool isMessageFault(std::string_view name);
+
+// A message fault of the plan: a rule of every process's link filter.
+struct MessageFault {
+  int64_t id = 0;  // 1-based, in plan order (shared with the process faults)
+  std::string spec;
+  transport::LinkFaultRule rule;
+};
 
 struct Fault {
   int64_t id = 0;        // 1-based, in plan order
@@ -83,12 +112,18 @@ struct Fault {
 
 struct FaultPlan {
   uint64_t seed = 1;
-  std::vector<Fault> faults;
+  std::vector<Fault> faults;  // process faults: kill, stop, slow
+  std::vector<MessageFault> messages;
   // A killed process is found within this (twice the heartbeat timeout,
   // and a second): the report lays a later loss to no kill.
   double detectWithinSeconds = 7;
+  // faults.start_unix_ms: when the message faults' at_s counts from (0: when
+  // each process joined).
+  int64_t startUnixMs = 0;
 
-  bool empty() const { return faults.empty(); }
+  bool empty() const { return faults.empty() && messages.empty(); }
+  // The link filter rules of the message faults, in plan order.
+  std::vector<transport::LinkFaultRule> linkRules() const;
   // The fault of that id, or null.
   const Fault* byId(int64_t id) const;
   // The step-triggered faults (kill, stop, slow) of worker `rank`.

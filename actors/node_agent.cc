@@ -242,7 +242,8 @@ class Watchdog {
 // roster, then its actors under a supervisor the agent watches. Throws
 // SetupError (`notStarted` names what did not happen).
 caf::actor startRole(caf::scoped_actor& self, const caf::actor& coord, const caf::actor& agentActor, Role& role,
-                     MemberContext& ctx, const std::string& name, const std::string& notStarted) {
+                     MemberContext& ctx, const std::string& name, const std::string& notStarted,
+                     Roster* rosterOut = nullptr) {
   role.prepare(ctx);
   std::optional<Roster> roster;
   std::string error;
@@ -250,6 +251,7 @@ caf::actor startRole(caf::scoped_actor& self, const caf::actor& coord, const caf
   self->request(coord, readyTimeout, Ready{ctx.role, ctx.welcome.rank, ctx.welcome.incarnation})
       .receive([&](Roster& r) { roster = std::move(r); }, [&](caf::error& e) { error = describe(e); });
   if (!roster) TROUPE_SETUP_ERROR("{}: {}", notStarted, error);
+  if (rosterOut) *rosterOut = *roster;
   SupervisorOptions so;
   so.name = name;
   so.children = role.start(ctx, *roster);
@@ -337,9 +339,20 @@ int runMember(const MemberOptions& options, Role& role) {
       self->send(agentActor, *welcome);
       Config config(troupeConfigSchema());
       config.loadString(welcome->config, "the coordinator");
+      // The plan's message faults, on this process's links from the start
+      // (the plan was checked by the coordinator against the same counts).
+      // (Only its message faults are taken here: any rank is let through.)
+      std::shared_ptr<transport::LinkFaults> linkFaults;
       MemberContext ctx{system, **remote, coord, options.role, *welcome, std::move(config)};
+      if (!ctx.config.getStringList("faults.plan").empty()) {
+        const FaultPlan plan = parseFaultPlan(ctx.config, int64_t(1) << 20, int64_t(1) << 20);
+        linkFaults = injectMessageFaults(node, plan, fmt::format("{}:{}", options.role, welcome->rank));
+        if (linkFaults) linkFaults->name(coordinatorNode, "coordinator");
+      }
       // Everyone ready: the roster, then the role's actors.
-      supervisor = startRole(self, coord, agentActor, role, ctx, who, "the job did not start");
+      Roster roster;
+      supervisor = startRole(self, coord, agentActor, role, ctx, who, "the job did not start", &roster);
+      if (linkFaults) nameMembers(*linkFaults, roster, coordinatorNode);
     } catch (const SetupError& e) {
       failure = e.what();
       failureStatus = kExitSetup;
@@ -405,6 +418,13 @@ int runMember(const MemberOptions& options, Role& role) {
     role.release();
   }
   self->send_exit(agentActor, caf::exit_reason::user_shutdown);
+  const transport::NodeStats links = node.stats();
+  if (links.framesResent + links.duplicatesSuppressed + links.framesHeldOutOfOrder + links.faultsDropped +
+          links.faultsDuplicated + links.faultsDelayed + links.faultsReordered + links.faultsCorrupted +
+          links.faultsPartitioned + links.malformedDropped >
+      0) {
+    log->info("{}: {}", who, linkSummary(links));
+  }
   log->info("{} exits ({})", who, status);
   return status;
 }

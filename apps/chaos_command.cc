@@ -83,6 +83,25 @@ RunPlan drawRun(const ChaosFlags& f, const std::vector<std::string>& mix, const 
     const int64_t step = 5 + int64_t(draw(k + 3) % 56);
     const double at = uniform(k + 4, 0.0, 1.0), duration = uniform(k + 5, 0.3, 6.0);
     std::string spec;
+    if (actors::isMessageFault(kind) && kind != "partition") {
+      // Messages on the links between two kinds of process, both ways.
+      static const char* ends[] = {"worker", "ps", "*"};
+      const char* from = ends[draw(k + 6) % (servers > 0 ? 3 : 1)];
+      const char* to = ends[draw(k + 7) % (servers > 0 ? 3 : 1)];
+      spec = fmt::format("kind={},from={},to={},both_ways=true,p={:.3f}", kind, from, to, uniform(k + 8, 0.005, 0.05));
+      if (kind == "delay") spec += fmt::format(",delay_ms=1-{}", 2 + int64_t(draw(k + 9) % 29));
+      if (kind == "corrupt") spec += fmt::format(",bits={}", 1 + int64_t(draw(k + 9) % 4));
+      p.faults.push_back(spec);
+      continue;
+    }
+    if (kind == "partition") {
+      // A process cut off from all others; a shard like a lost shard.
+      if (onPs) psFault = true;
+      spec = fmt::format("kind=partition,target={}:{},at_s={:.3f},duration_s={:.3f}", onPs ? "ps" : "worker", rank,
+                         0.5 + 2 * at, uniform(k + 5, 0.5, 2.5));
+      p.faults.push_back(spec);
+      continue;
+    }
     if (kind == "slow") {
       spec = fmt::format("kind=slow,target=worker:{},factor={:.2f},at_step={},steps={}", rank,
                          uniform(k + 6, 1.5, 4.0), step - 5, 10 + int64_t(draw(k + 7) % 71));
@@ -194,6 +213,12 @@ std::string describeFaults(const std::vector<std::string>& faults) {
       const auto eq = item.find('=');
       if (eq != std::string::npos) kv[item.substr(0, eq)] = item.substr(eq + 1);
     }
+    if (kv.count("p")) {  // a message fault on links
+      std::string what = fmt::format("{} {}->{} p={}", kv["kind"], kv["from"], kv["to"], kv["p"]);
+      if (kv.count("delay_ms")) what += " " + kv["delay_ms"] + " ms";
+      out += fmt::format("{}{}", out.empty() ? "" : "; ", what);
+      continue;
+    }
     std::string when = kv.count("at_step") ? "@step " + kv["at_step"]
                                            : "@" + kv["at_s"] + " s" + (kv.count("after_checkpoint") ? " after ckpt " + kv["after_checkpoint"] : "");
     if (kv.count("duration_s")) when += " for " + kv["duration_s"] + " s";
@@ -217,10 +242,11 @@ int runChaos(const ChaosFlags& flagsIn) {
   if (mix.empty()) TROUPE_SETUP_ERROR("chaos: --mix names no fault kind");
   if (modes.empty()) TROUPE_SETUP_ERROR("chaos: --modes names no mode");
   for (const auto& k : mix) {
-    if (actors::isMessageFault(k)) {
-      TROUPE_SETUP_ERROR("chaos: --mix {}: a message fault, which troupe does not inject yet (kill, stop, slow)", k);
+    if (!actors::faultKindOf(k) && !actors::isMessageFault(k)) {
+      TROUPE_SETUP_ERROR("chaos: --mix {}: not a fault kind (kill, stop, slow, drop, dup, delay, reorder, corrupt, "
+                         "partition)",
+                         k);
     }
-    if (!actors::faultKindOf(k)) TROUPE_SETUP_ERROR("chaos: --mix {}: not a fault kind (kill, stop, slow)", k);
   }
   for (const auto& m : modes) {
     static const std::set<std::string> known = {"bsp", "ssp", "asp", "allreduce", "hybrid"};
@@ -395,7 +421,9 @@ void addChaosCommand(CLI::App* app, int* result) {
   addCommonFlags(cmd, &flags->common);
   cmd->add_option("--runs", flags->runs, "jobs to run (default 10)");
   cmd->add_option("--seed", flags->seed, "every run's mode and faults are drawn from this (default 1)");
-  cmd->add_option("--mix", flags->mix, "fault kinds to draw from (default kill,stop,slow)");
+  cmd->add_option("--mix", flags->mix,
+                  "fault kinds to draw from: kill, stop, slow, drop, dup, delay, reorder, corrupt, partition "
+                  "(default kill,stop,slow)");
   cmd->add_option("--modes", flags->modes, "modes to draw from (default bsp,ssp,asp,allreduce,hybrid)");
   cmd->add_option("--workers", flags->workers, "worker processes per job (default: cluster.workers, at least 2)");
   cmd->add_option("--servers", flags->servers, "parameter servers per job in ps and hybrid modes (default 2)");

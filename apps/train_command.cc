@@ -257,6 +257,21 @@ int runTrain(const TrainFlags& flags) {
     for (const auto& f : plan.faults) {
       killsOrStops = killsOrStops || f.kind == actors::FaultKind::kKill || f.kind == actors::FaultKind::kStop;
     }
+    for (const auto& m : plan.messages) {
+      // A partitioned process is lost, and a lost process is killed by PID.
+      killsOrStops = killsOrStops || m.rule.kind == transport::LinkFaultKind::kPartition;
+    }
+    if (!plan.messages.empty() && config.getInt("faults.start_unix_ms") == 0) {
+      // One clock for every process's message-fault windows, replacements too.
+      config.setValue("faults.start_unix_ms", int64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                          std::chrono::system_clock::now().time_since_epoch())
+                                                          .count()));
+    }
+    if (!plan.messages.empty() && !config.getBool("transport.reliable_links")) {
+      TROUPE_SETUP_ERROR("fault {} ({}): message faults need transport.reliable_links = true (every message still "
+                         "arrives once and in order; the faults cost resends)",
+                         plan.messages[0].id, plan.messages[0].spec);
+    }
     if (killsOrStops && transport::avoidSharedMemoryFifo()) {
       logger("apps")->info("the fault plan kills or stops processes: they talk over TCP and cma, not UCX's "
                            "shared-memory FIFOs (a process killed mid-write wedges its peer's; UCX_TLS=^sysv,posix)");

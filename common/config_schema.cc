@@ -94,6 +94,9 @@ std::vector<Config::Key> troupeConfigSchema() {
        "their primaries (ps.replicas = 2)"},
       // ---- faults injected on purpose (actors/fault_plan.h; README, Fault plans) ----
       {"faults.seed", T::kInt, int64_t{1}, "every random choice of the fault plan (ranks, times) comes from this"},
+      {"faults.start_unix_ms", T::kInt, int64_t{0},
+       "set by the coordinator: the wall-clock moment (ms since 1970) the message faults' at_s counts from, the same "
+       "for every process of the job (0: when the process joined)"},
       {"faults.plan", T::kStringList, std::vector<std::string>{},
        "faults to inject, one 'field=value,...' each: [[faults]] tables, or troupe train --fault SPEC"},
       // ---- checkpoints of a multi-process job (every train.mode; sync modes with the ring backend) ----
@@ -159,6 +162,10 @@ std::vector<Config::Key> troupeConfigSchema() {
       {"transport.spin_us", T::kInt, int64_t{50},
        "the progress thread polls this long after its last work before it sleeps (latency against CPU)"},
       {"transport.max_message_mb", T::kInt, int64_t{4096}, "larger incoming messages are dropped and counted"},
+      {"transport.reliable_links", T::kBool, true,
+       "number, acknowledge and resend messages per link, so that a message lost, doubled, reordered or corrupted "
+       "on the way (a fault plan's message faults) still arrives once and in order; every process of a job must "
+       "agree, and message faults need it"},
   };
 }
 

@@ -1,10 +1,12 @@
 #include "transport/frame.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <capnp/message.h>
 #include <capnp/serialize.h>
 #include <kj/exception.h>
+#include <isa-l/crc.h>
 
 #include "transport/internal/envelope.capnp.h"
 
@@ -33,6 +35,9 @@ kj::Array<capnp::word> buildEnvelope(const Envelope& e, const std::vector<Tensor
   root.setDestActor(e.destActor);
   root.setRequestId(e.requestId);
   root.setKind(e.kind);
+  root.setLinkSeq(e.linkSeq);
+  root.setLinkAck(e.linkAck);
+  root.setLinkSent(e.linkSent);
   root.setBody(kj::arrayPtr(reinterpret_cast<const capnp::byte*>(e.body.data()), e.body.size()));
   auto list = root.initTensors(unsigned(tensors.size()));
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -53,13 +58,19 @@ std::vector<std::byte> frameOf(const Envelope& e, const std::vector<TensorView>&
   putU32(out.data(), kFrameMagic);
   putU32(out.data() + 4, uint32_t(envelopeBytes));
   std::memcpy(out.data() + kFrameHeaderBytes, words.begin(), envelopeBytes);
-  if (withTensors) {
-    std::byte* p = out.data() + kFrameHeaderBytes + envelopeBytes;
-    for (const auto& t : tensors) {
+  uint32_t crc = frameCrc(out.data() + 4, 4);
+  crc = frameCrc(out.data() + kFrameHeaderBytes, envelopeBytes, crc);
+  static const std::byte kZeros[8] = {};
+  std::byte* p = out.data() + kFrameHeaderBytes + envelopeBytes;
+  for (const auto& t : tensors) {
+    crc = frameCrc(t.data, t.bytes, crc);
+    crc = frameCrc(kZeros, paddedTensorBytes(t.bytes) - t.bytes, crc);
+    if (withTensors) {
       if (t.bytes) std::memcpy(p, t.data, t.bytes);
       p += paddedTensorBytes(t.bytes);
     }
   }
+  putU32(out.data() + 8, crc);
   return out;
 }
 
@@ -73,7 +84,18 @@ std::vector<std::byte> encodeEnvelope(const Envelope& envelope, const std::vecto
   return frameOf(envelope, tensors, false);
 }
 
-Expected<DecodedFrame> decodeFrame(const std::byte* data, size_t size) {
+uint32_t frameCrc(const void* data, size_t bytes, uint32_t crc) {
+  auto* p = static_cast<unsigned char*>(const_cast<void*>(data));
+  while (bytes > 0) {
+    const int n = int(std::min<size_t>(bytes, size_t{1} << 30));
+    crc = crc32_iscsi(p, n, crc);
+    p += n;
+    bytes -= size_t(n);
+  }
+  return crc;
+}
+
+Expected<DecodedFrame> decodeFrame(const std::byte* data, size_t size, bool verifyChecksum) {
   if (size < kFrameHeaderBytes) {
     return Status::corruption(fmt::format("frame of {} bytes is shorter than its {}-byte header", size,
                                           kFrameHeaderBytes));
@@ -87,6 +109,14 @@ Expected<DecodedFrame> decodeFrame(const std::byte* data, size_t size) {
   }
   if (envelopeBytes > size - kFrameHeaderBytes) {
     return Status::corruption(fmt::format("envelope of {} bytes does not fit the {}-byte frame", envelopeBytes, size));
+  }
+  if (verifyChecksum) {
+    const uint32_t want = getU32(data + 8);
+    const uint32_t got = frameCrc(data + kFrameHeaderBytes, size - kFrameHeaderBytes, frameCrc(data + 4, 4));
+    if (want != got) {
+      return Status::corruption(fmt::format("checksum mismatch: the frame says {:08x}, its {} bytes give {:08x}",
+                                            want, size, got));
+    }
   }
   // Cap'n Proto reads words in place; copy to aligned storage first.
   kj::Array<capnp::word> words = kj::heapArray<capnp::word>(envelopeBytes / sizeof(capnp::word));
@@ -104,6 +134,9 @@ Expected<DecodedFrame> decodeFrame(const std::byte* data, size_t size) {
     frame.envelope.destActor = root.getDestActor();
     frame.envelope.requestId = root.getRequestId();
     frame.envelope.kind = root.getKind();
+    frame.envelope.linkSeq = root.getLinkSeq();
+    frame.envelope.linkAck = root.getLinkAck();
+    frame.envelope.linkSent = root.getLinkSent();
     auto body = root.getBody();
     frame.envelope.body.assign(reinterpret_cast<const char*>(body.begin()), body.size());
     auto list = root.getTensors();

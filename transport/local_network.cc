@@ -13,6 +13,8 @@
 #include "common/logging.h"
 #include "transport/handshake.h"
 #include "transport/internal/control.h"
+#include "transport/internal/links.h"
+#include "transport/link_faults.h"
 
 namespace troupe::transport {
 namespace {
@@ -64,6 +66,12 @@ class Station final : public std::enable_shared_from_this<Station> {
 
   void send(uint64_t peer, Envelope envelope, const std::vector<Tensor>& tensors) {
     envelope.sourceNode = options_.nodeId;
+    if (links_) {
+      std::vector<Links::Wire> wires;
+      links_->send(peer, std::move(envelope), tensors, true, Clock::now(), &wires);
+      transmitWires(std::move(wires), true);
+      return;
+    }
     std::vector<TensorView> views;
     views.reserve(tensors.size());
     for (const Tensor& t : tensors) views.push_back(TensorView{t.data, t.bytes, t.dtype});
@@ -72,7 +80,7 @@ class Station final : public std::enable_shared_from_this<Station> {
   void sendRaw(uint64_t peer, std::vector<std::byte> frame) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (!links_.count(peer)) return;  // only over a link that exists
+      if (!peers_.count(peer)) return;  // only over a link that exists
     }
     transmit(peer, std::make_shared<const std::vector<std::byte>>(std::move(frame)), false);
   }
@@ -90,11 +98,11 @@ class Station final : public std::enable_shared_from_this<Station> {
   void addLink(uint64_t peer) {
     std::lock_guard<std::mutex> lock(mu_);
     const auto now = Clock::now();
-    links_.try_emplace(peer, Link{now, now});
+    peers_.try_emplace(peer, Link{now, now});
   }
   bool linkedTo(uint64_t peer) {
     std::lock_guard<std::mutex> lock(mu_);
-    return links_.count(peer) != 0;
+    return peers_.count(peer) != 0;
   }
   // crash(): drops what waits, tells its own handler every link went.
   std::vector<uint64_t> crash() {
@@ -109,7 +117,7 @@ class Station final : public std::enable_shared_from_this<Station> {
         if (i.type != Item::kFrame) keep.push_back(std::move(i));
       }
       inbox_.swap(keep);
-      for (auto& [p, l] : links_) peers.push_back(p);
+      for (auto& [p, l] : peers_) peers.push_back(p);
       for (uint64_t p : peers) {
         inbox_.push_back(Item{Item::kDown, p, nullptr, Departure::kCrashed,
                               Status::unavailable("this node crashed: its network is gone"), {}});
@@ -155,15 +163,36 @@ class Station final : public std::enable_shared_from_this<Station> {
     s.handshakesRefused = counters_.refused;
     s.heartbeatsSent = counters_.heartbeats;
     s.peersDown = counters_.peersDown;
+    if (links_) addLinkStats(links_->stats(), &s);
     return s;
   }
   void countRefusal() { counters_.refused++; }
+  Status setLinkFaults(std::shared_ptr<LinkFaults> faults) {
+    if (!links_) return Status::invalidArgument("message faults need reliable links (transport.reliable_links = true)");
+    links_->setFaults(std::move(faults));
+    return Status::ok();
+  }
 
  private:
   void run();
   // Hands `bytes` to `peer` (a user frame when `user`): links first, holds
   // it while frozen, reports an undeliverable one as the peer going down.
   void transmit(uint64_t peer, Bytes bytes, bool user);
+  void transmitWires(std::vector<Links::Wire> wires, bool user) {
+    for (auto& w : wires) {
+      if (w.raw) {
+        transmit(w.peer, std::make_shared<const std::vector<std::byte>>(std::move(w.bytes)), user);
+        continue;
+      }
+      std::vector<TensorView> views;
+      views.reserve(w.tensors.size());
+      for (const Tensor& t : w.tensors) views.push_back(TensorView{t.data, t.bytes, t.dtype});
+      const bool isUser = user && w.envelope.kind >= kFirstUserKind;
+      transmit(w.peer, std::make_shared<const std::vector<std::byte>>(encodeFrame(w.envelope, views)), isUser);
+    }
+  }
+  // A decoded frame, in order: the transport's own, or the handler's.
+  void dispatch(uint64_t peer, DecodedFrame frame, const std::shared_ptr<const void>& owner, size_t bytes);
   void post(std::function<void()> work) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -180,12 +209,19 @@ class Station final : public std::enable_shared_from_this<Station> {
   // `peer` is gone: once, on the station's thread.
   void peerDown(uint64_t peer, Departure how, const Status& why);
   void onTimer(Clock::time_point now);
+  void linkTimer(Clock::time_point now);
   void tryJoin(Clock::time_point now);
   void sendControl(uint64_t peer, uint16_t kind, std::string body) {
     Envelope e;
     e.kind = kind;
     e.body = std::move(body);
     e.sourceNode = options_.nodeId;
+    if (links_) {
+      std::vector<Links::Wire> wires;
+      links_->send(peer, std::move(e), {}, linkSequenced(kind), Clock::now(), &wires);
+      transmitWires(std::move(wires), false);
+      return;
+    }
     transmit(peer, std::make_shared<const std::vector<std::byte>>(encodeFrame(e, {})), false);
   }
   void broadcastMembers();
@@ -219,7 +255,8 @@ class Station final : public std::enable_shared_from_this<Station> {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Item> inbox_;
-  std::map<uint64_t, Link> links_;
+  std::map<uint64_t, Link> peers_;
+  std::unique_ptr<Links> links_;  // reliable links, when asked for
   std::map<uint64_t, Departure> down_;
   std::vector<std::pair<uint64_t, Bytes>> held_;  // sent while frozen
   bool stop_ = false, crashed_ = false, frozen_ = false;
@@ -333,6 +370,9 @@ Status Station::init() {
   }
   if (options_.listenHost.empty()) return Status::invalidArgument("transport: the listen host is empty");
   fingerprint_ = tokenFingerprint(options_.token);
+  if (options_.reliableLinks || options_.linkFaults) {
+    links_ = std::make_unique<Links>(options_.nodeId, Links::Options{}, options_.linkFaults);
+  }
   if (!options_.coordinator.empty()) {
     auto hp = parseHostPort(options_.coordinator);
     if (!hp.hasValue()) return Status::invalidArgument(fmt::format("transport coordinator: {}", hp.status().message()));
@@ -362,7 +402,7 @@ void Station::shutdown() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     crashed = crashed_;
-    for (auto& [p, l] : links_) peers.push_back(p);
+    for (auto& [p, l] : peers_) peers.push_back(p);
   }
   if (!crashed) {
     Envelope e;
@@ -393,7 +433,7 @@ void Station::transmit(uint64_t peer, Bytes bytes, bool user) {
       held_.emplace_back(peer, std::move(bytes));
       return;
     }
-    linked = links_.count(peer) != 0;
+    linked = peers_.count(peer) != 0;
   }
   if (gone) {
     if (user) {
@@ -428,7 +468,7 @@ void Station::transmit(uint64_t peer, Bytes bytes, bool user) {
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto l = links_.find(peer); l != links_.end()) l->second.lastSent = Clock::now();
+    if (auto l = peers_.find(peer); l != peers_.end()) l->second.lastSent = Clock::now();
   }
   if (user) {
     counters_.framesSent++;
@@ -439,9 +479,12 @@ void Station::transmit(uint64_t peer, Bytes bytes, bool user) {
 void Station::run() {
   while (true) {
     std::unique_lock<std::mutex> lock(mu_);
-    const auto tick = std::max(std::chrono::milliseconds(1), options_.heartbeatInterval / 4);
-    cv_.wait_for(lock, joining_ ? std::min<Clock::duration>(tick, std::chrono::milliseconds(20)) : tick,
-                 [&] { return stop_ || (!frozen_ && !inbox_.empty()); });
+    Clock::duration wait = std::max(std::chrono::milliseconds(1), options_.heartbeatInterval / 4);
+    if (joining_) wait = std::min<Clock::duration>(wait, std::chrono::milliseconds(20));
+    if (links_) {
+      if (auto due = links_->nextDue()) wait = std::min<Clock::duration>(wait, std::max<Clock::duration>(*due - Clock::now(), Clock::duration(0)));
+    }
+    cv_.wait_for(lock, wait, [&] { return stop_ || (!frozen_ && !inbox_.empty()); });
     if (stop_) return;
     if (frozen_) continue;
     lock.unlock();
@@ -459,7 +502,11 @@ void Station::run() {
     }
     const auto now = Clock::now();
     if (joining_ && now >= nextJoin_) tryJoin(now);
-    if (now >= nextTimer_) onTimer(now);
+    if (now >= nextTimer_) {
+      onTimer(now);
+    } else if (links_) {
+      if (auto due = links_->nextDue(); due && *due <= now) linkTimer(now);
+    }
     t_delivering = false;
   }
 }
@@ -493,7 +540,7 @@ void Station::handle(Item& item) {
       bool known;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        known = links_.count(item.peer) != 0 || !down_.count(item.peer);
+        known = peers_.count(item.peer) != 0 || !down_.count(item.peer);
       }
       if (known) peerDown(item.peer, item.how, item.why);
       return;
@@ -508,8 +555,8 @@ void Station::handleFrame(uint64_t peer, const Bytes& bytes) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (crashed_ || down_.count(peer)) return;  // it is gone for us
-    auto l = links_.find(peer);
-    if (l == links_.end()) {
+    auto l = peers_.find(peer);
+    if (l == peers_.end()) {
       counters_.unauthenticated++;
       return;
     }
@@ -525,7 +572,22 @@ void Station::handleFrame(uint64_t peer, const Bytes& bytes) {
     dropMalformed(peer, decoded.status().message());
     return;
   }
-  DecodedFrame& frame = *decoded;
+  if (links_) {
+    std::vector<Links::Delivery> deliveries;
+    std::vector<Links::Wire> wires;
+    links_->receive(peer, std::move(*decoded), bytes, Clock::now(), &deliveries, &wires);
+    transmitWires(std::move(wires), false);
+    for (auto& d : deliveries) dispatch(peer, std::move(d.frame), d.owner, bytes->size());
+    return;
+  }
+  dispatch(peer, std::move(*decoded), bytes, bytes->size());
+}
+
+void Station::dispatch(uint64_t peer, DecodedFrame frame, const std::shared_ptr<const void>& owner, size_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (crashed_ || down_.count(peer)) return;  // it went while this frame waited
+  }
   if (frame.envelope.kind < kFirstUserKind) {
     handleControl(peer, frame);
     return;
@@ -535,8 +597,8 @@ void Station::handleFrame(uint64_t peer, const Bytes& bytes) {
     return;
   }
   counters_.framesReceived++;
-  counters_.bytesReceived += bytes->size();
-  handler_->onFrame(peer, std::move(frame), bytes);
+  counters_.bytesReceived += bytes;
+  handler_->onFrame(peer, std::move(frame), owner);
 }
 
 void Station::handleControl(uint64_t peer, const DecodedFrame& frame) {
@@ -571,8 +633,9 @@ void Station::peerDown(uint64_t peer, Departure how, const Status& why) {
     std::lock_guard<std::mutex> lock(mu_);
     if (down_.count(peer)) return;
     down_[peer] = how;
-    links_.erase(peer);
+    peers_.erase(peer);
   }
+  if (links_) links_->forget(peer);
   counters_.peersDown++;
   if (how == Departure::kLeft) {
     log()->info("node {:x}: node {:x} left the job", options_.nodeId, peer);
@@ -595,7 +658,7 @@ void Station::onTimer(Clock::time_point now) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (crashed_) return;
-    for (auto& [peer, l] : links_) {
+    for (auto& [peer, l] : peers_) {
       if (now - l.lastReceived > options_.heartbeatTimeout) {
         silent.emplace_back(peer, std::chrono::duration_cast<std::chrono::milliseconds>(now - l.lastReceived).count());
       } else if (now - l.lastSent >= options_.heartbeatInterval) {
@@ -607,12 +670,26 @@ void Station::onTimer(Clock::time_point now) {
     sendControl(peer, kHeartbeat, encodeEmpty());
     counters_.heartbeats++;
   }
+  linkTimer(now);
   for (auto [peer, ms] : silent) {
     // It will find the link closed, as a UCX endpoint closed under it.
     net_->push(peer, Item{Item::kDown, options_.nodeId, nullptr, Departure::kCrashed,
                           Status::unavailable(fmt::format("node {:x} closed the link", options_.nodeId)), {}});
     peerDown(peer, Departure::kTimedOut,
              Status::timeout(fmt::format("no message or heartbeat from node {:x} for {} ms", peer, ms)));
+  }
+}
+
+void Station::linkTimer(Clock::time_point now) {
+  if (!links_) return;
+  std::vector<Links::Wire> wires;
+  std::vector<std::pair<uint64_t, Status>> lost;
+  links_->tick(now, &wires, &lost);
+  transmitWires(std::move(wires), true);
+  for (auto& [peer, why] : lost) {
+    net_->push(peer, Item{Item::kDown, options_.nodeId, nullptr, Departure::kCrashed,
+                          Status::unavailable(fmt::format("node {:x} closed the link", options_.nodeId)), {}});
+    peerDown(peer, Departure::kCrashed, why);
   }
 }
 
@@ -673,6 +750,7 @@ class LocalNode final : public Node {
     return s_->waitForMembers(count, timeout);
   }
   NodeStats stats() const override { return s_->stats(); }
+  Status setLinkFaults(std::shared_ptr<LinkFaults> faults) override { return s_->setLinkFaults(std::move(faults)); }
   bool pollOnce() override { return s_->pollOnce(); }
   void beginPolling() override {}
   void endPolling() override {}

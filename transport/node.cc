@@ -84,6 +84,9 @@ Status UcxNode::Impl::init() {
     return Status::invalidArgument("transport: listen on a concrete address peers can reach, not 0.0.0.0");
   }
   tokenFingerprint_ = tokenFingerprint(options_.token);
+  if (options_.reliableLinks || options_.linkFaults) {
+    links_ = std::make_unique<Links>(options_.nodeId, Links::Options{}, options_.linkFaults);
+  }
   if (!options_.coordinator.empty()) {
     auto hp = parseHostPort(options_.coordinator);
     if (!hp.hasValue()) return Status::invalidArgument(fmt::format("transport coordinator: {}", hp.status().message()));
@@ -362,6 +365,18 @@ void UcxNode::Impl::onTimer(Clock::time_point now) {
     }
   }
   for (auto& [c, why] : dead) closeConnection(c, why, true);
+  if (links_) {
+    std::vector<Links::Wire> wires;
+    std::vector<std::pair<uint64_t, Status>> lost;
+    links_->tick(now, &wires, &lost);
+    for (auto& w : wires) sendWire(std::move(w));
+    for (auto& [peer, why] : lost) {
+      if (auto it = byPeer_.find(peer); it != byPeer_.end()) closeConnection(it->second, why, true);
+    }
+    if (auto due = links_->nextDue()) {
+      nextTimer_ = std::max(now + std::chrono::microseconds(500), std::min(nextTimer_, *due));
+    }
+  }
 }
 
 // ---------------------------------------------------------------- endpoints
@@ -457,9 +472,11 @@ void UcxNode::Impl::onEpError(void* arg, ucp_ep_h ep, ucs_status_t status) {
   auto* self = static_cast<Impl*>(arg);
   Connection* c = self->connectionOf(ep);
   if (c == nullptr || c->state == State::kClosed) return;
-  self->closeConnection(
-      c, Status::unavailable(fmt::format("endpoint to node {:x} ({}) failed: {}", c->peerId, c->address, ucsError(status))),
-      true);
+  // UCX's own keepalive gave up on a silent peer: a timeout, as a heartbeat
+  // timeout would be (a hung or cut-off peer, not a crashed one).
+  const std::string why =
+      fmt::format("endpoint to node {:x} ({}) failed: {}", c->peerId, c->address, ucsError(status));
+  self->closeConnection(c, status == UCS_ERR_ENDPOINT_TIMEOUT ? Status::timeout(why) : Status::unavailable(why), true);
 }
 
 void UcxNode::Impl::closeConnection(Connection* c, const Status& why, bool peerDown) {
@@ -493,6 +510,7 @@ void UcxNode::Impl::closeConnection(Connection* c, const Status& why, bool peerD
                           : why.code() == Status::Code::kTimeout ? Departure::kTimedOut
                                                               : Departure::kCrashed;
     downPeers_[peer] = how;
+    if (links_) links_->forget(peer);
     counters_.peersDown++;
     if (kept->left) {
       log()->info("node {:x} left the job", peer);
@@ -609,10 +627,43 @@ void UcxNode::Impl::sendControl(Connection* c, uint16_t kind, std::string body) 
   Envelope e;
   e.kind = kind;
   e.body = std::move(body);
+  if (links_ && c->state == State::kReady && c->peerId != 0 && linkCarried(kind)) {
+    // On this connection, with what the link has received and sent (and
+    // through the fault filter: a partition drops heartbeats too).
+    std::vector<Links::Wire> wires;
+    const bool sequenced = linkSequenced(kind);
+    links_->send(c->peerId, std::move(e), {}, sequenced, Clock::now(), &wires);
+    for (auto& w : wires) {
+      if (!w.raw && w.envelope.kind == kind && (sequenced || w.envelope.linkSeq == 0)) {
+        sendRaw(c, std::move(w.envelope), {});
+      } else {
+        sendWire(std::move(w));
+      }
+    }
+    return;
+  }
   sendRaw(c, std::move(e), {});
 }
 
+void UcxNode::Impl::sendWire(Links::Wire w) {
+  if (w.raw) {
+    sendRawBytes(w.peer, std::move(w.bytes));
+    return;
+  }
+  routeTo(w.peer, std::move(w.envelope), std::move(w.tensors));
+}
+
 void UcxNode::Impl::sendTo(uint64_t peer, Envelope envelope, std::vector<Tensor> tensors) {
+  if (links_ && peer != options_.nodeId && !downPeers_.count(peer)) {
+    std::vector<Links::Wire> wires;
+    links_->send(peer, std::move(envelope), std::move(tensors), true, Clock::now(), &wires);
+    for (auto& w : wires) sendWire(std::move(w));
+    return;
+  }
+  routeTo(peer, std::move(envelope), std::move(tensors));
+}
+
+void UcxNode::Impl::routeTo(uint64_t peer, Envelope envelope, std::vector<Tensor> tensors) {
   if (auto it = byPeer_.find(peer); it != byPeer_.end()) {
     sendRaw(it->second, std::move(envelope), std::move(tensors));
     return;
@@ -671,8 +722,14 @@ ucs_status_t UcxNode::Impl::onAm(void* arg, const void* header, size_t headerLen
     return drop;
   }
   if (frameBytes > self->options_.maxFrameBytes) {
-    self->dropMalformed(c, fmt::format("a message of {} bytes is over the limit of {} (transport.max_message_mb)",
-                                       frameBytes, self->options_.maxFrameBytes));
+    const std::string why = fmt::format("a message of {} bytes is over the limit of {} (transport.max_message_mb)",
+                                        frameBytes, self->options_.maxFrameBytes);
+    self->dropMalformed(c, why);
+    if (self->links_ && c->state == State::kReady) {
+      // A reliable link cannot skip a message it never read: the sender is
+      // cut off (rather than waiting for what never comes).
+      self->closeConnection(c, Status::unavailable(fmt::format("node {:x} sent {}", c->peerId, why)), true);
+    }
     return drop;
   }
   if (frameBytes < kFrameHeaderBytes || headerLength % 8 != 0) {
@@ -753,13 +810,14 @@ void UcxNode::Impl::handleFrame(Connection* c, const std::shared_ptr<Incoming>& 
     return;
   }
   DecodedFrame& frame = *decoded;
-  if (frame.envelope.kind < kFirstUserKind) {
+  const uint16_t kind = frame.envelope.kind;
+  if (kind < kFirstUserKind && (!links_ || c->state != State::kReady || !linkCarried(kind))) {
     handleControl(c, frame);
     return;
   }
   if (c->state != State::kReady) {
     counters_.unauthenticated++;
-    log()->warn("dropped a message of kind {} from {} before its handshake", frame.envelope.kind, c->address);
+    log()->warn("dropped a message of kind {} from {} before its handshake", kind, c->address);
     return;
   }
   c->lastReceived = Clock::now();
@@ -767,9 +825,30 @@ void UcxNode::Impl::handleFrame(Connection* c, const std::shared_ptr<Incoming>& 
     dropMalformed(c, fmt::format("claims to come from node {:x}", frame.envelope.sourceNode));
     return;
   }
-  counters_.framesReceived++;
-  counters_.bytesReceived += in->bytes;
-  handler_->onFrame(c->peerId, std::move(frame), in->storage);
+  if (!links_) {
+    counters_.framesReceived++;
+    counters_.bytesReceived += in->bytes;
+    handler_->onFrame(c->peerId, std::move(frame), in->storage);
+    return;
+  }
+  // In link order: what waited for this frame comes with it.
+  if (kind >= kFirstUserKind) counters_.bytesReceived += in->bytes;
+  const uint64_t peer = c->peerId;
+  const ucp_ep_h ep = c->ep;
+  std::vector<Links::Delivery> deliveries;
+  std::vector<Links::Wire> wires;
+  links_->receive(peer, std::move(frame), in->storage, Clock::now(), &deliveries, &wires);
+  for (auto& w : wires) sendWire(std::move(w));
+  for (auto& d : deliveries) {
+    c = connectionOf(ep);
+    if (c == nullptr || c->state == State::kClosed) return;  // a goodbye closed it
+    if (d.frame.envelope.kind < kFirstUserKind) {
+      handleControl(c, d.frame);
+      continue;
+    }
+    counters_.framesReceived++;
+    handler_->onFrame(peer, std::move(d.frame), d.owner);
+  }
 }
 
 // ---------------------------------------------------------------- Node
@@ -825,6 +904,14 @@ void UcxNode::endPolling() { impl_->endPolling(); }
 
 void UcxNode::handBackProgress(bool now) { impl_->handBackProgress(now); }
 
+Status UcxNode::setLinkFaults(std::shared_ptr<LinkFaults> faults) {
+  if (!impl_->links_) {
+    return Status::invalidArgument("message faults need reliable links (transport.reliable_links = true)");
+  }
+  impl_->links_->setFaults(std::move(faults));
+  return Status::ok();
+}
+
 NodeStats UcxNode::stats() const {
   const auto& k = impl_->counters_;
   NodeStats s;
@@ -837,6 +924,7 @@ NodeStats UcxNode::stats() const {
   s.handshakesRefused = k.refused;
   s.heartbeatsSent = k.heartbeats;
   s.peersDown = k.peersDown;
+  if (impl_->links_) addLinkStats(impl_->links_->stats(), &s);
   return s;
 }
 

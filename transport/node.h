@@ -48,6 +48,7 @@
 namespace troupe::transport {
 
 class LocalNetwork;
+class LinkFaults;
 
 // Envelope kinds below this are the transport's own (handshake, heartbeat,
 // bootstrap); actor messages use kinds from it on.
@@ -77,6 +78,14 @@ struct NodeOptions {
   // Set: the node is not a UCX node but a node of this in-process network
   // (transport/local_network.h); listenHost and listenPort name it there.
   std::shared_ptr<LocalNetwork> network;
+  // Message faults injected below this node's reliable links
+  // (transport/link_faults.h); set, the links are reliable whatever
+  // reliableLinks says. Also settable later (Node::setLinkFaults).
+  std::shared_ptr<LinkFaults> linkFaults;
+  // Number, acknowledge and resend frames per link (internal/links.h), so
+  // that lost, doubled, reordered or corrupted frames still arrive once and
+  // in order (transport.reliable_links). Every node of a job must agree.
+  bool reliableLinks = true;
 };
 
 // Why a peer is gone, as NodeHandler::onPeerDown and the proxies of
@@ -109,6 +118,15 @@ struct NodeStats {
   uint64_t handshakesRefused = 0;       // bad or missing proof of the token
   uint64_t heartbeatsSent = 0;
   uint64_t peersDown = 0;
+  // Reliable links (NodeOptions::reliableLinks): frames sent again on
+  // request, duplicates suppressed, frames that waited for an earlier one,
+  // resend requests; and the message faults injected here.
+  uint64_t framesResent = 0;
+  uint64_t duplicatesSuppressed = 0;
+  uint64_t framesHeldOutOfOrder = 0;
+  uint64_t gapsFound = 0;
+  uint64_t faultsDropped = 0, faultsDuplicated = 0, faultsDelayed = 0, faultsReordered = 0, faultsCorrupted = 0,
+           faultsPartitioned = 0;
 };
 
 // Receives what the node delivers. Runs on the progress thread or on a
@@ -168,6 +186,11 @@ class Node {
   virtual Status waitForMembers(size_t count, std::chrono::milliseconds timeout) const = 0;
 
   virtual NodeStats stats() const = 0;
+
+  // Injects message faults below this node's reliable links from now on
+  // (transport/link_faults.h); null stops injecting. Fails when the node's
+  // links are not reliable (NodeOptions::reliableLinks).
+  virtual Status setLinkFaults(std::shared_ptr<LinkFaults> faults) = 0;
 
   // Caller-driven progress, for a thread that waits for a frame and wants it
   // without a hand-over from the progress thread (small collectives).

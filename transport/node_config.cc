@@ -38,6 +38,7 @@ NodeOptions nodeOptionsFromConfig(const Config& config) {
   const int64_t mb = config.getInt("transport.max_message_mb");
   if (mb < 1) TROUPE_SETUP_ERROR("transport.max_message_mb = {}: at least 1", mb);
   o.maxFrameBytes = uint64_t(mb) << 20;
+  o.reliableLinks = config.getBool("transport.reliable_links");
   return o;
 }
 

@@ -74,6 +74,36 @@ TEST(FaultPlan, ReadsEveryFieldOfEveryKind) {
   EXPECT_EQ(p.stepFaultsOf(0).size(), 1u);
 }
 
+TEST(FaultPlan, MessageFaultsBecomeLinkRules) {
+  const FaultPlan p = parseFaultPlan(configWith({"kind=drop,from=worker,to=ps:1,p=0.05",
+                                                 "kind=delay,from=ps,to=worker:0,p=0.1,delay_ms=2-30,at_s=1,duration_s=4",
+                                                 "kind=kill,target=worker:1,at_step=40",
+                                                 "kind=partition,target=ps:0,at_s=5,duration_s=2",
+                                                 "kind=corrupt,p=1,bits=3,both_ways=true"}),
+                                     2, 2);
+  ASSERT_EQ(p.faults.size(), 1u);
+  EXPECT_EQ(p.faults[0].id, 3);
+  ASSERT_EQ(p.messages.size(), 4u);
+  const auto rules = p.linkRules();
+  EXPECT_EQ(p.messages[0].id, 1);
+  EXPECT_EQ(rules[0].kind, transport::LinkFaultKind::kDrop);
+  EXPECT_EQ(rules[0].from, "worker");
+  EXPECT_EQ(rules[0].to, "ps:1");
+  EXPECT_DOUBLE_EQ(rules[0].probability, 0.05);
+  EXPECT_EQ(rules[1].delayMin, std::chrono::milliseconds(2));
+  EXPECT_EQ(rules[1].delayMax, std::chrono::milliseconds(30));
+  EXPECT_DOUBLE_EQ(rules[1].startSeconds, 1);
+  EXPECT_DOUBLE_EQ(rules[1].endSeconds, 5);
+  EXPECT_EQ(p.messages[2].id, 4);
+  EXPECT_EQ(rules[2].kind, transport::LinkFaultKind::kPartition);
+  EXPECT_EQ(rules[2].from, "ps:0");
+  EXPECT_EQ(rules[2].to, "*");
+  EXPECT_DOUBLE_EQ(rules[2].endSeconds, 7);
+  EXPECT_EQ(rules[3].from, "*");
+  EXPECT_EQ(rules[3].bits, 3);
+  EXPECT_TRUE(rules[3].bothWays);
+}
+
 TEST(FaultPlan, RefusesEachBadFieldNamingTheFaultAndTheField) {
   struct Case {
     std::string spec, expected;
@@ -82,7 +112,24 @@ TEST(FaultPlan, RefusesEachBadFieldNamingTheFaultAndTheField) {
            {"kind=kill,target=worker:1,at_stpe=3", "unknown field 'at_stpe'"},
            {"target=worker:1,at_step=3", "kind is missing"},
            {"kind=explode,target=worker:1,at_step=3", "kind: 'explode' is not a fault kind"},
-           {"kind=drop,target=worker:1,at_step=3", "kind: 'drop' is a message fault"},
+           {"kind=drop,target=worker:1,at_step=3", "unknown field 'at_step' for a message fault"},
+           {"kind=drop,from=worker:1,to=ps", "a drop fault needs p"},
+           {"kind=drop,from=worker:1,p=0", "p: 0 must be more than 0"},
+           {"kind=drop,from=worker:1,p=1.5", "p: 1.5 must be at most 1"},
+           {"kind=drop,from=worker:7,p=0.1", "from: worker 7 is not in the job"},
+           {"kind=drop,from=gardener,p=0.1", "from: 'gardener' is not worker[:RANK], ps[:RANK], coordinator or *"},
+           {"kind=drop,target=ps:0,p=0.1", "target: a drop fault names its links with from and to"},
+           {"kind=dup,from=*,p=0.1,delay_ms=3", "delay_ms: a dup fault takes no delay"},
+           {"kind=delay,from=*,p=0.1", "a delay fault needs delay_ms"},
+           {"kind=delay,from=*,p=0.1,delay_ms=30-2", "delay_ms: 2 is less than 30"},
+           {"kind=delay,from=*,p=0.1,delay_ms=0", "delay_ms: a delay of 0 ms"},
+           {"kind=corrupt,from=*,p=0.1,bits=0", "bits: 0 is less than 1"},
+           {"kind=reorder,from=*,p=0.1,bits=2", "bits: a reorder fault flips no bits"},
+           {"kind=partition,target=ps:1,duration_s=2,p=0.5", "p: a partition drops everything"},
+           {"kind=partition,target=ps:1", "a partition needs duration_s"},
+           {"kind=partition,duration_s=1", "a partition needs target"},
+           {"kind=partition,target=ps:1,from=ps:0,duration_s=1", "target: give target or from, not both"},
+           {"kind=drop,from=*,p=0.1,both_ways=maybe", "both_ways: true or false"},
            {"kind=kill,at_step=3", "target is missing"},
            {"kind=kill,target=gardener:1,at_step=3", "target: 'gardener:1' is not worker[:RANK] or ps[:RANK]"},
            {"kind=kill,target=worker:5,at_step=3", "target: worker 5 is not in the job (2 worker ranks: 0 to 1)"},

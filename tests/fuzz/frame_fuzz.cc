@@ -16,7 +16,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace troupe::transport;
-  auto decoded = decodeFrame(reinterpret_cast<const std::byte*>(data), size);
+  auto decoded = decodeFrame(reinterpret_cast<const std::byte*>(data), size, false);
   if (!decoded.hasValue()) return 0;
   auto again = encodeFrame(decoded->envelope, decoded->tensors);
   auto round = decodeFrame(again.data(), again.size());

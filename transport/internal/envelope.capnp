@@ -20,4 +20,7 @@ struct Envelope {
   kind @4 :UInt16;     # which message this is (a transport::MessageKind)
   body @5 :Data;       # the message's own small fields, encoded by its owner
   tensors @6 :List(TensorRef);
+  linkSeq @7 :UInt64;  # reliable links: this frame's number on its link
+  linkAck @8 :UInt64;  # every frame of the reverse link before this arrived
+  linkSent @9 :UInt64; # the highest number sent on this link so far
 }

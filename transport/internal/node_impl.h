@@ -30,6 +30,7 @@
 #include "transport/handshake.h"
 #include "transport/internal/buffer_pool.h"
 #include "transport/internal/control.h"
+#include "transport/internal/links.h"
 #include "transport/node.h"
 
 namespace troupe::transport {
@@ -111,6 +112,7 @@ class UcxNode final : public Node {
   std::vector<Member> members() const override;
   Status waitForMembers(size_t count, std::chrono::milliseconds timeout) const override;
   NodeStats stats() const override;
+  Status setLinkFaults(std::shared_ptr<LinkFaults> faults) override;
   bool pollOnce() override;
   void beginPolling() override;
   void endPolling() override;
@@ -252,6 +254,9 @@ class UcxNode::Impl {
   void sendRaw(Connection* c, Envelope envelope, std::vector<Tensor> tensors);
   void sendControl(Connection* c, uint16_t kind, std::string body);
   void sendTo(uint64_t peer, Envelope envelope, std::vector<Tensor> tensors);
+  // sendTo's second half: over the peer's connection, or after connecting.
+  void routeTo(uint64_t peer, Envelope envelope, std::vector<Tensor> tensors);
+  void sendWire(Links::Wire w);
   void closeConnection(Connection* c, const Status& why, bool peerDown);
   void refuse(Connection* c, const std::string& reason);
   bool isCoordinatorAddress(const std::string& address) const {
@@ -321,6 +326,9 @@ class UcxNode::Impl {
   size_t maxAmHeader_ = 0;  // the largest envelope sent as an AM header
   std::shared_ptr<internal::BufferPool> buffers_ = std::make_shared<internal::BufferPool>();
   uint64_t tokenFingerprint_ = 0;
+
+ public:
+  std::unique_ptr<Links> links_;  // reliable links, when asked for
 };
 
 }  // namespace troupe::transport

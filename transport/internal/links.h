@@ -1,0 +1,165 @@
+// Reliable links: what a node keeps per peer so that frames lost, doubled,
+// delayed, reordered or corrupted on the way (by a fault plan:
+// transport/link_faults.h) still arrive once each and in order, the way
+// ps-lite's resender does for its dropped messages. Private to transport/.
+//
+// Every user frame (and a goodbye) gets the next number on its link. The
+// receiver hands frames on in number order: one from the past or seen
+// before is a duplicate (counted, suppressed); one from the future waits
+// for the gap to fill. Every frame also carries what its sender received
+// (linkAck: all before this number) and sent (linkSent: the highest
+// number) on the link, so a gap is found by the next frame or heartbeat,
+// at the tail too. The receiver asks for the missing range (a resend
+// request, again every nackInterval while it is missing) and acknowledges
+// what it received (on the frames it sends anyway, or in an ack of its own
+// after ackEvery frames or ackDelay); the sender keeps each frame (its
+// tensors' owners) until acknowledged. A gap still open after giveUpAfter
+// ends the link: the peer is declared down, as when its heartbeats stop.
+//
+// The fault filter sits below: it sees each frame as it goes on the wire,
+// resends included (a resend is a new attempt, drawn anew).
+//
+// Threading: thread-safe (one mutex); it never calls out, it returns what
+// the node is to send and deliver.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "common/status.h"
+#include "transport/frame.h"
+#include "transport/link_faults.h"
+#include "transport/node.h"
+#include "transport/tensor.h"
+
+namespace troupe::transport::internal {
+
+using LinkClock = std::chrono::steady_clock;
+
+// The transport's own kinds for reliable links (internal/control.h has the rest).
+inline constexpr uint16_t kLinkAck = 10;     // carries linkAck only
+inline constexpr uint16_t kLinkResend = 11;  // body: u64 from, u64 to (to exclusive)
+
+struct LinkStats {
+  uint64_t sequenced = 0;     // frames given a number
+  uint64_t resent = 0;        // frames sent again on request
+  uint64_t gaps = 0;          // resend requests made
+  uint64_t duplicates = 0;    // frames that arrived again and were suppressed
+  uint64_t heldOutOfOrder = 0;  // frames that waited for an earlier one
+  uint64_t dropped = 0, duplicated = 0, delayed = 0, reordered = 0, corrupted = 0, partitioned = 0;  // injected
+  uint64_t linksLost = 0;     // gaps that never filled
+};
+
+// The transport's own kinds that ride on a ready link (stamped with what
+// it received and sent, and cut by a partition): the rest belong to the
+// handshake.
+bool linkCarried(uint16_t kind);
+// Of those, the ones that are state (membership, goodbye): numbered and
+// resent like user frames, so that none is lost to a fault.
+bool linkSequenced(uint16_t kind);
+
+class Links {
+ public:
+  struct Options {
+    std::chrono::milliseconds nackInterval{20};
+    std::chrono::milliseconds ackDelay{5};
+    size_t ackEvery = 16;
+    std::chrono::milliseconds giveUpAfter{10000};
+  };
+
+  // A frame to put on the wire now: an envelope with tensors, or raw
+  // bytes (a corrupted frame).
+  struct Wire {
+    uint64_t peer = 0;
+    Envelope envelope;
+    std::vector<Tensor> tensors;
+    bool raw = false;
+    std::vector<std::byte> bytes;
+  };
+  // A frame to hand to the node's handler, in order.
+  struct Delivery {
+    uint64_t peer = 0;
+    DecodedFrame frame;
+    std::shared_ptr<const void> owner;
+  };
+
+  Links(uint64_t self, Options options, std::shared_ptr<LinkFaults> faults)
+      : self_(self), options_(options), faults_(std::move(faults)) {}
+
+  // A frame for `peer`: `sequenced` ones are numbered and kept until
+  // acknowledged. What goes on the wire now is appended to `out`.
+  void send(uint64_t peer, Envelope envelope, std::vector<Tensor> tensors, bool sequenced, LinkClock::time_point now,
+            std::vector<Wire>* out);
+  // A decoded frame from `peer`: what to deliver now, in order (resend
+  // requests and acks are consumed here), and what to send back.
+  void receive(uint64_t peer, DecodedFrame frame, std::shared_ptr<const void> owner, LinkClock::time_point now,
+               std::vector<Delivery>* deliver, std::vector<Wire>* out);
+  // Delayed and held frames that are due, acks and repeated resend
+  // requests; links whose gap never filled go to `lost`.
+  void tick(LinkClock::time_point now, std::vector<Wire>* out, std::vector<std::pair<uint64_t, Status>>* lost);
+  // When tick has something to do next (nullopt: nothing waits).
+  std::optional<LinkClock::time_point> nextDue() const;
+  // `peer` is gone: drop what was kept for it.
+  void forget(uint64_t peer);
+
+  LinkStats stats() const;
+  void setFaults(std::shared_ptr<LinkFaults> faults) {
+    std::lock_guard<std::mutex> lock(mu_);
+    faults_ = std::move(faults);
+  }
+
+ private:
+  struct Held {
+    uint64_t seq = 0;
+    Envelope envelope;
+    std::vector<Tensor> tensors;
+    uint64_t attempts = 0;
+  };
+  struct Waiting {
+    DecodedFrame frame;
+    std::shared_ptr<const void> owner;
+  };
+  struct Link {
+    // Sending side.
+    uint64_t nextSeq = 1;
+    std::deque<Held> held;  // sent, not acknowledged, in number order
+    std::optional<Wire> reordered;  // held back by a reorder fault
+    LinkClock::time_point reorderedAt;
+    // Receiving side.
+    uint64_t expected = 1;
+    uint64_t peerSent = 0;
+    std::map<uint64_t, Waiting> early;  // arrived before `expected`'s turn
+    size_t unacked = 0;                 // delivered since our last ack
+    LinkClock::time_point firstUnacked;
+    std::optional<LinkClock::time_point> gapSince;
+    LinkClock::time_point nextNack;
+  };
+
+  // Stamps ack/sent, applies the filter, appends what goes now.
+  void emit(uint64_t peer, Link& link, Envelope envelope, std::vector<Tensor> tensors, uint64_t attempt,
+            LinkClock::time_point now, std::vector<Wire>* out);
+  void ackNow(uint64_t peer, Link& link, LinkClock::time_point now, std::vector<Wire>* out);
+  void nackGap(uint64_t peer, Link& link, LinkClock::time_point now, std::vector<Wire>* out);
+  bool gapOpen(const Link& link) const {
+    return link.peerSent >= link.expected || (!link.early.empty() && link.early.begin()->first > link.expected);
+  }
+
+  const uint64_t self_;
+  const Options options_;
+  std::shared_ptr<LinkFaults> faults_;
+  mutable std::mutex mu_;
+  std::map<uint64_t, Link> links_;
+  std::multimap<LinkClock::time_point, Wire> delayed_;
+  LinkStats stats_;
+};
+
+// Copies the link counters into a node's stats.
+void addLinkStats(const LinkStats& links, NodeStats* stats);
+
+}  // namespace troupe::transport::internal
