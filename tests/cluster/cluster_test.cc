@@ -1395,6 +1395,7 @@ TEST_F(ClusterTest, AShortChaosCampaignEndsWithEveryRunFinishedAndEveryLedgerExa
   TempDir dir;
   const auto job = smallJob(dir, "unused");  // chaos names each run and its directory itself
   auto r = troupe(plus({"chaos"}, plus(job, {"--runs", "10", "--seed", "1", "--run-timeout", "120", "--replicas", "2",
+                                             "--mix", "kill,stop,slow,drop,dup,delay,reorder,corrupt,partition",
                                              "--dir", dir.file("chaos")})),
                   1200s);
   EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
@@ -1430,6 +1431,8 @@ TEST_F(ClusterTest, AShortChaosCampaignEndsWithEveryRunFinishedAndEveryLedgerExa
   EXPECT_EQ(json.at("promotions").get<int64_t>(), promotions);
   EXPECT_GE(promotions, psDetected) << "each run loses one ps process at most, and each holds a primary until then" << r.out;
   EXPECT_GT(injected, 5) << "ten runs of one to three faults each inject some";
+  // Message faults were drawn too (on links: "kind from->to p=...").
+  EXPECT_NE(r.out.find("->"), std::string::npos) << r.out;
   // One line per run, and every mode drawn at least once in ten runs of this seed.
   for (int i = 1; i <= 10; ++i) {
     EXPECT_NE(r.out.find(fmt::format("run-{:03d} ({}/10)", i - 1, i)), std::string::npos) << r.out;
