@@ -127,7 +127,10 @@ MessageFault parseMessageFault(const Fault& f, const Fields& fields, transport::
     if (!has("p")) TROUPE_SETUP_ERROR("fault {} ({}): a {} fault needs p (0 < p <= 1)", f.id, f.spec, kindName);
     r.probability = Parser{f, "p"}.number(value("p"), 0, true, 1);
   }
-  if (has("target")) r.from = linkEnd(Parser{f, "target"}, value("target"), workers, servers);
+  if (has("target")) {
+    r.from = linkEnd(Parser{f, "target"}, value("target"), workers, servers);
+    if (r.from == "*") Parser{f, "target"}.bad("a partition cuts one side off the rest: name it (worker:1, ps, ...)");
+  }
   if (has("from")) r.from = linkEnd(Parser{f, "from"}, value("from"), workers, servers);
   if (has("to")) r.to = linkEnd(Parser{f, "to"}, value("to"), workers, servers);
   if (has("both_ways")) {

@@ -419,7 +419,7 @@ int runMember(const MemberOptions& options, Role& role) {
   }
   self->send_exit(agentActor, caf::exit_reason::user_shutdown);
   const transport::NodeStats links = node.stats();
-  if (links.framesResent + links.duplicatesSuppressed + links.framesHeldOutOfOrder + links.faultsDropped +
+  if (links.framesResent + links.duplicatesSuppressed + links.framesHeldOutOfOrder + links.gapsFound + links.faultsDropped +
           links.faultsDuplicated + links.faultsDelayed + links.faultsReordered + links.faultsCorrupted +
           links.faultsPartitioned + links.malformedDropped >
       0) {

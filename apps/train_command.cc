@@ -165,6 +165,9 @@ workers::JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, c
   if (!common.configPath.empty()) lo.extraArgs.insert(lo.extraArgs.end(), {"--config", common.configPath});
   for (const auto& o : common.overrides) lo.extraArgs.insert(lo.extraArgs.end(), {"--set", o});
   lo.extraArgs.insert(lo.extraArgs.end(), {"--log-level", config.getString("log.level")});
+  if (config.getBool("transport.reliable_links")) {
+    lo.extraArgs.insert(lo.extraArgs.end(), {"--set", "transport.reliable_links=true"});
+  }
   lo.logDir = runDir;
   actors::LocalJob processes(lo);
   co.onListening = [&](const std::string& address) {
@@ -267,10 +270,14 @@ int runTrain(const TrainFlags& flags) {
                                                           std::chrono::system_clock::now().time_since_epoch())
                                                           .count()));
     }
-    if (!plan.messages.empty() && !config.getBool("transport.reliable_links")) {
-      TROUPE_SETUP_ERROR("fault {} ({}): message faults need transport.reliable_links = true (every message still "
-                         "arrives once and in order; the faults cost resends)",
-                         plan.messages[0].id, plan.messages[0].spec);
+    if (!plan.messages.empty()) {
+      // Message faults ride below reliable links, in every process.
+      if (config.isSet("transport.reliable_links") && !config.getBool("transport.reliable_links")) {
+        TROUPE_SETUP_ERROR("fault {} ({}): message faults need transport.reliable_links = true (every message still "
+                           "arrives once and in order; the faults cost resends)",
+                           plan.messages[0].id, plan.messages[0].spec);
+      }
+      config.setValue("transport.reliable_links", true);
     }
     if (killsOrStops && transport::avoidSharedMemoryFifo()) {
       logger("apps")->info("the fault plan kills or stops processes: they talk over TCP and cma, not UCX's "

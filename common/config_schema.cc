@@ -162,10 +162,10 @@ std::vector<Config::Key> troupeConfigSchema() {
       {"transport.spin_us", T::kInt, int64_t{50},
        "the progress thread polls this long after its last work before it sleeps (latency against CPU)"},
       {"transport.max_message_mb", T::kInt, int64_t{4096}, "larger incoming messages are dropped and counted"},
-      {"transport.reliable_links", T::kBool, true,
+      {"transport.reliable_links", T::kBool, false,
        "number, acknowledge and resend messages per link, so that a message lost, doubled, reordered or corrupted "
        "on the way (a fault plan's message faults) still arrives once and in order; every process of a job must "
-       "agree, and message faults need it"},
+       "agree; troupe train turns it on for a plan with message faults"},
   };
 }
 

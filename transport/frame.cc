@@ -110,6 +110,9 @@ Expected<DecodedFrame> decodeFrame(const std::byte* data, size_t size, bool veri
   if (envelopeBytes > size - kFrameHeaderBytes) {
     return Status::corruption(fmt::format("envelope of {} bytes does not fit the {}-byte frame", envelopeBytes, size));
   }
+  if (getU32(data + 12) != 0) {
+    return Status::corruption(fmt::format("reserved header word 0x{:08x} is not zero", getU32(data + 12)));
+  }
   if (verifyChecksum) {
     const uint32_t want = getU32(data + 8);
     const uint32_t got = frameCrc(data + kFrameHeaderBytes, size - kFrameHeaderBytes, frameCrc(data + 4, 4));

@@ -66,7 +66,12 @@ class Station final : public std::enable_shared_from_this<Station> {
 
   void send(uint64_t peer, Envelope envelope, const std::vector<Tensor>& tensors) {
     envelope.sourceNode = options_.nodeId;
-    if (links_) {
+    bool gone;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      gone = down_.count(peer) != 0 || crashed_;
+    }
+    if (links_ && !gone) {  // (a frame for a peer that is gone is not kept)
       std::vector<Links::Wire> wires;
       links_->send(peer, std::move(envelope), tensors, true, Clock::now(), &wires);
       transmitWires(std::move(wires), true);
@@ -405,12 +410,7 @@ void Station::shutdown() {
     for (auto& [p, l] : peers_) peers.push_back(p);
   }
   if (!crashed) {
-    Envelope e;
-    e.kind = kGoodbye;
-    e.body = encodeEmpty();
-    e.sourceNode = options_.nodeId;
-    auto bytes = std::make_shared<const std::vector<std::byte>>(encodeFrame(e, {}));
-    for (uint64_t p : peers) net_->push(p, Item{Item::kFrame, options_.nodeId, bytes, {}, {}, {}});
+    for (uint64_t p : peers) sendControl(p, kGoodbye, encodeEmpty());
   }
   net_->remove(options_.nodeId);
   {
@@ -481,8 +481,10 @@ void Station::run() {
     std::unique_lock<std::mutex> lock(mu_);
     Clock::duration wait = std::max(std::chrono::milliseconds(1), options_.heartbeatInterval / 4);
     if (joining_) wait = std::min<Clock::duration>(wait, std::chrono::milliseconds(20));
-    if (links_) {
-      if (auto due = links_->nextDue()) wait = std::min<Clock::duration>(wait, std::max<Clock::duration>(*due - Clock::now(), Clock::duration(0)));
+    if (links_ && !frozen_) {  // (frozen, nothing is due)
+      if (auto due = links_->nextDue()) {
+        wait = std::min<Clock::duration>(wait, std::max<Clock::duration>(*due - Clock::now(), Clock::duration(0)));
+      }
     }
     cv_.wait_for(lock, wait, [&] { return stop_ || (!frozen_ && !inbox_.empty()); });
     if (stop_) return;

@@ -371,7 +371,16 @@ void UcxNode::Impl::onTimer(Clock::time_point now) {
     links_->tick(now, &wires, &lost);
     for (auto& w : wires) sendWire(std::move(w));
     for (auto& [peer, why] : lost) {
-      if (auto it = byPeer_.find(peer); it != byPeer_.end()) closeConnection(it->second, why, true);
+      Connection* any = nullptr;
+      if (auto it = byPeer_.find(peer); it != byPeer_.end()) any = it->second;
+      for (auto& [ep, conn] : connections_) {
+        if (!any && conn->peerId == peer && conn->state != State::kClosed) any = conn.get();
+      }
+      if (any) {
+        closeConnection(any, why, true);
+      } else {
+        links_->forget(peer);
+      }
     }
     if (auto due = links_->nextDue()) {
       nextTimer_ = std::max(now + std::chrono::microseconds(500), std::min(nextTimer_, *due));
@@ -472,11 +481,11 @@ void UcxNode::Impl::onEpError(void* arg, ucp_ep_h ep, ucs_status_t status) {
   auto* self = static_cast<Impl*>(arg);
   Connection* c = self->connectionOf(ep);
   if (c == nullptr || c->state == State::kClosed) return;
-  // UCX's own keepalive gave up on a silent peer: a timeout, as a heartbeat
-  // timeout would be (a hung or cut-off peer, not a crashed one).
-  const std::string why =
-      fmt::format("endpoint to node {:x} ({}) failed: {}", c->peerId, c->address, ucsError(status));
-  self->closeConnection(c, status == UCS_ERR_ENDPOINT_TIMEOUT ? Status::timeout(why) : Status::unavailable(why), true);
+  // (UCX says "Endpoint timeout" for a killed peer as well as a silent one:
+  // every endpoint error is a crash here; our heartbeats say timed out.)
+  self->closeConnection(
+      c, Status::unavailable(fmt::format("endpoint to node {:x} ({}) failed: {}", c->peerId, c->address, ucsError(status))),
+      true);
 }
 
 void UcxNode::Impl::closeConnection(Connection* c, const Status& why, bool peerDown) {
@@ -510,6 +519,10 @@ void UcxNode::Impl::closeConnection(Connection* c, const Status& why, bool peerD
                           : why.code() == Status::Code::kTimeout ? Departure::kTimedOut
                                                               : Departure::kCrashed;
     downPeers_[peer] = how;
+    // (Its other connection, if both sides connected at once, stays: UCX's
+    // TCP transport may share one socket between the two, and closing both
+    // has aborted in tcp_iface.c. Frames from a peer that is down are
+    // dropped before the links see them.)
     if (links_) links_->forget(peer);
     counters_.peersDown++;
     if (kept->left) {
@@ -646,21 +659,45 @@ void UcxNode::Impl::sendControl(Connection* c, uint16_t kind, std::string body) 
 }
 
 void UcxNode::Impl::sendWire(Links::Wire w) {
+  // The links' own frames (acks, resend requests) to a peer that is gone
+  // are dropped quietly: only the caller's sends report a dead peer.
+  if (downPeers_.count(w.peer) && (w.raw || w.envelope.kind < kFirstUserKind)) return;
   if (w.raw) {
-    sendRawBytes(w.peer, std::move(w.bytes));
+    // A corrupted frame (a fault): over the peer's connection, or once the
+    // connection this opens is ready.
+    if (byPeer_.count(w.peer)) {
+      sendRawBytes(w.peer, std::move(w.bytes));
+      return;
+    }
+    if (!connecting_.count(w.peer) && !downPeers_.count(w.peer) && w.peer != options_.nodeId) {
+      Envelope probe;  // opens the connection as a send would (an ack carries nothing)
+      probe.kind = kLinkAck;
+      routeTo(w.peer, std::move(probe), {});
+    }
+    if (auto it = connecting_.find(w.peer); it != connecting_.end()) it->second->rawOutbox.push_back(std::move(w.bytes));
     return;
   }
   routeTo(w.peer, std::move(w.envelope), std::move(w.tensors));
 }
 
 void UcxNode::Impl::sendTo(uint64_t peer, Envelope envelope, std::vector<Tensor> tensors) {
-  if (links_ && peer != options_.nodeId && !downPeers_.count(peer)) {
+  if (links_ && peer != options_.nodeId && !downPeers_.count(peer) &&
+      (byPeer_.count(peer) || connecting_.count(peer) || isMember(peer))) {
     std::vector<Links::Wire> wires;
     links_->send(peer, std::move(envelope), std::move(tensors), true, Clock::now(), &wires);
     for (auto& w : wires) sendWire(std::move(w));
+    clampTimer();
     return;
   }
   routeTo(peer, std::move(envelope), std::move(tensors));
+}
+
+bool UcxNode::Impl::isMember(uint64_t peer) const {
+  std::lock_guard<std::mutex> lock(membersMutex_);
+  for (const Member& m : members_) {
+    if (m.nodeId == peer) return true;
+  }
+  return false;
 }
 
 void UcxNode::Impl::routeTo(uint64_t peer, Envelope envelope, std::vector<Tensor> tensors) {
@@ -825,6 +862,7 @@ void UcxNode::Impl::handleFrame(Connection* c, const std::shared_ptr<Incoming>& 
     dropMalformed(c, fmt::format("claims to come from node {:x}", frame.envelope.sourceNode));
     return;
   }
+  if (links_ && downPeers_.count(c->peerId)) return;  // a late frame of a peer given up
   if (!links_) {
     counters_.framesReceived++;
     counters_.bytesReceived += in->bytes;
@@ -839,6 +877,7 @@ void UcxNode::Impl::handleFrame(Connection* c, const std::shared_ptr<Incoming>& 
   std::vector<Links::Wire> wires;
   links_->receive(peer, std::move(frame), in->storage, Clock::now(), &deliveries, &wires);
   for (auto& w : wires) sendWire(std::move(w));
+  clampTimer();
   for (auto& d : deliveries) {
     c = connectionOf(ep);
     if (c == nullptr || c->state == State::kClosed) return;  // a goodbye closed it

@@ -85,7 +85,7 @@ struct NodeOptions {
   // Number, acknowledge and resend frames per link (internal/links.h), so
   // that lost, doubled, reordered or corrupted frames still arrive once and
   // in order (transport.reliable_links). Every node of a job must agree.
-  bool reliableLinks = true;
+  bool reliableLinks = false;
 };
 
 // Why a peer is gone, as NodeHandler::onPeerDown and the proxies of

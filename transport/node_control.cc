@@ -138,6 +138,8 @@ void UcxNode::Impl::becomeReady(Connection* c) {
   Connection* sender = byPeer_[c->peerId];
   auto outbox = std::move(c->outbox);
   for (auto& [e, t] : outbox) sendRaw(sender, std::move(e), std::move(t));  // no-op once closed
+  auto rawOutbox = std::move(c->rawOutbox);
+  for (auto& bytes : rawOutbox) sendRawBytes(c->peerId, std::move(bytes));
   if (c->state == State::kClosed) return;
   if (c->outgoing && !options_.isCoordinator && isCoordinatorAddress(c->address)) {
     sendControl(c, kJoin, encodeJoin(Member{options_.nodeId, options_.role, options_.listenHost, port_}));

@@ -128,6 +128,7 @@ TEST(FaultPlan, RefusesEachBadFieldNamingTheFaultAndTheField) {
            {"kind=partition,target=ps:1,duration_s=2,p=0.5", "p: a partition drops everything"},
            {"kind=partition,target=ps:1", "a partition needs duration_s"},
            {"kind=partition,duration_s=1", "a partition needs target"},
+           {"kind=partition,target=*,duration_s=1", "target: a partition cuts one side off the rest"},
            {"kind=partition,target=ps:1,from=ps:0,duration_s=1", "target: give target or from, not both"},
            {"kind=drop,from=*,p=0.1,both_ways=maybe", "both_ways: true or false"},
            {"kind=kill,at_step=3", "target is missing"},

@@ -223,10 +223,21 @@ TEST_F(LocalNetworkTest, AFrozenNodeIsTimedOutAndFindsItselfFencedWhenThawed) {
   ASSERT_TRUE(net->thaw(3));
   // Thawed, it finds both links closed; what it sent while frozen is not
   // let in.
-  ASSERT_TRUE(r3.waitFor([&] { return r3.downs.size() == 2; }, 5s));
-  EXPECT_EQ(r3.downsOf(1), 1u);
-  EXPECT_EQ(r3.downsOf(2), 1u);
+  auto sawBoth = [&] {
+    bool one = false, two = false;
+    for (auto& d : r3.downs) {
+      one = one || d.first == 1;
+      two = two || d.first == 2;
+    }
+    return one && two;
+  };
+  ASSERT_TRUE(r3.waitFor(sawBoth, 5s));
   std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(r3.downsOf(1), 1u);
+  // Node 2 once as a closed link, and once more if the send held while
+  // frozen went after that (a send to a peer that is down reports it).
+  EXPECT_GE(r3.downsOf(2), 1u);
+  EXPECT_LE(r3.downsOf(2), 2u);
   EXPECT_EQ(r2.frames.size(), 0u);
   EXPECT_EQ(r2.downs.size(), 1u);
 }
@@ -324,7 +335,10 @@ TEST_F(LinkFaultTest, DuplicatedFramesAreSuppressedOneForOne) {
   LinkRun x = run(rule(LinkFaultKind::kDuplicate, 0.2), 3);
   EXPECT_EQ(x.bodies, inOrder());
   EXPECT_GT(x.sender.faultsDuplicated, 40u);
-  EXPECT_EQ(x.receiver.duplicatesSuppressed, x.sender.faultsDuplicated);
+  // Each doubled frame arrived twice and was suppressed once (a resend
+  // asked for on a gap a heartbeat showed early adds its own).
+  EXPECT_GE(x.receiver.duplicatesSuppressed, x.sender.faultsDuplicated);
+  EXPECT_LE(x.receiver.duplicatesSuppressed, x.sender.faultsDuplicated + x.sender.framesResent);
   EXPECT_EQ(x.receiver.framesReceived, uint64_t(kFrames));
 }
 
@@ -360,7 +374,7 @@ TEST_F(LinkFaultTest, APartitionCutsBothWaysAndIsFoundByHeartbeats) {
   r.kind = LinkFaultKind::kPartition;
   r.from = "worker:0";
   r.to = "ps:0";
-  r.startSeconds = 0.3;
+  r.startSeconds = 0.5;
   net = LocalNetwork::create();
   faults = std::make_shared<LinkFaults>(1, std::vector<LinkFaultRule>{r});
   faults->name(2, "worker:0");
@@ -374,7 +388,7 @@ TEST_F(LinkFaultTest, APartitionCutsBothWaysAndIsFoundByHeartbeats) {
   b->send(2, env(kFirstUserKind, "before"), {});
   ASSERT_TRUE(r3.waitFor([&] { return r3.frames.size() == 1; }));
   ASSERT_TRUE(r2.waitFor([&] { return r2.frames.size() == 1; }));
-  // Cut from 0.3 s: each side times the other out (400 ms), once; the
+  // Cut from 0.5 s: each side times the other out (400 ms), once; the
   // coordinator, outside the cut, loses neither.
   ASSERT_TRUE(r2.waitFor([&] { return r2.downs.size() == 1; }, 5s));
   ASSERT_TRUE(r3.waitFor([&] { return r3.downs.size() == 1; }, 5s));

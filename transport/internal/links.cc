@@ -22,9 +22,7 @@ bool linkCarried(uint16_t kind) {
          kind == kLinkAck || kind == kLinkResend;
 }
 
-bool linkSequenced(uint16_t kind) {
-  return kind >= kFirstUserKind || kind == kGoodbye || kind == kJoin || kind == kMembers;
-}
+bool linkSequenced(uint16_t kind) { return kind >= kFirstUserKind || kind == kJoin || kind == kMembers; }
 
 void addLinkStats(const LinkStats& l, NodeStats* s) {
   s->framesResent = l.resent;
@@ -46,7 +44,8 @@ void Links::send(uint64_t peer, Envelope envelope, std::vector<Tensor> tensors, 
   if (sequenced) {
     envelope.linkSeq = link.nextSeq++;
     stats_.sequenced++;
-    link.held.push_back(Held{envelope.linkSeq, envelope, tensors, 1});
+    const bool keep = faults_ != nullptr || tensors.empty();
+    link.held.push_back(Held{envelope.linkSeq, envelope, keep ? tensors : std::vector<Tensor>{}, 1, keep, now});
   } else {
     envelope.linkSeq = 0;
   }
@@ -119,7 +118,13 @@ void Links::ackNow(uint64_t peer, Link& link, LinkClock::time_point now, std::ve
 }
 
 void Links::nackGap(uint64_t peer, Link& link, LinkClock::time_point now, std::vector<Wire>* out) {
-  if (!link.gapSince) link.gapSince = now;
+  if (!link.gapSince) {
+    // A grace of one interval before the first request: what shows the gap
+    // (a heartbeat on a second connection, say) may have overtaken the frame.
+    link.gapSince = now;
+    link.nextNack = now + options_.nackInterval;
+    return;
+  }
   if (now < link.nextNack) return;
   const uint64_t from = link.expected;
   const uint64_t to = link.early.empty() ? link.peerSent + 1 : std::min(link.early.begin()->first, link.peerSent + 1);
@@ -150,7 +155,19 @@ void Links::receive(uint64_t peer, DecodedFrame frame, std::shared_ptr<const voi
       for (Held& h : link.held) {
         if (h.seq >= to) break;
         if (h.seq < from) continue;
+        if (!h.bytesKept) {
+          stats_.linksLost++;
+          lostNow_.emplace_back(peer, Status::unavailable(fmt::format(
+                                          "node {:x} asked for frame {} again, whose bytes were not kept (no message "
+                                          "faults are injected: a transport lost it)",
+                                          peer, h.seq)));
+          break;
+        }
+        // Backs off per frame: a large one may still be on its way.
+        const auto backoff = options_.nackInterval * (int64_t(1) << std::min<uint64_t>(h.attempts - 1, 6));
+        if (now - h.lastSent < backoff) continue;
         h.attempts++;
+        h.lastSent = now;
         again.emplace_back(h.envelope, h.tensors);
         attempts.push_back(h.attempts);
       }
@@ -174,6 +191,7 @@ void Links::receive(uint64_t peer, DecodedFrame frame, std::shared_ptr<const voi
     } else {
       deliver->push_back(Delivery{peer, std::move(frame), std::move(owner)});
       link.expected++;
+      link.gapSince.reset();  // progress: a gap still open counts from now
       if (link.unacked++ == 0) link.firstUnacked = now;
       while (!link.early.empty() && link.early.begin()->first == link.expected) {
         auto node = link.early.extract(link.early.begin());
@@ -193,6 +211,8 @@ void Links::receive(uint64_t peer, DecodedFrame frame, std::shared_ptr<const voi
 
 void Links::tick(LinkClock::time_point now, std::vector<Wire>* out, std::vector<std::pair<uint64_t, Status>>* lost) {
   std::lock_guard<std::mutex> lock(mu_);
+  for (auto& l : lostNow_) lost->push_back(std::move(l));
+  lostNow_.clear();
   while (!delayed_.empty() && delayed_.begin()->first <= now) {
     auto node = delayed_.extract(delayed_.begin());
     out->push_back(std::move(node.mapped()));
@@ -222,6 +242,7 @@ std::optional<LinkClock::time_point> Links::nextDue() const {
   auto earlier = [&](LinkClock::time_point t) {
     if (!due || t < *due) due = t;
   };
+  if (!lostNow_.empty()) earlier(LinkClock::time_point{});
   if (!delayed_.empty()) earlier(delayed_.begin()->first);
   for (const auto& [peer, link] : links_) {
     if (link.reordered) earlier(link.reorderedAt + LinkFaults::kReorderHold);
@@ -234,6 +255,7 @@ std::optional<LinkClock::time_point> Links::nextDue() const {
 void Links::forget(uint64_t peer) {
   std::lock_guard<std::mutex> lock(mu_);
   links_.erase(peer);
+  for (auto it = lostNow_.begin(); it != lostNow_.end();) it = it->first == peer ? lostNow_.erase(it) : std::next(it);
   for (auto it = delayed_.begin(); it != delayed_.end();) {
     it = it->second.peer == peer ? delayed_.erase(it) : std::next(it);
   }

@@ -10,7 +10,9 @@
 // (linkAck: all before this number) and sent (linkSent: the highest
 // number) on the link, so a gap is found by the next frame or heartbeat,
 // at the tail too. The receiver asks for the missing range (a resend
-// request, again every nackInterval while it is missing) and acknowledges
+// request, nackInterval after it saw the gap and again every nackInterval
+// while it is missing; the sender resends a frame at most once per
+// interval, backing off) and acknowledges
 // what it received (on the frames it sends anyway, or in an ack of its own
 // after ackEvery frames or ackDelay); the sender keeps each frame (its
 // tensors' owners) until acknowledged. A gap still open after giveUpAfter
@@ -60,8 +62,10 @@ struct LinkStats {
 // it received and sent, and cut by a partition): the rest belong to the
 // handshake.
 bool linkCarried(uint16_t kind);
-// Of those, the ones that are state (membership, goodbye): numbered and
-// resent like user frames, so that none is lost to a fault.
+// Of those, the ones that are state (join, membership): numbered and
+// resent like user frames, so that none is lost to a fault. (A goodbye is
+// not: it goes as it did before reliable links, the last word of a process
+// that is leaving.)
 bool linkSequenced(uint16_t kind);
 
 class Links {
@@ -94,6 +98,11 @@ class Links {
 
   // A frame for `peer`: `sequenced` ones are numbered and kept until
   // acknowledged. What goes on the wire now is appended to `out`.
+  // A frame's tensors are kept for a resend only while a fault filter is
+  // set: the transports under us (UCX over TCP or shared memory) lose
+  // nothing on a live connection, and keeping them would hold the caller's
+  // buffers (a collective's) until the peer acknowledges. A frame asked for
+  // again whose bytes were not kept ends the link.
   void send(uint64_t peer, Envelope envelope, std::vector<Tensor> tensors, bool sequenced, LinkClock::time_point now,
             std::vector<Wire>* out);
   // A decoded frame from `peer`: what to deliver now, in order (resend
@@ -120,6 +129,8 @@ class Links {
     Envelope envelope;
     std::vector<Tensor> tensors;
     uint64_t attempts = 0;
+    bool bytesKept = true;  // false: its tensors were not kept (see send)
+    LinkClock::time_point lastSent;
   };
   struct Waiting {
     DecodedFrame frame;
@@ -137,7 +148,7 @@ class Links {
     std::map<uint64_t, Waiting> early;  // arrived before `expected`'s turn
     size_t unacked = 0;                 // delivered since our last ack
     LinkClock::time_point firstUnacked;
-    std::optional<LinkClock::time_point> gapSince;
+    std::optional<LinkClock::time_point> gapSince;  // since `expected` last moved with a gap open
     LinkClock::time_point nextNack;
   };
 
@@ -156,6 +167,7 @@ class Links {
   mutable std::mutex mu_;
   std::map<uint64_t, Link> links_;
   std::multimap<LinkClock::time_point, Wire> delayed_;
+  std::vector<std::pair<uint64_t, Status>> lostNow_;  // for the next tick
   LinkStats stats_;
 };
 

@@ -216,6 +216,7 @@ class UcxNode::Impl {
     Clock::time_point opened, lastReceived, lastSent;
     std::deque<std::shared_ptr<Incoming>> inbox;  // in arrival order
     std::vector<std::pair<Envelope, std::vector<Tensor>>> outbox;  // until ready
+    std::vector<std::vector<std::byte>> rawOutbox;  // corrupted frames (a fault), until ready
   };
 
   struct OutFrame {
@@ -257,6 +258,15 @@ class UcxNode::Impl {
   // sendTo's second half: over the peer's connection, or after connecting.
   void routeTo(uint64_t peer, Envelope envelope, std::vector<Tensor> tensors);
   void sendWire(Links::Wire w);
+  bool isMember(uint64_t peer) const;
+  // The next timer no later than the links' next due work (an ack, a
+  // resend request, a delayed frame): with the worker mutex held.
+  void clampTimer() {
+    if (!links_) return;
+    if (auto due = links_->nextDue()) {
+      nextTimer_ = std::max(Clock::now() + std::chrono::microseconds(200), std::min(nextTimer_, *due));
+    }
+  }
   void closeConnection(Connection* c, const Status& why, bool peerDown);
   void refuse(Connection* c, const std::string& reason);
   bool isCoordinatorAddress(const std::string& address) const {
