@@ -362,17 +362,7 @@ class LocalNetwork::Shared {
 // ---------------------------------------------------------------- Station
 
 Status Station::init() {
-  if (options_.token.empty()) return Status::invalidArgument("transport: the job token is empty");
-  if (options_.nodeId == 0) {
-    const Nonce n = randomNonce();
-    std::memcpy(&options_.nodeId, n.data(), sizeof(options_.nodeId));
-    if (options_.nodeId == 0) options_.nodeId = 1;
-  }
-  if (options_.heartbeatInterval.count() <= 0 || options_.heartbeatTimeout <= options_.heartbeatInterval) {
-    return Status::invalidArgument(
-        fmt::format("transport: heartbeat timeout ({} ms) must exceed the heartbeat interval ({} ms) > 0",
-                    options_.heartbeatTimeout.count(), options_.heartbeatInterval.count()));
-  }
+  if (Status st = checkNodeOptions(&options_); !st.isOk()) return st;
   if (options_.listenHost.empty()) return Status::invalidArgument("transport: the listen host is empty");
   fingerprint_ = tokenFingerprint(options_.token);
   if (options_.reliableLinks || options_.linkFaults) {
@@ -799,25 +789,18 @@ bool LocalNetwork::crash(uint64_t node) {
   return true;
 }
 
-bool LocalNetwork::freeze(uint64_t node) {
-  std::shared_ptr<Station> s;
-  {
-    std::lock_guard<std::mutex> lock(shared_->mu);
-    s = shared_->find(node);
-  }
-  if (!s) return false;
-  s->setFrozen(true);
-  return true;
-}
+bool LocalNetwork::freeze(uint64_t node) { return setFrozen(node, true); }
 
-bool LocalNetwork::thaw(uint64_t node) {
+bool LocalNetwork::thaw(uint64_t node) { return setFrozen(node, false); }
+
+bool LocalNetwork::setFrozen(uint64_t node, bool frozen) {
   std::shared_ptr<Station> s;
   {
     std::lock_guard<std::mutex> lock(shared_->mu);
     s = shared_->find(node);
   }
   if (!s) return false;
-  s->setFrozen(false);
+  s->setFrozen(frozen);  // (outside the network's lock: a thaw sends what waited)
   return true;
 }
 

@@ -58,6 +58,7 @@ class LocalNetwork final {
 
  private:
   LocalNetwork();
+  bool setFrozen(uint64_t node, bool frozen);
   std::shared_ptr<Shared> shared_;
   friend Expected<std::unique_ptr<Node>> startLocalNode(NodeOptions options, NodeHandler* handler);
 };

@@ -66,18 +66,23 @@ Expected<std::pair<std::string, uint16_t>> parseHostPort(const std::string& text
 
 // ---------------------------------------------------------------- set-up
 
-Status UcxNode::Impl::init() {
-  if (options_.token.empty()) return Status::invalidArgument("transport: the job token is empty");
-  if (options_.nodeId == 0) {
+Status checkNodeOptions(NodeOptions* options) {
+  if (options->token.empty()) return Status::invalidArgument("transport: the job token is empty");
+  if (options->nodeId == 0) {
     const Nonce n = randomNonce();
-    std::memcpy(&options_.nodeId, n.data(), sizeof(options_.nodeId));
-    if (options_.nodeId == 0) options_.nodeId = 1;
+    std::memcpy(&options->nodeId, n.data(), sizeof(options->nodeId));
+    if (options->nodeId == 0) options->nodeId = 1;
   }
-  if (options_.heartbeatInterval.count() <= 0 || options_.heartbeatTimeout <= options_.heartbeatInterval) {
+  if (options->heartbeatInterval.count() <= 0 || options->heartbeatTimeout <= options->heartbeatInterval) {
     return Status::invalidArgument(
         fmt::format("transport: heartbeat timeout ({} ms) must exceed the heartbeat interval ({} ms) > 0",
-                    options_.heartbeatTimeout.count(), options_.heartbeatInterval.count()));
+                    options->heartbeatTimeout.count(), options->heartbeatInterval.count()));
   }
+  return Status::ok();
+}
+
+Status UcxNode::Impl::init() {
+  if (Status st = checkNodeOptions(&options_); !st.isOk()) return st;
   auto listenAddr = ipv4Address(options_.listenHost, options_.listenPort);
   if (!listenAddr.hasValue()) return Status::invalidArgument(fmt::format("transport listen address: {}", listenAddr.status().message()));
   if (listenAddr->sin_addr.s_addr == htonl(INADDR_ANY)) {

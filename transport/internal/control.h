@@ -69,3 +69,9 @@ Expected<Member> decodeJoin(const std::string& body);
 Expected<MemberList> decodeMembers(const std::string& body);
 
 }  // namespace troupe::transport::internal
+
+namespace troupe::transport {
+// What both node implementations check before they start (a token,
+// heartbeat timing); draws a node id when none is given (node.cc).
+Status checkNodeOptions(NodeOptions* options);
+}  // namespace troupe::transport
