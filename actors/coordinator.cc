@@ -70,6 +70,7 @@ struct CoordinatorState : JobContext {
   }
   bool started = false;
   bool over_ = false;
+  double endedAt_ = 0;
   bool ok = false;
   std::string error;
   int64_t generation = 0;
@@ -152,6 +153,7 @@ struct CoordinatorState : JobContext {
   void end(bool success, const std::string& why) {
     if (over_) return;
     over_ = true;
+    endedAt_ = elapsed();
     ok = success;
     error = why;
     if (success) {
@@ -180,7 +182,12 @@ struct CoordinatorState : JobContext {
 
   void deliver() {
     if (!over_ || !haveResult) return;
-    result.deliver(JobResult{ok, error, events_});
+    JobResult r;
+    r.ok = ok;
+    r.error = error;
+    r.events = events_;
+    r.endedAtSeconds = endedAt_;
+    result.deliver(std::move(r));
     haveResult = false;
   }
 

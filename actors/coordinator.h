@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -194,6 +195,10 @@ struct JobResult {
   bool ok = false;
   std::string error;
   std::vector<RecoveryEvent> events;
+  double endedAtSeconds = 0;  // since the coordinator started
+  // What the coordinator's own links did (runCoordinator sets it; a job's
+  // members tell theirs: LinkCounts).
+  std::optional<LinkCounts> links;
 };
 
 caf::actor spawnCoordinator(caf::actor_system& system, CoordinatorOptions options,

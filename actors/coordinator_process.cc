@@ -69,7 +69,10 @@ JobResult runCoordinator(CoordinatorProcessOptions options, std::shared_ptr<JobP
     bool aborted = false;
     while (!result) {
       self->receive([&](JobResult& r) { result = std::move(r); },
-                    [&](caf::error& e) { result = JobResult{false, "coordinator: " + describe(e), {}}; },
+                    [&](caf::error& e) {
+                      result = JobResult{};
+                      result->error = "coordinator: " + describe(e);
+                    },
                     caf::after(100ms) >> [&] {
                       if (aborted || !options.checkAbort) return;
                       std::string why = options.checkAbort();
@@ -83,7 +86,11 @@ JobResult runCoordinator(CoordinatorProcessOptions options, std::shared_ptr<JobP
     std::this_thread::sleep_for(200ms);
     self->send_exit(coord, caf::exit_reason::user_shutdown);
   }
-  if (linkFaults) logger("job")->info("coordinator: {}", linkSummary((*remote)->node().stats()));
+  if (linkFaults) {
+    const transport::NodeStats stats = (*remote)->node().stats();
+    logger("job")->info("coordinator: {}", linkSummary(stats));
+    result->links = linkCountsOf(stats, "coordinator", 0, 0);
+  }
   return *result;
 }
 

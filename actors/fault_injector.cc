@@ -13,6 +13,7 @@
 #include <ctime>
 
 #include <caf/event_based_actor.hpp>
+#include <caf/send.hpp>
 
 #include "common/check.h"
 #include "common/logging.h"
@@ -51,11 +52,36 @@ std::string linkSummary(const transport::NodeStats& s) {
       s.faultsDuplicated, s.faultsDelayed, s.faultsReordered, s.faultsCorrupted, s.faultsPartitioned);
 }
 
+LinkCounts linkCountsOf(const transport::NodeStats& s, const std::string& role, int64_t rank, int64_t incarnation) {
+  LinkCounts c;
+  c.role = role;
+  c.rank = rank;
+  c.incarnation = incarnation;
+  c.resent = int64_t(s.framesResent);
+  c.duplicatesSuppressed = int64_t(s.duplicatesSuppressed);
+  c.heldOutOfOrder = int64_t(s.framesHeldOutOfOrder);
+  c.gaps = int64_t(s.gapsFound);
+  c.malformedRefused = int64_t(s.malformedDropped);
+  c.linksGivenUp = int64_t(s.linksGivenUp);
+  c.dropped = int64_t(s.faultsDropped);
+  c.duplicated = int64_t(s.faultsDuplicated);
+  c.delayed = int64_t(s.faultsDelayed);
+  c.reordered = int64_t(s.faultsReordered);
+  c.corrupted = int64_t(s.faultsCorrupted);
+  c.partitioned = int64_t(s.faultsPartitioned);
+  return c;
+}
+
 void killThisProcess(int64_t fault) {
   logger("job")->warn("fault {}: kill: SIGKILL to this process (pid {})", fault, ::getpid());
   spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& l) { l->flush(); });
   ::kill(::getpid(), SIGKILL);
   std::abort();  // not reached
+}
+
+void killActor(int64_t fault, const std::string& name, const caf::actor& actor) {
+  logger("job")->warn("fault {}: kill-actor: kills this process's '{}' actor", fault, name);
+  caf::anon_send_exit(actor, caf::exit_reason::kill);
 }
 
 void stopThisProcess(int64_t fault, std::chrono::milliseconds duration) {
@@ -149,6 +175,7 @@ void FaultInjector::fire(JobContext& job, size_t index, int64_t firing) {
   in.role = f.role;
   in.rank = rank;
   in.atSeconds = job.elapsed();
+  in.actor = f.actor;
   const Member* m = rank < int64_t(members.size()) ? &members[size_t(rank)] : nullptr;
   if (m == nullptr || !m->running || !m->agent || m->state != MemberState::kReady) {
     in.skipped = true;
@@ -158,9 +185,10 @@ void FaultInjector::fire(JobContext& job, size_t index, int64_t firing) {
     in.incarnation = m->incarnation;
     in.pid = m->pid;
     const int64_t ms = int64_t(std::llround(f.durationSeconds * 1000));
-    logger("job")->warn("fault {}: {} {} {} (pid {}){}", f.id, faultKindName(f.kind), f.role, rank, m->pid,
-                        f.kind == FaultKind::kStop ? fmt::format(" for {} s", f.durationSeconds) : "");
-    job.self()->send(m->agent, Inject{f.id, faultKindName(f.kind), ms});
+    logger("job")->warn("fault {}: {} {} {} (pid {}){}{}", f.id, faultKindName(f.kind), f.role, rank, m->pid,
+                        f.kind == FaultKind::kStop ? fmt::format(" for {} s", f.durationSeconds) : "",
+                        f.actor.empty() ? "" : ": its " + f.actor + " actor");
+    job.self()->send(m->agent, Inject{f.id, faultKindName(f.kind), ms, f.actor});
   }
   injections_.push_back(std::move(in));
   if (f.everySeconds > 0 && (f.count == 0 || firing + 1 < f.count)) schedule(job, index, firing + 1, 0);
@@ -196,6 +224,7 @@ caf::message_handler FaultInjector::handlers(JobContext& job) {
         in.atSeconds = job.elapsed();
         in.step = x.step;
         in.pid = m->pid;
+        in.actor = f->actor;
         logger("job")->warn("fault {}: {} {} {} at its step {}", x.fault, faultKindName(in.kind), x.role, x.rank,
                             x.step);
         injections_.push_back(std::move(in));

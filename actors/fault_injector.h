@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include <caf/actor.hpp>
 #include <caf/atom.hpp>
 #include <caf/message_handler.hpp>
 
@@ -43,9 +44,14 @@ void nameMembers(transport::LinkFaults& faults, const Roster& roster, uint64_t c
 // What this process's links did: "links: ..." (resends, duplicates
 // suppressed, ... and the message faults injected here), for its log.
 std::string linkSummary(const transport::NodeStats& stats);
+// The same counters as a record for the coordinator.
+LinkCounts linkCountsOf(const transport::NodeStats& stats, const std::string& role, int64_t rank, int64_t incarnation);
 
 // SIGKILL to this process, after a log line naming the fault.
 [[noreturn]] void killThisProcess(int64_t fault);
+// Kills `actor` (exit reason kill), after a log line naming the fault: an
+// actor that dies, which its supervisor finds and handles as any failure.
+void killActor(int64_t fault, const std::string& name, const caf::actor& actor);
 // SIGSTOP to this process; returns once it is continued (SIGCONT after
 // `duration`, from a child it forks).
 void stopThisProcess(int64_t fault, std::chrono::milliseconds duration);
@@ -61,6 +67,7 @@ struct Injection {
   double atSeconds = 0;     // since the coordinator started (as RecoveryEvent's times)
   int64_t step = -1;        // a step-triggered fault: the step
   bool skipped = false;     // its target had no running process then
+  std::string actor;        // kKillActor: the actor killed
 };
 
 using fault_atom = caf::atom_constant<caf::atom("fault")>;

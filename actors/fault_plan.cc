@@ -1,5 +1,6 @@
 #include "actors/fault_plan.h"
 
+#include <algorithm>
 #include <charconv>
 #include <limits>
 #include <cmath>
@@ -16,7 +17,7 @@ constexpr int64_t kMaxSteps = 1'000'000'000'000;
 constexpr double kMaxSeconds = 7 * 86400;
 constexpr double kMinEverySeconds = 0.1;
 constexpr const char* kFields =
-    "kind, target, at_step, at_s, every_s, count, duration_s, factor, delay_ms, steps, after_checkpoint";
+    "kind, target, actor, at_step, at_s, every_s, count, duration_s, factor, delay_ms, steps, after_checkpoint";
 
 constexpr const char* kMessageFields = "kind, from, to, target, both_ways, p, delay_ms, bits, at_s, duration_s";
 
@@ -57,8 +58,15 @@ struct Parser {
 
 }  // namespace
 
+const std::vector<std::string>& actorNames(const std::string& role) {
+  static const std::vector<std::string> worker = {"worker", "train-loader", "test-loader", "tables"};
+  static const std::vector<std::string> ps = {"shard", "backup"};
+  static const std::vector<std::string> none;
+  return role == "worker" ? worker : role == "ps" ? ps : none;
+}
+
 std::optional<FaultKind> faultKindOf(std::string_view name) {
-  for (auto kind : {FaultKind::kKill, FaultKind::kStop, FaultKind::kSlow}) {
+  for (auto kind : {FaultKind::kKill, FaultKind::kStop, FaultKind::kSlow, FaultKind::kKillActor}) {
     if (name == faultKindName(kind)) return kind;
   }
   return std::nullopt;
@@ -178,6 +186,7 @@ const char* faultKindName(FaultKind kind) {
     case FaultKind::kKill: return "kill";
     case FaultKind::kStop: return "stop";
     case FaultKind::kSlow: return "slow";
+    case FaultKind::kKillActor: return "kill-actor";
   }
   return "?";
 }
@@ -231,9 +240,9 @@ FaultPlan parseFaultPlan(const Config& config, int64_t workers, int64_t servers)
       continue;
     }
     for (const auto& [name, value] : fields) {
-      static const std::set<std::string_view> known = {"kind",     "target", "at_step",         "at_s",
-                                                       "every_s",  "count",  "duration_s",      "factor",
-                                                       "delay_ms", "steps",  "after_checkpoint"};
+      static const std::set<std::string_view> known = {"kind",     "target", "actor",      "at_step",
+                                                       "at_s",     "every_s", "count",     "duration_s",
+                                                       "factor",   "delay_ms", "steps",    "after_checkpoint"};
       if (known.count(name) == 0) {
         TROUPE_SETUP_ERROR("fault {} ({}): unknown field '{}' (fields: {})", f.id, f.spec, name, kFields);
       }
@@ -253,6 +262,15 @@ FaultPlan parseFaultPlan(const Config& config, int64_t workers, int64_t servers)
       TROUPE_SETUP_ERROR("fault {} ({}): kind: '{}' is not a fault kind (kill, stop, slow, drop, dup, delay, "
                          "reorder, corrupt or partition)",
                          f.id, f.spec, kind);
+    }
+    if (has("actor") && f.kind != FaultKind::kKill && f.kind != FaultKind::kKillActor) {
+      Parser{f, "actor"}.bad(fmt::format("a {} fault hits a process, not one of its actors (kind=kill,actor=NAME)", kind));
+    }
+    if (has("actor")) f.kind = FaultKind::kKillActor;
+    if (f.kind == FaultKind::kKillActor && !has("actor")) {
+      TROUPE_SETUP_ERROR("fault {} ({}): a kill-actor fault needs actor (worker: worker, train-loader, test-loader, "
+                         "tables; ps: shard, backup)",
+                         f.id, f.spec);
     }
 
     if (!has("target")) TROUPE_SETUP_ERROR("fault {} ({}): target is missing (worker[:RANK] or ps[:RANK])", f.id, f.spec);
@@ -300,6 +318,21 @@ FaultPlan parseFaultPlan(const Config& config, int64_t workers, int64_t servers)
       if (!has("at_s") && !has("every_s")) Parser{f, "after_checkpoint"}.bad("it goes with at_s or every_s");
     }
 
+    if (f.kind == FaultKind::kKillActor) {
+      const Parser p{f, "actor"};
+      f.actor = std::string(value("actor"));
+      const auto& names = actorNames(f.role);
+      if (std::find(names.begin(), names.end(), f.actor) == names.end()) {
+        p.bad(fmt::format("a {} has no actor '{}' ({})", f.role, f.actor, fmt::join(names, ", ")));
+      }
+      if (f.actor == "backup" && config.getInt("ps.replicas") != 2) {
+        p.bad("a parameter server holds a backup only with ps.replicas = 2");
+      }
+      if (f.actor == "tables" && config.getString("train.mode") == "allreduce" &&
+          config.getString("model.kind") == "mlp") {
+        p.bad("an MLP trained by all-reduce has no tables");
+      }
+    }
     if (f.kind == FaultKind::kSlow) {
       refuse({"at_s", "every_s", "count", "duration_s"}, "a slow fault starts at a step (at_step) and lasts steps");
       if (f.role != "worker") Parser{f, "target"}.bad("only a worker is slowed");
@@ -321,7 +354,9 @@ FaultPlan parseFaultPlan(const Config& config, int64_t workers, int64_t servers)
       if (f.kind == FaultKind::kStop && !has("duration_s")) {
         TROUPE_SETUP_ERROR("fault {} ({}): a stop fault needs duration_s", f.id, f.spec);
       }
-      if (f.kind == FaultKind::kKill && has("duration_s")) Parser{f, "duration_s"}.bad("a kill fault has no duration");
+      if ((f.kind == FaultKind::kKill || f.kind == FaultKind::kKillActor) && has("duration_s")) {
+        Parser{f, "duration_s"}.bad("a kill fault has no duration");
+      }
     }
     // A step-triggered fault on no rank in particular: the rank, drawn once.
     if (f.rank < 0 && f.stepTriggered()) {

@@ -76,7 +76,9 @@
 
 namespace troupe::actors {
 
-enum class FaultKind { kKill, kStop, kSlow };
+// kKillActor: kind=kill with actor=NAME (or kind=kill-actor): one actor of
+// the process is killed, not the process.
+enum class FaultKind { kKill, kStop, kSlow, kKillActor };
 const char* faultKindName(FaultKind kind);
 // The kind a name means ("kill", "stop", "slow"), if any.
 std::optional<FaultKind> faultKindOf(std::string_view name);
@@ -106,6 +108,7 @@ struct Fault {
   int64_t delayMs = 0;
   int64_t steps = 0;
   int64_t afterCheckpoint = 0;  // 0: timed from the start
+  std::string actor;            // kKillActor: the actor of the process (actorNames)
 
   bool stepTriggered() const { return atStep >= 0; }
 };
@@ -129,6 +132,13 @@ struct FaultPlan {
   // The step-triggered faults (kill, stop, slow) of worker `rank`.
   std::vector<Fault> stepFaultsOf(int64_t rank) const;
 };
+
+// The actors of a process a kill fault may name (actor=NAME), by role: a
+// worker's "worker" (its training loop), "train-loader", "test-loader" and
+// "tables" (its client of the shards, or its replica of the tables); a
+// parameter server's "shard" (the primary copy it serves) and, with
+// ps.replicas = 2, "backup" (the other copy it holds).
+const std::vector<std::string>& actorNames(const std::string& role);
 
 // Parses config "faults.plan" and "faults.seed" for a job of `workers`
 // workers and `servers` parameter servers. Throws SetupError.

@@ -25,7 +25,8 @@ transport::WireTypes lifecycleWireTypes() {
       .add<MemberFailed>("troupe.MemberFailed")
       .add<Adopt>("troupe.Adopt")
       .add<Inject>("troupe.Inject")
-      .add<FaultFired>("troupe.FaultFired");
+      .add<FaultFired>("troupe.FaultFired")
+      .add<LinkCounts>("troupe.LinkCounts");
   return t;
 }
 

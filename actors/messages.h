@@ -79,12 +79,15 @@ struct Adopt {
 };
 
 // To an agent, from the coordinator: fault `fault` of the job's plan
-// (actors/fault_plan.h) hits this process now: kind "kill" (SIGKILL) or
-// "stop" (SIGSTOP, and SIGCONT durationMs later).
+// (actors/fault_plan.h) hits this process now: kind "kill" (SIGKILL),
+// "stop" (SIGSTOP, and SIGCONT durationMs later) or "kill-actor" (the
+// actor of the process's rank named `actor` is killed: its supervisor
+// finds it down).
 struct Inject {
   int64_t fault = 0;
   std::string kind;
   int64_t durationMs = 0;
+  std::string actor;
 };
 
 // To the coordinator, from a member: a fault it arms itself (a worker's
@@ -96,6 +99,18 @@ struct FaultFired {
   int64_t rank = 0;
   int64_t incarnation = 0;
   int64_t step = 0;
+};
+
+// What a process's links did (transport::NodeStats): from its agent to the
+// coordinator once a second while the job's plan has message faults, and
+// as the answer to (links_atom) from the coordinator. The fault report adds
+// them up (the last word of a process killed since is at most a second old).
+struct LinkCounts {
+  std::string role;
+  int64_t rank = 0, incarnation = 0;
+  int64_t resent = 0, duplicatesSuppressed = 0, heldOutOfOrder = 0, gaps = 0, malformedRefused = 0, linksGivenUp = 0;
+  // The message faults injected on this process's outgoing frames.
+  int64_t dropped = 0, duplicated = 0, delayed = 0, reordered = 0, corrupted = 0, partitioned = 0;
 };
 
 // To an agent: the job is over; its process stops.
@@ -136,11 +151,17 @@ typename Inspector::result_type inspect(Inspector& f, Adopt& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Inject& x) {
-  return f(caf::meta::type_name("Inject"), x.fault, x.kind, x.durationMs);
+  return f(caf::meta::type_name("Inject"), x.fault, x.kind, x.durationMs, x.actor);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, FaultFired& x) {
   return f(caf::meta::type_name("FaultFired"), x.fault, x.role, x.rank, x.incarnation, x.step);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, LinkCounts& x) {
+  return f(caf::meta::type_name("LinkCounts"), x.role, x.rank, x.incarnation, x.resent, x.duplicatesSuppressed,
+           x.heldOutOfOrder, x.gaps, x.malformedRefused, x.linksGivenUp, x.dropped, x.duplicated, x.delayed,
+           x.reordered, x.corrupted, x.partitioned);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Shutdown& x) {
@@ -158,6 +179,8 @@ transport::WireTypes lifecycleWireTypes();
 using run_atom = caf::atom_constant<caf::atom("run")>;
 using abort_atom = caf::atom_constant<caf::atom("abort")>;
 using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
+// (links_atom) -> LinkCounts: an agent's process's link counters.
+using links_atom = caf::atom_constant<caf::atom("links")>;
 
 }  // namespace troupe::actors
 
@@ -171,4 +194,5 @@ CAF_ADD_TYPE_ID(troupe_actors, (troupe::actors::MemberFailed))
 CAF_ADD_TYPE_ID(troupe_actors, (troupe::actors::Adopt))
 CAF_ADD_TYPE_ID(troupe_actors, (troupe::actors::Inject))
 CAF_ADD_TYPE_ID(troupe_actors, (troupe::actors::FaultFired))
+CAF_ADD_TYPE_ID(troupe_actors, (troupe::actors::LinkCounts))
 CAF_END_TYPE_ID_BLOCK(troupe_actors)

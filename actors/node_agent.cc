@@ -24,6 +24,7 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using lost_atom = caf::atom_constant<caf::atom("lost")>;
 using watch_atom = caf::atom_constant<caf::atom("watch")>;
+using linktick_atom = caf::atom_constant<caf::atom("linktick")>;
 
 // How the process's wait ends; set from the agent, read by the main thread
 // and the watchdog.
@@ -78,6 +79,8 @@ struct AgentState {
   std::string role;
   int64_t rank = -1, incarnation = 0;
   bool reported = false;
+  std::function<transport::NodeStats()> stats;  // this process's node's
+  bool ticking = false;                         // LinkCounts to the coordinator every second
   static inline const char* name = "node_agent";
 };
 
@@ -111,9 +114,10 @@ void reportFailure(Agent* self, const std::string& why) {
 }
 
 caf::behavior agent(Agent* self, caf::actor coordinator, std::shared_ptr<Signals> signals, std::string role,
-                    std::chrono::milliseconds heartbeatTimeout) {
+                    std::chrono::milliseconds heartbeatTimeout, std::function<transport::NodeStats()> stats) {
   auto& st = self->state;
   st.coordinator = coordinator;
+  st.stats = std::move(stats);
   st.confirmTimeout = 2 * heartbeatTimeout;
   st.signals = std::move(signals);
   st.role = std::move(role);
@@ -172,6 +176,23 @@ caf::behavior agent(Agent* self, caf::actor coordinator, std::shared_ptr<Signals
         }
         if (x.kind == "kill") {
           killThisProcess(x.fault);
+        } else if (x.kind == "kill-actor") {
+          // The actor of this process's own rank: its supervisor names it.
+          auto& st = self->state;
+          for (const auto& w : st.supervisors) {
+            if (w.rank != st.rank) continue;
+            self->request(w.supervisor, 5s, which_atom::value, x.actor)
+                .then(
+                    [fault = x.fault, name = x.actor](const caf::actor& a) {
+                      if (a) return killActor(fault, name, a);
+                      logger("job")->warn("fault {}: kill-actor: this process has no '{}' actor now", fault, name);
+                    },
+                    [fault = x.fault](caf::error& e) {
+                      logger("job")->warn("fault {}: kill-actor: the supervisor did not answer: {}", fault, describe(e));
+                    });
+            return;
+          }
+          logger("job")->warn("fault {}: kill-actor: this process runs no actors yet", x.fault);
         } else if (x.kind == "stop" && x.durationMs > 0 && x.durationMs <= 24 * 3600 * 1000) {
           stopThisProcess(x.fault, std::chrono::milliseconds(x.durationMs));
         } else {
@@ -192,6 +213,19 @@ caf::behavior agent(Agent* self, caf::actor coordinator, std::shared_ptr<Signals
         reportFailure(self, why);
       },
       [=](lost_atom, const std::string& why) { self->state.signals->set(Signals::End::kFailed, why); },
+      [=](links_atom) -> LinkCounts {
+        auto& st = self->state;
+        return linkCountsOf(st.stats(), st.role, st.rank, st.incarnation);
+      },
+      [=](linktick_atom) {
+        // From this process only: the plan has message faults, and the
+        // coordinator hears what the links did every second (the last
+        // word of a process killed later).
+        auto& st = self->state;
+        if (self->current_sender() != self->ctrl() || st.rank < 0) return;
+        self->send(st.coordinator, linkCountsOf(st.stats(), st.role, st.rank, st.incarnation));
+        self->delayed_send(self, 1s, linktick_atom::value);
+      },
   };
 }
 
@@ -287,7 +321,8 @@ int runMember(const MemberOptions& options, Role& role) {
   }
   caf::actor coord = (*remote)->remoteActor(coordinatorNode, kCoordinatorName);
   auto signals = std::make_shared<Signals>();
-  auto agentActor = system.spawn(agent, coord, signals, options.role, nodeOptions.heartbeatTimeout);
+  auto agentActor = system.spawn(agent, coord, signals, options.role, nodeOptions.heartbeatTimeout,
+                                 [&node] { return node.stats(); });
   (*remote)->publish(agentActor, kAgentName);
   caf::scoped_actor self{system};
   std::string who = options.role;
@@ -347,7 +382,10 @@ int runMember(const MemberOptions& options, Role& role) {
       if (!ctx.config.getStringList("faults.plan").empty()) {
         const FaultPlan plan = parseFaultPlan(ctx.config, int64_t(1) << 20, int64_t(1) << 20);
         linkFaults = injectMessageFaults(node, plan, fmt::format("{}:{}", options.role, welcome->rank));
-        if (linkFaults) linkFaults->name(coordinatorNode, "coordinator");
+        if (linkFaults) {
+          linkFaults->name(coordinatorNode, "coordinator");
+          caf::send_as(agentActor, agentActor, linktick_atom::value);
+        }
       }
       // Everyone ready: the roster, then the role's actors.
       Roster roster;

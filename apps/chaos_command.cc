@@ -1,5 +1,6 @@
 #include "apps/chaos_command.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -31,6 +32,7 @@ struct ChaosFlags {
   int64_t seed = 1;
   std::string mix = "kill,stop,slow";
   std::string modes = "bsp,ssp,asp,allreduce,hybrid";
+  std::string models = "dlrm,count,mlp";
   int64_t workers = 0;  // 0: the config's cluster.workers, at least 2
   int64_t servers = 2;
   int64_t replicas = 0;  // 0: the config's ps.replicas
@@ -55,12 +57,25 @@ std::vector<std::string> splitList(const std::string& text) {
 struct RunPlan {
   int64_t index = 0;
   std::string mode;
+  std::string model;
   std::vector<std::string> faults;
   std::vector<std::string> sets;
 };
 
+// What a run of each model sets on top of the config: "dlrm" is the
+// config's own model; "count" the exact-count model on the config's data,
+// cut to whole steps of every worker (`countRows`); "mlp" the MLP on
+// Fashion-MNIST (its first 20480 images: a short job).
+std::vector<std::string> modelSets(const std::string& model, int64_t countRows) {
+  if (model == "count") return {"model.kind=count", fmt::format("data.max_train_rows={}", countRows)};
+  if (model == "mlp") {
+    return {"data.kind=fashion-mnist", "data.train=", "model.kind=mlp", "data.max_train_rows=20480"};
+  }
+  return {};
+}
+
 RunPlan drawRun(const ChaosFlags& f, const std::vector<std::string>& mix, const std::vector<std::string>& modes,
-                int64_t workers, int64_t i) {
+                const std::vector<std::string>& models, int64_t countRows, int64_t workers, int64_t i) {
   auto draw = [&](uint64_t k) { return actors::faultRandom(uint64_t(f.seed), uint64_t(100000 + i), k); };
   auto uniform = [&](uint64_t k, double lo, double hi) {
     return lo + (hi - lo) * double(draw(k) >> 11) / double(uint64_t(1) << 53);
@@ -68,6 +83,9 @@ RunPlan drawRun(const ChaosFlags& f, const std::vector<std::string>& mix, const 
   RunPlan p;
   p.index = i;
   p.mode = modes[draw(0) % modes.size()];
+  p.model = models[draw(5) % models.size()];
+  // The MLP has no tables for the shards of a hybrid job: it trains all-reduced.
+  if (p.model == "mlp" && p.mode == "hybrid") p.mode = "allreduce";
   const bool psMode = p.mode == "bsp" || p.mode == "ssp" || p.mode == "asp";
   const int64_t servers = p.mode == "allreduce" ? 0 : f.servers;
   const int64_t n = 1 + int64_t(draw(1) % uint64_t(f.maxFaults));
@@ -108,12 +126,20 @@ RunPlan drawRun(const ChaosFlags& f, const std::vector<std::string>& mix, const 
     } else if (onPs && replicated) {
       psFault = true;
       spec = fmt::format("kind={},target=ps:{},at_s={:.3f}", kind, rank, 0.2 + at);
+      if (kind == "kill-actor") spec += draw(k + 9) % 2 ? ",actor=shard" : ",actor=backup";
     } else if (onPs) {
       psFault = true;
       // After the first checkpoint: a shard lost before it has nothing to roll back to.
       spec = fmt::format("kind={},target=ps:{},after_checkpoint=1,at_s={:.3f}", kind, rank, at);
+      if (kind == "kill-actor") spec += ",actor=shard";
     } else {
       spec = fmt::format("kind={},target=worker:{},at_step={}", kind, rank, step);
+      if (kind == "kill-actor") {
+        // (an MLP trained by all-reduce has no tables)
+        static const char* actors[] = {"worker", "train-loader", "test-loader", "tables"};
+        const bool tables = !(p.model == "mlp" && servers == 0);
+        spec += fmt::format(",actor={}", actors[draw(k + 9) % (tables ? 4 : 3)]);
+      }
     }
     if (kind == "stop") spec += fmt::format(",duration_s={:.3f}", duration);
     p.faults.push_back(spec);
@@ -133,6 +159,7 @@ RunPlan drawRun(const ChaosFlags& f, const std::vector<std::string>& mix, const 
   // A lost shard rolls the job back to a checkpoint: there must be one.
   if (psFault && !replicated) p.sets.push_back("checkpoint.every_steps=20");
   p.sets.push_back(fmt::format("ps.replicas={}", replicated ? 2 : 1));
+  for (auto& s : modelSets(p.model, countRows)) p.sets.push_back(std::move(s));
   return p;
 }
 
@@ -194,9 +221,17 @@ RunResult runOne(const ChaosFlags& f, const RunPlan& p) {
     } else {
       const Json& ledger = j.at("ledger");
       if (!ledger.value("exact", false)) {
-        r.problems.push_back(fmt::format("ledger not exact: samples applied {} of {} expected",
-                                         ledger.at("samples_applied").dump(),
-                                         ledger.value("expected_samples", int64_t{0})));
+        r.problems.push_back(fmt::format("ledger not exact: samples applied {} of {} expected; pushes acknowledged {}, "
+                                         "in the shards' state {}",
+                                         ledger.at("samples_applied").dump(), ledger.value("expected_samples", int64_t{0}),
+                                         ledger.value("pushes_acknowledged", Json()).dump(),
+                                         ledger.value("pushes_in_state", Json::array()).dump()));
+      }
+      if (j.contains("counts") && j.at("counts").value("wrong", int64_t{1}) != 0) {
+        r.problems.push_back(fmt::format("ledger: counts not exact: {} of {} values wrong: {}",
+                                         j.at("counts").value("wrong", int64_t{-1}),
+                                         j.at("counts").value("checked", int64_t{0}),
+                                         j.at("counts").value("errors", std::string())));
       }
     }
     for (const auto& c : j.value("crashes", Json::array())) r.problems.push_back("crashed: " + c.get<std::string>());
@@ -219,6 +254,7 @@ std::string describeFaults(const std::vector<std::string>& faults) {
       out += fmt::format("{}{}", out.empty() ? "" : "; ", what);
       continue;
     }
+    if (kv.count("actor")) kv["target"] += "/" + kv["actor"];
     std::string when = kv.count("at_step") ? "@step " + kv["at_step"]
                                            : "@" + kv["at_s"] + " s" + (kv.count("after_checkpoint") ? " after ckpt " + kv["after_checkpoint"] : "");
     if (kv.count("duration_s")) when += " for " + kv["duration_s"] + " s";
@@ -239,12 +275,19 @@ int runChaos(const ChaosFlags& flagsIn) {
   if (f.servers < 1) TROUPE_SETUP_ERROR("chaos: --servers must be at least 1, got {}", f.servers);
   const auto mix = splitList(f.mix);
   const auto modes = splitList(f.modes);
+  const auto models = splitList(f.models);
+  if (models.empty()) TROUPE_SETUP_ERROR("chaos: --models names no model");
+  for (const auto& m : models) {
+    if (m != "dlrm" && m != "count" && m != "mlp") {
+      TROUPE_SETUP_ERROR("chaos: --models {}: not a model (dlrm: the config's own, count, mlp)", m);
+    }
+  }
   if (mix.empty()) TROUPE_SETUP_ERROR("chaos: --mix names no fault kind");
   if (modes.empty()) TROUPE_SETUP_ERROR("chaos: --modes names no mode");
   for (const auto& k : mix) {
     if (!actors::faultKindOf(k) && !actors::isMessageFault(k)) {
-      TROUPE_SETUP_ERROR("chaos: --mix {}: not a fault kind (kill, stop, slow, drop, dup, delay, reorder, corrupt, "
-                         "partition)",
+      TROUPE_SETUP_ERROR("chaos: --mix {}: not a fault kind (kill, kill-actor, stop, slow, drop, dup, delay, "
+                         "reorder, corrupt, partition)",
                          k);
     }
   }
@@ -269,6 +312,28 @@ int runChaos(const ChaosFlags& flagsIn) {
   if (!config.getStringList("faults.plan").empty()) {
     TROUPE_SETUP_ERROR("chaos: the config has a fault plan of its own; chaos draws one for every run");
   }
+  // The count model averages each step over the workers (BSP, sync modes):
+  // its runs train whole steps of every worker, cut from the config's rows.
+  int64_t countRows = 0;
+  if (std::find(models.begin(), models.end(), "count") != models.end()) {
+    int64_t rows = config.getInt("data.max_train_rows");
+    if (config.getString("data.kind") == "criteo-synthetic") {
+      const int64_t generated = config.getInt("data.synthetic.rows");
+      rows = rows < 0 ? generated : std::min(rows, generated);
+    }
+    const bool criteo = config.getString("data.kind").rfind("criteo", 0) == 0;
+    if (!criteo || rows <= 0) {
+      TROUPE_SETUP_ERROR("chaos: --models count trains the count model on the config's Criteo-format data and must "
+                         "know its rows: data.kind = criteo-synthetic, or data.max_train_rows (data.kind is '{}')",
+                         config.getString("data.kind"));
+    }
+    const int64_t step = workers * config.getInt("train.batch_size");
+    countRows = rows / step * step;
+    if (countRows == 0) {
+      TROUPE_SETUP_ERROR("chaos: --models count: {} training rows make no whole step of {} workers x {} rows", rows,
+                         workers, config.getInt("train.batch_size"));
+    }
+  }
   if (f.dir.empty()) {
     std::time_t now = std::time(nullptr);
     char stamp[32];
@@ -279,9 +344,10 @@ int runChaos(const ChaosFlags& flagsIn) {
   fs::create_directories(f.dir + "/runs", ec);
   if (ec) TROUPE_SETUP_ERROR("chaos: cannot create '{}': {}", f.dir, ec.message());
   f.dir = fs::absolute(f.dir).string();
-  std::printf("chaos: %lld runs, seed %lld, mix %s, modes %s, %lld workers, %lld replicas; each run's log and run "
-              "directory are in %s\n",
+  std::printf("chaos: %lld runs, seed %lld, mix %s, modes %s, models %s, %lld workers, %lld replicas; each run's log "
+              "and run directory are in %s\n",
               static_cast<long long>(f.runs), static_cast<long long>(f.seed), f.mix.c_str(), f.modes.c_str(),
+              f.models.c_str(),
               static_cast<long long>(workers), static_cast<long long>(f.replicas), f.dir.c_str());
   std::fflush(stdout);
 
@@ -290,22 +356,43 @@ int runChaos(const ChaosFlags& flagsIn) {
   int64_t rollbacks = 0, promotions = 0, copiesBuilt = 0;
   std::vector<double> promotedToTraining;  // seconds from a promotion to training going on
   std::map<std::string, workers::FaultReport::Row> kinds;
+  std::map<std::string, int64_t> links;  // what the runs' links did, added up
   const auto campaignStart = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < f.runs; ++i) {
-    const RunPlan p = drawRun(f, mix, modes, workers, i);
+    const RunPlan p = drawRun(f, mix, modes, models, countRows, workers, i);
     const RunResult r = runOne(f, p);
     int64_t injected = 0, detected = 0, recovered = 0;
     if (r.report.is_object()) {
+      // A count a report leaves null (detected, for a message fault that
+      // costs resends) is not counted.
+      auto count = [](const Json& row, const char* name) {
+        return row.contains(name) && row.at(name).is_number_integer() ? row.at(name).get<int64_t>() : int64_t{0};
+      };
       for (const auto& row : r.report.value("kinds", Json::array())) {
         auto& k = kinds[row.value("kind", std::string("?"))];
-        k.injected += row.value("injected", int64_t{0});
-        k.skipped += row.value("skipped", int64_t{0});
-        k.unfired += row.value("unfired", int64_t{0});
-        k.detected += row.value("detected", int64_t{0});
-        k.recovered += row.value("recovered", int64_t{0});
-        injected += row.value("injected", int64_t{0});
-        detected += row.value("detected", int64_t{0});
-        recovered += row.value("recovered", int64_t{0});
+        k.detects = row.contains("detected") && row.at("detected").is_number_integer();
+        k.injected += count(row, "injected");
+        k.skipped += count(row, "skipped");
+        k.unfired += count(row, "unfired");
+        k.detected += count(row, "detected");
+        k.recovered += count(row, "recovered");
+        injected += count(row, "injected");
+        detected += count(row, "detected");
+        recovered += count(row, "recovered");
+      }
+      for (const auto& p : r.report.value("partitions", Json::array())) {
+        auto& k = kinds["partition"];
+        if (p.value("detected", false) && p.at("detect_s").is_number()) {
+          k.detectSeconds.push_back(p.at("detect_s").get<double>());
+        }
+        if (p.value("recovered", false) && p.at("recover_s").is_number()) {
+          k.recoverSeconds.push_back(p.at("recover_s").get<double>());
+        }
+      }
+      if (r.report.contains("links")) {
+        for (const auto& [name, value] : r.report.at("links").items()) {
+          if (value.is_number_integer()) links[name] += value.get<int64_t>();
+        }
       }
       rollbacks += r.report.value("rollbacks", int64_t{0});
       for (const auto& pr : r.report.value("promotions", Json::array())) {
@@ -339,16 +426,25 @@ int runChaos(const ChaosFlags& flagsIn) {
     inexact += isInexact;
     const Json metric = r.report.is_object() ? r.report.value("test_auc", r.report.value("test_accuracy", Json()))
                                              : Json();
-    std::printf("run-%03lld (%lld/%lld)  %-9s %-6s faults: %s  injected %lld detected %lld recovered %lld  %s%s  %.1f s\n",
+    std::string result;
+    if (r.report.is_object() && r.report.contains("counts")) {
+      if (r.report.at("counts").value("wrong", int64_t{1}) == 0) {
+        result = fmt::format("  {} counts exact", r.report.at("counts").value("checked", int64_t{0}));
+      }
+    } else if (metric.is_number()) {
+      result = fmt::format("  test {:.5f}", metric.get<double>());
+    }
+    std::printf("run-%03lld (%lld/%lld)  %-9s %-5s %-6s faults: %s  injected %lld detected %lld recovered %lld  %s%s  %.1f s\n",
                 static_cast<long long>(i), static_cast<long long>(i + 1), static_cast<long long>(f.runs), p.mode.c_str(),
+                p.model.c_str(),
                 r.ok ? "ok" : "FAILED", describeFaults(p.faults).c_str(), static_cast<long long>(injected),
                 static_cast<long long>(detected), static_cast<long long>(recovered),
-                r.ok ? "ledger exact" : "",
-                metric.is_number() ? fmt::format("  test {:.5f}", metric.get<double>()).c_str() : "", r.seconds);
+                r.ok ? "ledger exact" : "", result.c_str(), r.seconds);
     for (const auto& why : r.problems) std::printf("          %s\n", why.c_str());
     std::fflush(stdout);
     runs.push_back(Json{{"run", i},
                         {"mode", p.mode},
+                        {"model", p.model},
                         {"faults", p.faults},
                         {"ok", r.ok},
                         {"problems", r.problems},
@@ -376,21 +472,34 @@ int runChaos(const ChaosFlags& flagsIn) {
   std::printf("\n");
   std::vector<workers::FaultReport::Row> rows;
   Json totals = Json::object();
-  for (auto kind : {actors::FaultKind::kKill, actors::FaultKind::kStop, actors::FaultKind::kSlow}) {
-    const std::string name = actors::faultKindName(kind);
+  for (const char* name :
+       {"kill", "stop", "slow", "kill-actor", "drop", "dup", "delay", "reorder", "corrupt", "partition"}) {
+    if (kinds.count(name) == 0) continue;
     auto& k = kinds[name];
     k.kind = name;
     rows.push_back(k);
     if (k.injected == 0 && k.skipped == 0 && k.unfired == 0) continue;
-    totals[name] = Json{{"injected", k.injected},       {"skipped", k.skipped},     {"unfired", k.unfired},
-                        {"detected", k.detected},       {"recovered", k.recovered}, {"detect_s", k.detectSeconds},
+    totals[name] = Json{{"injected", k.injected},
+                        {"skipped", k.skipped},
+                        {"unfired", k.unfired},
+                        {"detected", k.detects ? Json(k.detected) : Json()},
+                        {"recovered", k.detects ? Json(k.recovered) : Json()},
+                        {"detect_s", k.detectSeconds},
                         {"recover_s", k.recoverSeconds}};
   }
   std::printf("%s", workers::faultKindTable(rows, {50, 99, 100}).c_str());
+  if (!links.empty()) {
+    std::printf("  links: %lld frames sent again, %lld duplicates suppressed, %lld held for an earlier one, %lld resend "
+                "requests, %lld malformed frames refused, %lld links given up\n",
+                static_cast<long long>(links["sent_again"]), static_cast<long long>(links["duplicates_suppressed"]),
+                static_cast<long long>(links["held_for_an_earlier_one"]), static_cast<long long>(links["resend_requests"]),
+                static_cast<long long>(links["malformed_refused"]), static_cast<long long>(links["given_up"]));
+  }
   Json out{{"seed", f.seed},
            {"runs", f.runs},
            {"mix", mix},
            {"modes", modes},
+           {"models", models},
            {"workers", workers},
            {"ok", ok},
            {"failed", failed},
@@ -405,6 +514,7 @@ int runChaos(const ChaosFlags& flagsIn) {
            {"promotions", promotions},
            {"promoted_to_training_s", promotedToTraining},
            {"copies_built", copiesBuilt},
+           {"links", links},
            {"each", runs}};
   std::ofstream(f.dir + "/chaos.json") << out.dump(2) << "\n";
   std::printf("  chaos.json: %s/chaos.json\n", f.dir.c_str());
@@ -425,6 +535,9 @@ void addChaosCommand(CLI::App* app, int* result) {
                   "fault kinds to draw from: kill, stop, slow, drop, dup, delay, reorder, corrupt, partition "
                   "(default kill,stop,slow)");
   cmd->add_option("--modes", flags->modes, "modes to draw from (default bsp,ssp,asp,allreduce,hybrid)");
+  cmd->add_option("--models", flags->models,
+                  "models to draw from: dlrm (the config's own), count (the exact-count model on the config's data), "
+                  "mlp (the MLP on Fashion-MNIST) (default dlrm,count,mlp)");
   cmd->add_option("--workers", flags->workers, "worker processes per job (default: cluster.workers, at least 2)");
   cmd->add_option("--servers", flags->servers, "parameter servers per job in ps and hybrid modes (default 2)");
   cmd->add_option("--replicas", flags->replicas,

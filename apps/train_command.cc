@@ -94,6 +94,9 @@ Expected<workers::TrainReport> reportOf(const JobOutcome& o) {
   e.accuracy = o.accuracy;
   e.labels = o.labels;
   e.predictions = o.predictions;
+  e.countChecked = o.countChecked;
+  e.countWrong = o.countWrong;
+  e.countErrors = o.countErrors;
   r.evals.push_back(std::move(e));
   return r;
 }
@@ -318,6 +321,9 @@ int runTrain(const TrainFlags& flags) {
   addLogFile(runDir + "/train.log");
   auto log = logger("apps");
   DataSources data = openData(config, threads);
+  if (worker.core.kind == workers::ModelKind::kCount) {
+    worker.core.countScale = countScale(config, data.train->rowsPerEpoch());
+  }
   log->info("train: {} on {}, {} threads, run directory {}", config.getString("model.kind"), data.description,
             threads, runDir);
 
@@ -343,7 +349,10 @@ int runTrain(const TrainFlags& flags) {
     }
     progress.finish();
     const auto& r = *e.eval;
-    if (worker.core.kind == workers::ModelKind::kDlrm) {
+    if (worker.core.kind == workers::ModelKind::kCount) {
+      log->info("eval after epoch {} (step {}): {} of {} values equal the counts of the data", e.epoch + 1, e.step,
+                r.countChecked - r.countWrong, r.countChecked);
+    } else if (worker.core.kind == workers::ModelKind::kDlrm) {
       log->info("eval after epoch {} (step {}): test AUC {:.5f}  log-loss {:.5f}{}", e.epoch + 1, e.step, r.auc,
                 r.loss,
                 data.synthetic ? fmt::format("  (oracle AUC {:.5f}, log-loss {:.5f})", data.oracleAuc,
@@ -370,6 +379,11 @@ int runTrain(const TrainFlags& flags) {
                        trainModeName(trainMode(config)));
   }
   collectivesBackend(config);  // a bad value fails here, before any process starts
+  if (trainMode(config) == TrainMode::kHybrid && worker.core.kind == workers::ModelKind::kMlp) {
+    TROUPE_SETUP_ERROR("config: train.mode = hybrid keeps the embedding tables on the parameter servers and the "
+                       "dense parameters in the workers' all-reduce; model.kind = mlp has no tables (use "
+                       "train.mode = allreduce)");
+  }
   if (clusterWorkers > 0) {
     outcome = runLocalJob(config, flags, runDir, progress, resumed);
     report = reportOf(outcome);
@@ -429,6 +443,12 @@ int runTrain(const TrainFlags& flags) {
     field("test_loss", jsonNumber(last.loss));
   }
   field("test_rows", std::to_string(last.rows));
+  const bool counting = worker.core.kind == workers::ModelKind::kCount;
+  if (counting) {
+    field("counts", fmt::format("{{\"checked\": {}, \"wrong\": {}, \"errors\": {}, \"exact\": {}}}",
+                                last.countChecked, last.countWrong, jsonString(last.countErrors),
+                                last.countChecked > 0 && last.countWrong == 0 ? "true" : "false"));
+  }
   field("samples_per_sec", jsonNumber(samplesPerSec));
   field("train_seconds", jsonNumber(report->trainSeconds));
   field("eval_seconds", jsonNumber(report->evalSeconds));
@@ -507,34 +527,26 @@ int runTrain(const TrainFlags& flags) {
     }
     if (outcome.resumedFromStep >= 0) field("resumed_from_step", std::to_string(outcome.resumedFromStep));
     if (trainMode(config) != TrainMode::kPs) field("regroups", std::to_string(outcome.regroups));
+    const workers::Ledger ledger = workers::ledgerOf(outcome);
     if (outcome.shards.empty()) {
       // allreduce mode: every step applied every rank's batch; each worker
       // counted the samples of the steps taken, and they must agree.
-      const bool exact = outcome.expectedSamples > 0 && !outcome.samplesDiffer &&
-                         outcome.samplesApplied == outcome.expectedSamples;
       field("ledger", fmt::format("{{\"expected_samples\": {}, \"samples_applied\": {}, \"workers_agree\": {}, "
                                   "\"exact\": {}}}",
-                                  outcome.expectedSamples, outcome.samplesApplied,
-                                  outcome.samplesDiffer ? "false" : "true", exact ? "true" : "false"));
-    }
-    if (!outcome.shards.empty()) {
-      // The ledger: each shard applied every sample of every epoch once.
-      bool exact = outcome.expectedSamples > 0;
-      int64_t applied = 0, dups = 0;
-      for (const auto& sh : outcome.shards) {
-        exact = exact && sh.samplesApplied == outcome.expectedSamples;
-        applied += sh.pushesApplied;
-        dups += sh.duplicatePushes;
-      }
+                                  ledger.expectedSamples, ledger.samplesApplied.at(0),
+                                  ledger.workersAgree ? "true" : "false", ledger.exact ? "true" : "false"));
+    } else {
+      // Each shard applied every sample of every epoch once, and holds
+      // every push its workers were acknowledged.
+      int64_t applied = 0;
+      for (const auto& sh : outcome.shards) applied += sh.pushesApplied;
       field("ledger", fmt::format("{{\"expected_samples_per_shard\": {}, \"samples_applied_per_shard\": [{}], "
-                                  "\"pushes_applied\": {}, \"duplicates_suppressed\": {}, \"exact\": {}}}",
-                                  outcome.expectedSamples,
-                                  fmt::join([&] {
-                                    std::vector<int64_t> v;
-                                    for (const auto& sh : outcome.shards) v.push_back(sh.samplesApplied);
-                                    return v;
-                                  }(), ", "),
-                                  applied, dups, exact ? "true" : "false"));
+                                  "\"pushes_applied\": {}, \"duplicates_suppressed\": {}, \"pushes_acknowledged\": {}, "
+                                  "\"pushes_in_state_per_shard\": [{}], \"ranks_not_counted\": [{}], \"exact\": {}}}",
+                                  ledger.expectedSamples, fmt::join(ledger.samplesApplied, ", "), applied,
+                                  ledger.duplicatesSuppressed, ledger.pushesAcknowledged,
+                                  fmt::join(ledger.pushesInState, ", "), fmt::join(ledger.ranksNotCounted, ", "),
+                                  ledger.exact ? "true" : "false"));
     }
   }
   json += fmt::format("  \"run_dir\": \"{}\"\n}}\n", runDir);
@@ -556,7 +568,17 @@ int runTrain(const TrainFlags& flags) {
     }
     std::fclose(f);
   }
-  if (binary) {
+  const bool countsExact = last.countChecked > 0 && last.countWrong == 0;
+  if (counting) {
+    if (countsExact) {
+      std::printf("counts: all %lld values (every key's row, the dense parameters) equal the counts of the data: "
+                  "exact\n",
+                  static_cast<long long>(last.countChecked));
+    } else {
+      std::printf("counts: %lld of %lld values NOT EXACT: %s\n", static_cast<long long>(last.countWrong),
+                  static_cast<long long>(last.countChecked), last.countErrors.c_str());
+    }
+  } else if (binary) {
     std::printf("test AUC %.5f  log-loss %.5f", last.auc, last.loss);
     if (data.synthetic) std::printf("   oracle AUC %.5f  log-loss %.5f", data.oracleAuc, data.oracleLogloss);
     std::printf("\n");
@@ -565,7 +587,8 @@ int runTrain(const TrainFlags& flags) {
   }
   std::printf("%lld steps, %.0f samples/s, %.1f s training, %.1f s wall; run directory %s\n",
               static_cast<long long>(report->steps), samplesPerSec, report->trainSeconds, wall, runDir.c_str());
-  return kExitOk;
+  // The count model is a check: values that are not the counts fail it.
+  return counting && !countsExact ? kExitFailure : kExitOk;
 }
 
 int runCoordinatorCommand(const CommonFlags& common, const std::string& address, const std::string& summaryJson) {

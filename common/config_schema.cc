@@ -26,7 +26,8 @@ std::vector<Config::Key> troupeConfigSchema() {
       {"data.in_memory", T::kBool, true, "keep parsed training batches after the first epoch"},
       {"data.prefetch", T::kInt, int64_t{4}, "batches the loader reads ahead"},
       // ---- model ----
-      {"model.kind", T::kString, std::string("dlrm"), "dlrm or mlp"},
+      {"model.kind", T::kString, std::string("dlrm"),
+       "dlrm, mlp, or count (the exact-count model: on Criteo-format data every update adds the times each key occurs, by plain SGD at rate 1, and the final evaluation checks every value against counts of the data)"},
       {"model.embedding_dim", T::kInt, int64_t{16}, "DLRM embedding dimension"},
       {"model.bottom_mlp", T::kIntList, std::vector<int64_t>{64, 16},
        "DLRM bottom MLP widths after the dense input; the last must equal embedding_dim"},

@@ -1120,8 +1120,11 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
         auto& st = self->state;
         st.stats.rows = st.tables->rows();
         const ShardStats& s = st.stats;
+        // The ledger: per worker, the distinct pushes in this shard's state.
+        std::vector<int64_t> applied;
+        for (const auto& w : st.applied) applied.push_back(w.floor() + int64_t(w.early()));
         return caf::make_message(s.rows, s.pushesApplied, s.duplicatePushes, s.pullsServed, s.pullsDelayed,
-                                 s.maxLead, s.samplesApplied);
+                                 s.maxLead, s.samplesApplied, std::move(applied));
       },
       [=](replicate_atom, int64_t node, const std::string& name, bool transfer) -> caf::result<int64_t> {
         return replicateTo(self, node, name, transfer);

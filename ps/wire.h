@@ -18,7 +18,8 @@
 //   clock:  (clock_atom, i64 worker) -> i64 the first step of the worker this
 //           shard has not received (every push below it applied or held for
 //           its BSP step): where a replacement of the worker resumes
-//   stats:  (stats_atom) -> ShardStats as 7 x i64
+//   stats:  (stats_atom) -> ShardStats as 7 x i64, and per worker the
+//           distinct pushes in the shard's state (vector<i64>: the ledger)
 //   restore: (restore_atom, string path, i64 generation) -> i64 generation:
 //           the shard drops its state for the checkpoint image at `path`
 //           (the job rolls back) and from then on refuses pulls and pushes

@@ -127,6 +127,7 @@ struct NodeStats {
   uint64_t gapsFound = 0;
   uint64_t faultsDropped = 0, faultsDuplicated = 0, faultsDelayed = 0, faultsReordered = 0, faultsCorrupted = 0,
            faultsPartitioned = 0;
+  uint64_t linksGivenUp = 0;  // a gap that never filled: the peer was declared down
 };
 
 // Receives what the node delivers. Runs on the progress thread or on a

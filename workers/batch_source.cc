@@ -138,6 +138,11 @@ Expected<std::unique_ptr<BatchSource>> openMnistSource(const MnistSourceOptions&
   if (options.batchSize < 1) TROUPE_SETUP_ERROR("batch size must be >= 1, got {}", options.batchSize);
   auto dataset = data::readIdxDataset(options.imagesPath, options.labelsPath);
   if (!dataset.hasValue()) return dataset.status();
+  if (options.maxRows >= 0 && options.maxRows < dataset->count) {
+    dataset->count = options.maxRows;
+    dataset->images.resize(size_t(options.maxRows) * size_t(dataset->rows) * size_t(dataset->cols));
+    dataset->labels.resize(size_t(options.maxRows));
+  }
   return std::unique_ptr<BatchSource>(new MnistSource(options, std::move(*dataset)));
 }
 

@@ -55,6 +55,7 @@ struct MnistSourceOptions {
   int64_t batchSize = 128;
   bool shuffle = true;
   uint64_t seed = 1;
+  int64_t maxRows = -1;  // the first maxRows images only (-1: all)
 };
 
 // Batch i of `inner` for every i = part (mod parts): one worker's share of a

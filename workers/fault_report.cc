@@ -19,6 +19,135 @@ double percentile(std::vector<double> xs, double p) {
   return xs[lo] + (xs[hi] - xs[lo]) * (k - double(lo));
 }
 
+namespace {
+
+// Whether a process "role:rank" is on the side a rule names ("worker:1",
+// "worker": any rank, "*").
+bool onSide(const std::string& side, const std::string& role, int64_t rank) {
+  return side == "*" || side == role || side == fmt::format("{}:{}", role, rank);
+}
+
+// The plan's message faults: a row per kind (the frames each process's
+// filter hit, added up), the partitions, and what the links did.
+void messageFaults(const JobOutcome& o, FaultReport* r) {
+  using transport::LinkFaultKind;
+  if (o.faultPlan.messages.empty()) return;
+  r->hasLinks = true;
+  auto& l = r->links;
+  l.role = "all";
+  for (const auto& c : o.links) {
+    ++r->linkProcesses;
+    l.resent += c.resent;
+    l.duplicatesSuppressed += c.duplicatesSuppressed;
+    l.heldOutOfOrder += c.heldOutOfOrder;
+    l.gaps += c.gaps;
+    l.malformedRefused += c.malformedRefused;
+    l.linksGivenUp += c.linksGivenUp;
+    l.dropped += c.dropped;
+    l.duplicated += c.duplicated;
+    l.delayed += c.delayed;
+    l.reordered += c.reordered;
+    l.corrupted += c.corrupted;
+    l.partitioned += c.partitioned;
+  }
+  for (auto kind : {LinkFaultKind::kDrop, LinkFaultKind::kDuplicate, LinkFaultKind::kDelay, LinkFaultKind::kReorder,
+                    LinkFaultKind::kCorrupt, LinkFaultKind::kPartition}) {
+    const bool inPlan = std::any_of(o.faultPlan.messages.begin(), o.faultPlan.messages.end(),
+                                    [&](const actors::MessageFault& m) { return m.rule.kind == kind; });
+    if (!inPlan) continue;
+    FaultReport::Row row;
+    row.kind = transport::linkFaultKindName(kind);
+    row.detects = kind == LinkFaultKind::kPartition;
+    switch (kind) {
+      case LinkFaultKind::kDrop: row.injected = l.dropped; break;
+      case LinkFaultKind::kDuplicate: row.injected = l.duplicated; break;
+      case LinkFaultKind::kDelay: row.injected = l.delayed; break;
+      case LinkFaultKind::kReorder: row.injected = l.reordered; break;
+      case LinkFaultKind::kCorrupt: row.injected = l.corrupted; break;
+      case LinkFaultKind::kPartition: break;
+    }
+    if (kind == LinkFaultKind::kPartition) {
+      std::vector<bool> taken(o.events.size(), false);
+      for (const auto& m : o.faultPlan.messages) {
+        if (m.rule.kind != kind) continue;
+        FaultReport::Partition p;
+        p.fault = m.id;
+        p.target = m.rule.from;
+        p.atSeconds = m.rule.startSeconds;
+        p.durationSeconds = m.rule.endSeconds - m.rule.startSeconds;
+        p.opened = p.atSeconds < o.endedAtSeconds;
+        if (!p.opened) {
+          ++row.unfired;
+          r->partitions.push_back(p);
+          continue;
+        }
+        ++row.injected;
+        // The first process on the cut side the job lost while the
+        // partition lasted (or soon after: the bound of a kill).
+        const double until = std::min(m.rule.endSeconds, o.endedAtSeconds) + o.faultPlan.detectWithinSeconds;
+        for (size_t i = 0; i < o.events.size(); ++i) {
+          const auto& e = o.events[i];
+          // Found by its silence, or by the reset of the connection it
+          // closed when it timed out the coordinator first (the two race).
+          const bool silent = e.cause == "timed out" || e.cause == "hung" || e.cause == "crashed" || e.cause == "left";
+          if (taken[i] || !silent || !onSide(m.rule.from, e.role, e.rank) ||
+              e.lostAtSeconds < p.atSeconds || e.lostAtSeconds > until) {
+            continue;
+          }
+          taken[i] = true;
+          p.detected = true;
+          p.detectSeconds = e.lostAtSeconds - p.atSeconds;
+          ++row.detected;
+          row.detectSeconds.push_back(p.detectSeconds);
+          if (e.recoveredAtSeconds >= 0) {
+            p.recovered = true;
+            p.recoverSeconds = e.recoveredAtSeconds - e.lostAtSeconds;
+            ++row.recovered;
+            row.recoverSeconds.push_back(p.recoverSeconds);
+          }
+          break;
+        }
+        r->partitions.push_back(p);
+      }
+    }
+    r->rows.push_back(std::move(row));
+  }
+}
+
+}  // namespace
+
+Ledger ledgerOf(const JobOutcome& o) {
+  Ledger l;
+  l.expectedSamples = o.expectedSamples;
+  if (o.shards.empty()) {
+    l.samplesApplied.push_back(o.samplesApplied);
+    l.workersAgree = !o.samplesDiffer;
+    l.exact = o.expectedSamples > 0 && !o.samplesDiffer && o.samplesApplied == o.expectedSamples;
+    return l;
+  }
+  l.exact = o.expectedSamples > 0;
+  for (const auto& w : o.workers) {
+    if (w.pushesAcknowledged < 0) {
+      l.ranksNotCounted.push_back(w.rank);
+    } else {
+      l.pushesAcknowledged += w.pushesAcknowledged;
+    }
+  }
+  for (const auto& sh : o.shards) {
+    l.samplesApplied.push_back(sh.samplesApplied);
+    int64_t inState = 0;
+    for (const auto& w : o.workers) {
+      if (w.pushesAcknowledged >= 0 && size_t(w.rank) < sh.pushesByWorker.size()) {
+        inState += sh.pushesByWorker[size_t(w.rank)];
+      }
+    }
+    l.pushesInState.push_back(inState);
+    l.duplicatesSuppressed += sh.duplicatePushes;
+    l.exact = l.exact && sh.samplesApplied == o.expectedSamples && inState == l.pushesAcknowledged;
+  }
+  return l;
+}
+
 FaultReport faultReport(const JobOutcome& o, bool binary, const JobOutcome* baseline) {
   FaultReport r;
   r.metric = binary ? "test_auc" : "test_accuracy";
@@ -33,7 +162,8 @@ FaultReport faultReport(const JobOutcome& o, bool binary, const JobOutcome* base
   for (const auto& f : o.faultPlan.faults) r.plan.push_back(f.spec);
   r.ok = o.ok;
   r.error = o.error;
-  for (auto kind : {actors::FaultKind::kKill, actors::FaultKind::kStop, actors::FaultKind::kSlow}) {
+  for (auto kind : {actors::FaultKind::kKill, actors::FaultKind::kStop, actors::FaultKind::kSlow,
+                    actors::FaultKind::kKillActor}) {
     FaultReport::Row row;
     row.kind = actors::faultKindName(kind);
     r.rows.push_back(row);
@@ -70,6 +200,11 @@ FaultReport faultReport(const JobOutcome& o, bool binary, const JobOutcome* base
                 after <= (o.faultPlan.byId(in.fault) ? o.faultPlan.byId(in.fault)->durationSeconds : 0) + 1.0;
         break;
       case actors::FaultKind::kSlow: could = e.cause == "hung"; break;
+      // An actor killed: its supervisor gave up on it, and its process
+      // reported the failure.
+      case actors::FaultKind::kKillActor:
+        could = e.cause == "failed" && after <= o.faultPlan.detectWithinSeconds;
+        break;
     }
     if (could) lossOf[size_t(latest)] = int64_t(i);
   }
@@ -77,7 +212,7 @@ FaultReport faultReport(const JobOutcome& o, bool binary, const JobOutcome* base
     const auto& in = o.injections[j];
     FaultReport::Hit h;
     h.injection = in;
-    h.target = fmt::format("{} {}", in.role, in.rank);
+    h.target = fmt::format("{} {}{}", in.role, in.rank, in.actor.empty() ? "" : " (" + in.actor + ")");
     FaultReport::Row& row = r.rows[size_t(in.kind)];
     if (in.skipped) {
       ++row.skipped;
@@ -102,6 +237,7 @@ FaultReport faultReport(const JobOutcome& o, bool binary, const JobOutcome* base
     }
     r.hits.push_back(std::move(h));
   }
+  messageFaults(o, &r);
   for (const auto& f : o.faultPlan.faults) {
     if (f.everySeconds > 0) continue;
     const bool fired = std::any_of(o.injections.begin(), o.injections.end(),
@@ -116,19 +252,12 @@ FaultReport faultReport(const JobOutcome& o, bool binary, const JobOutcome* base
   r.copiesBuilt = o.replicasBuilt;
   r.crashes = o.crashes;
   r.regroups = o.regroups;
-  r.expectedSamples = o.expectedSamples;
-  if (o.shards.empty()) {
-    r.samplesApplied.push_back(o.samplesApplied);
-    r.ledgerExact = o.expectedSamples > 0 && !o.samplesDiffer && o.samplesApplied == o.expectedSamples;
-  } else {
-    r.ledgerExact = o.expectedSamples > 0;
-    for (const auto& sh : o.shards) {
-      r.samplesApplied.push_back(sh.samplesApplied);
-      r.pushesApplied.push_back(sh.pushesApplied);
-      r.duplicatesSuppressed += sh.duplicatePushes;
-      r.ledgerExact = r.ledgerExact && sh.samplesApplied == o.expectedSamples;
-    }
-  }
+  r.ledger = ledgerOf(o);
+  r.duplicatesSuppressed = r.ledger.duplicatesSuppressed;
+  r.counted = o.countChecked > 0;
+  r.countChecked = o.countChecked;
+  r.countWrong = o.countWrong;
+  r.countErrors = o.countErrors;
   return r;
 }
 
@@ -179,14 +308,34 @@ std::string faultReportJson(const FaultReport& r) {
   out += fmt::format("  \"injections\": [\n{}\n  ],\n", hits);
   std::string kinds;
   for (const auto& row : r.rows) {
+    auto counted = [&](int64_t n) { return row.detects ? std::to_string(n) : std::string("null"); };
     kinds += fmt::format(
         "{}    {{\"kind\": \"{}\", \"injected\": {}, \"skipped\": {}, \"unfired\": {}, \"detected\": {}, \"recovered\": {}, "
         "\"detect_s_p50\": {}, \"detect_s_max\": {}, \"recover_s_p50\": {}, \"recover_s_max\": {}}}",
-        kinds.empty() ? "" : ",\n", row.kind, row.injected, row.skipped, row.unfired, row.detected, row.recovered,
+        kinds.empty() ? "" : ",\n", row.kind, row.injected, row.skipped, row.unfired, counted(row.detected),
+        counted(row.recovered),
         jsonNumber(percentile(row.detectSeconds, 50)), jsonNumber(percentile(row.detectSeconds, 100)),
         jsonNumber(percentile(row.recoverSeconds, 50)), jsonNumber(percentile(row.recoverSeconds, 100)));
   }
   out += fmt::format("  \"kinds\": [\n{}\n  ],\n", kinds);
+  if (r.hasLinks) {
+    std::string parts;
+    for (const auto& p : r.partitions) {
+      parts += fmt::format("{}{{\"fault\": {}, \"target\": {}, \"at_s\": {}, \"duration_s\": {}, \"opened\": {}, "
+                           "\"detected\": {}, \"detect_s\": {}, \"recovered\": {}, \"recover_s\": {}}}",
+                           parts.empty() ? "" : ", ", p.fault, jsonString(p.target), jsonNumber(p.atSeconds),
+                           jsonNumber(p.durationSeconds), p.opened ? "true" : "false", p.detected ? "true" : "false",
+                           seconds(p.detectSeconds), p.recovered ? "true" : "false", seconds(p.recoverSeconds));
+    }
+    out += fmt::format("  \"partitions\": [{}],\n", parts);
+    const auto& l = r.links;
+    out += fmt::format(
+        "  \"links\": {{\"processes\": {}, \"dropped\": {}, \"duplicated\": {}, \"delayed\": {}, \"reordered\": {}, "
+        "\"corrupted\": {}, \"cut_by_partitions\": {}, \"sent_again\": {}, \"duplicates_suppressed\": {}, "
+        "\"held_for_an_earlier_one\": {}, \"resend_requests\": {}, \"malformed_refused\": {}, \"given_up\": {}}},\n",
+        r.linkProcesses, l.dropped, l.duplicated, l.delayed, l.reordered, l.corrupted, l.partitioned, l.resent,
+        l.duplicatesSuppressed, l.heldOutOfOrder, l.gaps, l.malformedRefused, l.linksGivenUp);
+  }
   out += fmt::format("  \"steps_redone\": {},\n  \"rollbacks\": {},\n  \"regroups\": {},\n", r.stepsRedone,
                      r.rollbacks, r.regroups);
   out += fmt::format("  \"replicas\": {},\n  \"promotions\": {},\n  \"copies_built\": {},\n", r.replicas,
@@ -195,17 +344,23 @@ std::string faultReportJson(const FaultReport& r) {
   std::string crashes;
   for (const auto& c : r.crashes) crashes += (crashes.empty() ? "" : ", ") + jsonString(c);
   out += fmt::format("  \"crashes\": [{}],\n", crashes);
+  if (r.counted) {
+    out += fmt::format("  \"counts\": {{\"checked\": {}, \"wrong\": {}, \"errors\": {}}},\n", r.countChecked,
+                       r.countWrong, jsonString(r.countErrors));
+  }
   out += fmt::format(
-      "  \"ledger\": {{\"expected_samples\": {}, \"samples_applied\": [{}], \"pushes_applied\": [{}], \"exact\": "
-      "{}}}\n}}\n",
-      r.expectedSamples, fmt::join(r.samplesApplied, ", "), fmt::join(r.pushesApplied, ", "),
-      r.ledgerExact ? "true" : "false");
+      "  \"ledger\": {{\"expected_samples\": {}, \"samples_applied\": [{}], \"pushes_acknowledged\": {}, "
+      "\"pushes_in_state\": [{}], \"ranks_not_counted\": [{}], \"exact\": {}}}\n}}\n",
+      r.ledger.expectedSamples, fmt::join(r.ledger.samplesApplied, ", "),
+      r.ledger.pushesInState.empty() ? std::string("null") : std::to_string(r.ledger.pushesAcknowledged),
+      fmt::join(r.ledger.pushesInState, ", "), fmt::join(r.ledger.ranksNotCounted, ", "),
+      r.ledger.exact ? "true" : "false");
   return out;
 }
 
 std::string faultKindTable(const std::vector<FaultReport::Row>& rows, const std::vector<double>& percentiles) {
   auto name = [](double p) { return p >= 100 ? std::string("max") : fmt::format("p{:g}", p); };
-  std::string out = fmt::format("  {:<6} {:>8} {:>8} {:>8} {:>9} {:>9}", "kind", "injected", "skipped", "unfired",
+  std::string out = fmt::format("  {:<9} {:>8} {:>8} {:>8} {:>9} {:>9}", "kind", "injected", "skipped", "unfired",
                                 "detected", "recovered");
   for (double p : percentiles) out += fmt::format(" {:>10}", "detect " + name(p));
   for (double p : percentiles) out += fmt::format(" {:>11}", "recover " + name(p));
@@ -215,7 +370,14 @@ std::string faultKindTable(const std::vector<FaultReport::Row>& rows, const std:
   };
   for (const auto& row : rows) {
     if (row.injected == 0 && row.skipped == 0 && row.unfired == 0) continue;
-    out += fmt::format("  {:<6} {:>8} {:>8} {:>8} {:>9} {:>9}", row.kind, row.injected, row.skipped, row.unfired,
+    if (!row.detects) {
+      out += fmt::format("  {:<9} {:>8} {:>8} {:>8} {:>9} {:>9}", row.kind, row.injected, row.skipped, row.unfired, "-",
+                         "-");
+      for (size_t i = 0; i < 2 * percentiles.size(); ++i) out += fmt::format(" {:>{}}", "-", i < percentiles.size() ? 10 : 11);
+      out += "\n";
+      continue;
+    }
+    out += fmt::format("  {:<9} {:>8} {:>8} {:>8} {:>9} {:>9}", row.kind, row.injected, row.skipped, row.unfired,
                        row.detected, row.recovered);
     for (double p : percentiles) out += fmt::format(" {:>10}", cell(row.detectSeconds, p));
     for (double p : percentiles) out += fmt::format(" {:>11}", cell(row.recoverSeconds, p));
@@ -242,15 +404,35 @@ std::string faultReportTable(const FaultReport& r) {
                        r.copiesBuilt.size(),
                        r.copiesBuilt.empty() ? "" : fmt::format(" (state moved in {:.3f} s at most)", slowest));
   }
+  if (r.hasLinks) {
+    const auto& l = r.links;
+    out += fmt::format("  links ({} processes' counts): {} frames sent again, {} duplicates suppressed, {} held for an "
+                       "earlier one, {} resend requests, {} malformed frames refused, {} links given up\n",
+                       r.linkProcesses, l.resent, l.duplicatesSuppressed, l.heldOutOfOrder, l.gaps, l.malformedRefused,
+                       l.linksGivenUp);
+  }
   out += fmt::format("  processes that died of a crash signal (SIGSEGV, SIGABRT, ...): {}\n", r.crashes.size());
   for (const auto& c : r.crashes) out += fmt::format("    {}\n", c);
-  std::string applied;
-  for (size_t i = 0; i < r.samplesApplied.size(); ++i) {
-    applied += fmt::format("{}{}", i ? ", " : "", r.samplesApplied[i]);
+  const Ledger& l = r.ledger;
+  std::string pushes;
+  if (!l.pushesInState.empty()) {
+    pushes = fmt::format("; pushes acknowledged {}, in the shards' state {}", l.pushesAcknowledged,
+                         fmt::join(l.pushesInState, ", "));
+    if (!l.ranksNotCounted.empty()) {
+      pushes += fmt::format(" (worker ranks {} not counted: the job went on without them)",
+                            fmt::join(l.ranksNotCounted, ", "));
+    }
   }
-  out += fmt::format("  ledger: samples applied {} of {} expected{}: {}\n", applied, r.expectedSamples,
-                     r.pushesApplied.empty() ? " (the workers' group)" : " (per shard)",
-                     r.ledgerExact ? "exact" : (r.expectedSamples > 0 ? "NOT EXACT" : "not counted (train.max_steps)"));
+  out += fmt::format("  ledger: samples applied {} of {} expected{}{}: {}\n", fmt::join(l.samplesApplied, ", "),
+                     l.expectedSamples, l.pushesInState.empty() ? " (the workers' group)" : " (per shard)", pushes,
+                     l.exact ? "exact" : (l.expectedSamples > 0 ? "NOT EXACT" : "not counted (train.max_steps)"));
+  if (r.counted) {
+    out += r.countWrong == 0
+               ? fmt::format("  counts: all {} values (every key's row, the dense parameters) equal the counts of the "
+                             "data: exact\n",
+                             r.countChecked)
+               : fmt::format("  counts: {} of {} values NOT EXACT: {}\n", r.countWrong, r.countChecked, r.countErrors);
+  }
   const char* name = r.metric == "test_auc" ? "test AUC" : "test accuracy";
   if (!r.ok) {
     out += fmt::format("  the job did not finish: {}\n", r.error);

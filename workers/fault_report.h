@@ -23,6 +23,27 @@
 
 namespace troupe::workers {
 
+// The ledger of a job: what every run writes in summary.json and a run with
+// faults in faults.json. Samples applied (per shard, or by the workers'
+// group in allreduce mode) against rows x epochs; and with shards, the
+// pushes every shard acknowledged (the distinct sequence numbers, over the
+// worker ranks whose last process reported: a rank's pushes before its
+// process resumed count, as the shards had them) against the distinct
+// pushes of those ranks in each shard's final state. Exact when every
+// count is equal: nothing acknowledged was lost, no sample was trained
+// twice or never.
+struct Ledger {
+  int64_t expectedSamples = 0;          // 0: not counted (train.max_steps cut training short)
+  std::vector<int64_t> samplesApplied;  // per shard; one entry (the group's) in allreduce mode
+  bool workersAgree = true;             // allreduce: every rank counted the same
+  int64_t pushesAcknowledged = 0;
+  std::vector<int64_t> pushesInState;   // per shard (empty without shards)
+  std::vector<int64_t> ranksNotCounted; // worker ranks no process of which reported (the job went on without them)
+  int64_t duplicatesSuppressed = 0;     // pushes a shard saw again and applied once
+  bool exact = false;
+};
+Ledger ledgerOf(const JobOutcome& outcome);
+
 struct FaultReport {
   struct Hit {
     actors::Injection injection;
@@ -35,6 +56,10 @@ struct FaultReport {
   };
   struct Row {
     std::string kind;
+    // Whether detected and recovered are counted for this kind (a message
+    // fault other than a partition costs resends, counted for all of them
+    // together: FaultReport::links).
+    bool detects = true;
     int64_t injected = 0, skipped = 0, detected = 0, recovered = 0;
     // Faults of the plan that fire once (at_step, at_s) and never did: the
     // job ended first, or their process had gone before it got there.
@@ -44,22 +69,40 @@ struct FaultReport {
   uint64_t seed = 0;
   std::vector<std::string> plan;  // the faults as given
   std::vector<Hit> hits;          // in the order injected
-  std::vector<Row> rows;          // per kind, in the order kill, stop, slow
+  std::vector<Row> rows;          // per kind: kill, stop, slow, then the plan's message kinds
+  // Partitions (a message fault that cuts a process off for a while): each
+  // is detected when the job lost the process cut off (by its silence, or
+  // the reset of the connection it dropped when it lost the coordinator)
+  // while the partition lasted (or within the detection bound after).
+  struct Partition {
+    int64_t fault = 0;
+    std::string target;
+    double atSeconds = 0, durationSeconds = 0;
+    bool opened = false;  // the job was still on when it began
+    bool detected = false, recovered = false;
+    double detectSeconds = -1, recoverSeconds = -1;
+  };
+  std::vector<Partition> partitions;
+  // What the processes' reliable links did, added up over their last words
+  // (LinkCounts; a process killed since said it up to a second before).
+  bool hasLinks = false;
+  actors::LinkCounts links;
+  int64_t linkProcesses = 0;
   int64_t stepsRedone = 0;        // by replacements (ps mode) and rollbacks
   int64_t rollbacks = 0, regroups = 0;
-  int64_t duplicatesSuppressed = 0;  // pushes a shard saw again and applied once
+  int64_t duplicatesSuppressed = 0;  // pushes a shard saw again and applied once (Ledger's)
   // ps.replicas = 2: backups promoted (a primary's process lost; no
   // rollback) and copies built again by state transfer (the seconds each
   // transfer took).
   int64_t replicas = 1;
   std::vector<JobOutcome::Promotion> promotions;
   std::vector<JobOutcome::ReplicaBuilt> copiesBuilt;
-  // The ledger: samples applied (per shard, or by the workers' group)
-  // against rows x epochs.
-  int64_t expectedSamples = 0;
-  std::vector<int64_t> samplesApplied;  // per shard; one entry in allreduce mode
-  std::vector<int64_t> pushesApplied;   // per shard
-  bool ledgerExact = false;
+  Ledger ledger;
+  // The count model (model.kind = count): every value checked against the
+  // counts of the data; those that were not exact.
+  bool counted = false;
+  int64_t countChecked = 0, countWrong = 0;
+  std::string countErrors;
   std::vector<std::string> crashes;  // processes that died of a crash signal (not SIGKILL, SIGTERM, SIGINT)
   bool ok = false;  // the job finished
   std::string error;

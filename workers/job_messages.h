@@ -84,6 +84,11 @@ struct WorkerReport {
   int64_t resumedAt = 0;                  // a replacement: the step it resumed at
   int64_t stepsRedone = 0;                // and the steps it redid (some shard had them; applied there once)
   int64_t samplesApplied = 0;             // sync modes: every rank's samples in the steps taken (the ledger)
+  int64_t pushesAcknowledged = 0;         // the ledger: distinct pushes every shard acknowledged (TrainReport)
+  // The count model (model.kind = count), the evaluating worker: values
+  // checked against the counts, those wrong, the first few named.
+  int64_t countChecked = 0, countWrong = 0;
+  std::string countErrors;
 };
 
 struct CheckpointPause {
@@ -216,7 +221,8 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, WorkerReport& x) {
   return f(caf::meta::type_name("WorkerReport"), x.rank, x.steps, x.samples, x.pushesAcked, x.pulledRows,
            x.trainSeconds, x.evalSeconds, x.evaluated, x.auc, x.loss, x.accuracy, x.rows, x.labels, x.predictions,
-           x.denseHash, x.datasetRows, x.resumedAt, x.stepsRedone, x.samplesApplied);
+           x.denseHash, x.datasetRows, x.resumedAt, x.stepsRedone, x.samplesApplied, x.pushesAcknowledged,
+           x.countChecked, x.countWrong, x.countErrors);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, CheckpointPause& x) {

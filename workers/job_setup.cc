@@ -32,7 +32,9 @@ DataSources openData(const Config& c, int threads) {
     return std::shared_ptr<BatchSource>(std::move(*opened));
   };
   if (kind == "criteo-synthetic" || kind == "criteo") {
-    if (model != "dlrm") TROUPE_SETUP_ERROR("config: data.kind '{}' needs model.kind 'dlrm', got '{}'", kind, model);
+    if (model != "dlrm" && model != "count") {
+      TROUPE_SETUP_ERROR("config: data.kind '{}' needs model.kind 'dlrm' (or 'count'), got '{}'", kind, model);
+    }
     std::string trainPath = c.getString("data.train"), testPath = c.getString("data.test");
     int categorical = int(c.getInt("data.categorical"));
     if (kind == "criteo-synthetic") {
@@ -55,9 +57,11 @@ DataSources openData(const Config& c, int threads) {
     o.path = trainPath;
     o.maxRows = c.getInt("data.max_train_rows");
     d.train = check(openCriteoSource(o));
+    // The count model checks its values against the training set itself.
+    if (model == "count") testPath = trainPath;
     o.path = testPath;
     o.inMemory = true;
-    o.maxRows = -1;
+    if (model != "count") o.maxRows = -1;
     d.test = check(openCriteoSource(o));
     d.description = fmt::format("{} ({}, {})", kind, trainPath, testPath);
   } else if (kind == "fashion-mnist") {
@@ -69,8 +73,10 @@ DataSources openData(const Config& c, int threads) {
     o.seed = uint64_t(c.getInt("run.seed"));
     o.imagesPath = dir + "/train-images-idx3-ubyte.gz";
     o.labelsPath = dir + "/train-labels-idx1-ubyte.gz";
+    o.maxRows = c.getInt("data.max_train_rows");
     d.train = check(openMnistSource(o));
     o.shuffle = false;
+    o.maxRows = -1;
     o.imagesPath = dir + "/t10k-images-idx3-ubyte.gz";
     o.labelsPath = dir + "/t10k-labels-idx1-ubyte.gz";
     d.test = check(openMnistSource(o));
@@ -90,8 +96,8 @@ WorkerCoreOptions modelOptions(const Config& c, int threads) {
   o.denseOptimizer.learningRate = float(c.getFloat("train.dense_lr"));
   o.denseOptimizer.weightDecay = float(c.getFloat("train.weight_decay"));
   o.denseOptimizer.initialAccumulator = float(c.getFloat("train.adagrad_initial_accumulator"));
-  if (kind == "dlrm") {
-    o.kind = ModelKind::kDlrm;
+  if (kind == "dlrm" || kind == "count") {
+    o.kind = kind == "dlrm" ? ModelKind::kDlrm : ModelKind::kCount;
     o.dlrm.embeddingDim = positive(c, "model.embedding_dim");
     o.dlrm.bottom = c.getIntList("model.bottom_mlp");
     o.dlrm.top = c.getIntList("model.top_mlp");
@@ -99,21 +105,28 @@ WorkerCoreOptions modelOptions(const Config& c, int threads) {
     o.dlrm.numTables = int(c.getString("data.kind") == "criteo-synthetic" ? c.getInt("data.synthetic.tables")
                                                                            : c.getInt("data.categorical"));
     o.dlrm.numDense = data::kCriteoIntFeatures;
+    if (o.kind == ModelKind::kCount) {
+      // Every update adds a count: plain SGD at rate 1, nothing else.
+      o.denseOptimizer = kernels::OptimizerConfig{};
+      o.denseOptimizer.kind = kernels::OptimizerKind::kSgd;
+      o.denseOptimizer.learningRate = 1;
+    }
   } else if (kind == "mlp") {
     o.kind = ModelKind::kMlp;
     o.mlpWidths = {784};
     for (int64_t w : c.getIntList("model.hidden")) o.mlpWidths.push_back(w);
     o.mlpWidths.push_back(positive(c, "model.classes"));
   } else {
-    TROUPE_SETUP_ERROR("config: model.kind '{}' is not a model (dlrm, mlp)", kind);
+    TROUPE_SETUP_ERROR("config: model.kind '{}' is not a model (dlrm, mlp, count)", kind);
   }
   return o;
 }
 
 std::vector<ps::EmbeddingTableOptions> tableOptions(const Config& c, const WorkerCoreOptions& model) {
   std::vector<ps::EmbeddingTableOptions> tables;
-  if (model.kind != ModelKind::kDlrm) return tables;
+  if (model.kind == ModelKind::kMlp) return tables;
   const kernels::OptimizerKind kind = optimizerKind(c.getString("train.embedding_optimizer"), "train.embedding_optimizer");
+  const bool count = model.kind == ModelKind::kCount;
   for (int t = 0; t < model.dlrm.numTables; ++t) {
     ps::EmbeddingTableOptions table;
     table.tableId = t;
@@ -123,9 +136,43 @@ std::vector<ps::EmbeddingTableOptions> tableOptions(const Config& c, const Worke
     table.optimizer.kind = kind;
     table.optimizer.learningRate = float(c.getFloat("train.embedding_lr"));
     table.optimizer.initialAccumulator = float(c.getFloat("train.adagrad_initial_accumulator"));
+    if (count) {
+      // Rows start at (all but) zero, so a row holds its count exactly
+      // (initScale 0 would mean the default scale); plain SGD at rate 1.
+      table.initScale = 1e-30f;
+      table.optimizer = kernels::OptimizerConfig{};
+      table.optimizer.kind = kernels::OptimizerKind::kSgd;
+      table.optimizer.learningRate = 1;
+    }
     tables.push_back(table);
   }
   return tables;
+}
+
+double countScale(const Config& c, int64_t rowsPerEpoch) {
+  if (c.getInt("train.max_steps") > 0) {
+    TROUPE_SETUP_ERROR("config: model.kind = count checks every value against whole passes over the data, and "
+                       "train.max_steps = {} cuts a pass short; leave it 0",
+                       c.getInt("train.max_steps"));
+  }
+  const int64_t workers = c.getInt("cluster.workers");
+  if (workers <= 0) return 1;
+  const TrainMode mode = trainMode(c);
+  const bool averaged = mode != TrainMode::kPs || c.getString("ps.consistency") == "bsp";
+  if (!averaged) return 1;
+  if (mode != TrainMode::kPs && c.getString("supervision.on_worker_loss") == "shrink") {
+    TROUPE_SETUP_ERROR("config: model.kind = count in train.mode = {} averages every step over all {} workers; a "
+                       "group that shrinks (supervision.on_worker_loss = shrink) would count wrong",
+                       trainModeName(mode), workers);
+  }
+  const int64_t round = workers * positive(c, "train.batch_size");
+  if (rowsPerEpoch % round != 0) {
+    TROUPE_SETUP_ERROR("config: model.kind = count averages each step over the {} workers, so the training rows ({}) "
+                       "must be a whole number of steps of cluster.workers x train.batch_size = {} rows (set "
+                       "data.max_train_rows = {}, say)",
+                       workers, rowsPerEpoch, round, rowsPerEpoch / round * round);
+  }
+  return double(workers);
 }
 
 TrainMode trainMode(const Config& c) {

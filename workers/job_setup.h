@@ -67,4 +67,13 @@ std::chrono::seconds collectivesTimeout(const Config& c);
 
 std::vector<ps::EmbeddingTableOptions> tableOptions(const Config& c, const WorkerCoreOptions& model);
 
+// The count model (model.kind = count) in this job: the scale of its
+// gradients, the ranks a step's pushes are averaged over (BSP shards, the
+// workers' all-reduce: cluster.workers), or 1 (SSP, ASP, one process).
+// Throws SetupError when its counts could not come out exact: a run cut
+// short (train.max_steps), a group that shrinks, or a training set
+// (`rowsPerEpoch`) that the W workers' batches do not divide into whole
+// steps (the last, short step would be averaged over fewer ranks).
+double countScale(const Config& c, int64_t rowsPerEpoch);
+
 }  // namespace troupe::workers

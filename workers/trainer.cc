@@ -25,7 +25,7 @@ Expected<TrainReport> runInProcess(const InProcessJob& job) {
   auto trainLoader = spawnLoader(system, job.train, job.prefetch);
   auto testLoader = spawnLoader(system, job.test, job.prefetch);
   caf::actor tables;
-  if (job.worker.core.kind == ModelKind::kDlrm) tables = ps::spawnTableHolder(system, tableOptions);
+  if (job.worker.core.kind != ModelKind::kMlp) tables = ps::spawnTableHolder(system, tableOptions);
   auto worker = spawnWorker(system, job.worker, std::move(core), trainLoader, testLoader, tables);
 
   Expected<TrainReport> result = Status::internal("training ended without a report");

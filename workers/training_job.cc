@@ -190,24 +190,51 @@ void TrainingJob::finalize(actors::JobContext& job) {
   if (!outcome_.evaluated) {
     return job.fail("every worker finished, but none evaluated the model (the evaluating worker was lost)");
   }
-  if (servers_ == 0) return job.finish();
-  // The shards' counters, then the end.
-  auto left = std::make_shared<int64_t>(servers_);
+  // The shards' counters (and with message faults every process's link
+  // counters), then the end.
+  auto left = std::make_shared<int64_t>(1);
+  auto done = [&job, left] {
+    if (--*left == 0) job.finish();
+  };
   outcome_.shards.assign(size_t(servers_), ShardSummary{});
-  for (const auto& m : job.members("ps")) {
+  for (const auto& m : servers_ > 0 ? job.members("ps") : std::vector<actors::Member>{}) {
     const int64_t s = m.rank;
+    ++*left;
     job.self()
         ->request(shardActor(job, m.rank), 10s, ps::stats_atom::value)
         .then(
-            [this, &job, s, left](int64_t rows, int64_t pushes, int64_t dups, int64_t served, int64_t delayed,
-                                  int64_t lead, int64_t samples) {
-              outcome_.shards[size_t(s)] = ShardSummary{s, rows, pushes, dups, served, delayed, lead, samples};
-              if (--*left == 0) job.finish();
+            [this, s, done](int64_t rows, int64_t pushes, int64_t dups, int64_t served, int64_t delayed, int64_t lead,
+                            int64_t samples, std::vector<int64_t>& byWorker) {
+              outcome_.shards[size_t(s)] =
+                  ShardSummary{s, rows, pushes, dups, served, delayed, lead, samples, std::move(byWorker)};
+              done();
             },
             [&job, s](caf::error& err) {
               job.fail(fmt::format("ps {} did not report its counters: {}", s, actors::describe(err)));
             });
   }
+  if (!faults_->plan().messages.empty()) {
+    for (const std::string role : {"ps", "worker"}) {
+      for (const auto& m : job.members(role)) {
+        if (!m.agent || m.state == actors::MemberState::kLost) continue;
+        ++*left;
+        job.self()
+            ->request(m.agent, 5s, actors::links_atom::value)
+            .then([this, done](actors::LinkCounts& c) { keepLinks(std::move(c)), done(); },
+                  [done, who = m.describe()](caf::error& err) {
+                    log()->warn("{} did not say what its links did: {}", who, actors::describe(err));
+                    done();
+                  });
+      }
+    }
+  }
+  done();
+}
+
+void TrainingJob::keepLinks(actors::LinkCounts c) {
+  if ((c.role != "ps" && c.role != "worker") || c.rank < 0 || c.rank >= (c.role == "ps" ? servers_ : workers_)) return;
+  const auto key = std::make_tuple(c.role, c.rank, c.incarnation);
+  links_.insert_or_assign(key, std::move(c));
 }
 
 actors::LossDecision TrainingJob::onLoss(actors::JobContext& job, const actors::Member& m, const actors::Loss& loss) {
@@ -1254,6 +1281,7 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
         checkGate(job);
         return promise;
       },
+      [this](actors::LinkCounts& c) { keepLinks(std::move(c)); },
       [this, &job](const WorkerReport& r) -> int64_t {
         if (r.rank < 0 || r.rank >= workers_ || reported_[size_t(r.rank)]) return r.rank;  // a repeat changes nothing
         reported_[size_t(r.rank)] = true;
@@ -1263,7 +1291,7 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
         const int64_t restarts = o.workers[size_t(r.rank)].restarts;
         o.workers[size_t(r.rank)] = WorkerSummary{r.rank,         false,          r.steps,     r.samples, r.pushesAcked,
                                                   r.pulledRows,   r.trainSeconds, r.denseHash, restarts,  r.resumedAt,
-                                                  r.stepsRedone};
+                                                  r.stepsRedone,  r.pushesAcknowledged};
         o.steps += r.steps;
         o.samples += r.samples;
         if (mode_ == TrainMode::kAllReduce && o.reportsCounted > 0 && o.samplesApplied != r.samplesApplied &&
@@ -1284,6 +1312,9 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
           o.accuracy = r.accuracy;
           o.rows = r.rows;
           o.evalSeconds = r.evalSeconds;
+          o.countChecked = r.countChecked;
+          o.countWrong = r.countWrong;
+          o.countErrors = r.countErrors;
           if (r.labels.dtype == DType::kFloat32 && r.predictions.dtype == DType::kFloat32 &&
               r.labels.bytes == r.predictions.bytes) {
             o.labels.assign(r.labels.as<float>(), r.labels.as<float>() + r.labels.count<float>());
@@ -1361,6 +1392,9 @@ JobOutcome TrainingJob::takeOutcome(const actors::JobResult& result) {
   o.events = result.events;
   o.faultPlan = faults_->plan();
   o.injections = faults_->injections();
+  o.endedAtSeconds = result.endedAtSeconds;
+  for (auto& [key, c] : links_) o.links.push_back(c);
+  if (result.links) o.links.push_back(*result.links);
   if (mode_ != TrainMode::kPs) {
     // Recovered once the group that took the replacement in trains again.
     // A group that shrank recovered once it trains again without the lost rank.

@@ -39,6 +39,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "actors/coordinator.h"
@@ -68,12 +69,16 @@ struct WorkerSummary {
   int64_t restarts = 0;    // processes that replaced a lost one of this rank
   int64_t resumedAt = 0;   // the step the last one resumed at (0: it trained from the start)
   int64_t stepsRedone = 0; // steps it redid that some shard had already (applied there once)
+  // The ledger: the distinct pushes of this rank every shard acknowledged
+  // (its earlier processes' included); -1 when no process of it reported.
+  int64_t pushesAcknowledged = -1;
 };
 
 struct ShardSummary {
   int64_t rank = 0;
   int64_t rows = 0, pushesApplied = 0, duplicatePushes = 0, pullsServed = 0, pullsDelayed = 0, maxLead = 0;
   int64_t samplesApplied = 0;  // the ledger: rows of the distinct pushes applied
+  std::vector<int64_t> pushesByWorker;  // the ledger: per worker rank, the distinct pushes in the shard's state
 };
 
 // supervision.on_worker_loss. Throws SetupError on another value.
@@ -98,6 +103,10 @@ struct JobOutcome {
   double auc = 0, loss = 0, accuracy = 0;
   int64_t rows = 0;
   std::vector<float> labels, predictions;
+  // The count model: values checked against the counts, those wrong, the
+  // first few named.
+  int64_t countChecked = 0, countWrong = 0;
+  std::string countErrors;
   double trainSeconds = 0;  // the longest worker's training time
   double evalSeconds = 0;
   int64_t steps = 0, samples = 0, pulledRows = 0;  // all workers
@@ -151,6 +160,10 @@ struct JobOutcome {
   // The fault plan (faults.plan) and every fault it injected, in order.
   actors::FaultPlan faultPlan;
   std::vector<actors::Injection> injections;
+  // A plan with message faults: what each process's links did (its last
+  // word: at the end, or a second before it was lost), the coordinator's too.
+  std::vector<actors::LinkCounts> links;
+  double endedAtSeconds = 0;  // since the coordinator started
 };
 
 // The published names of a ps process's shard actor and of a worker
@@ -320,6 +333,9 @@ class TrainingJob final : public actors::JobPolicy {
   // checkpoint's model (later ones copy the model from their group).
   std::map<int64_t, int64_t> fromCheckpoint_;
   std::unique_ptr<actors::FaultInjector> faults_;  // the fault plan's
+  // The last LinkCounts of every process (role, rank, incarnation).
+  std::map<std::tuple<std::string, int64_t, int64_t>, actors::LinkCounts> links_;
+  void keepLinks(actors::LinkCounts c);
   JobOutcome outcome_;
 };
 

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <optional>
 #include <cmath>
 #include <thread>
 
 #include <caf/all.hpp>
 
 #include "actors/fault_injector.h"
+#include "ps/applied_window.h"
 #include "collectives/communicator.h"
 #include "common/logging.h"
 #include "ps/messages.h"
@@ -52,6 +54,9 @@ struct WorkerState {
   Clock::time_point evalStart;
   bool finished = false;
   int64_t pushesInFlight = 0;
+  // The sequences acknowledged (the ledger): every one below this
+  // process's first push counts, as the shards had those already.
+  std::optional<ps::AppliedWindow> acknowledged;
   bool gatePassed = false;
   bool awaitingGate = false;
   int64_t toSkip = 0;  // batches still to pass over (a replacement)
@@ -110,6 +115,8 @@ void finish(Self* self) {
   st.report->pulledRows = st.core->pulledRows();
   st.report->samplesApplied = st.core->samplesApplied();
   st.report->macsPerSample = st.core->macsPerSample();
+  if (!st.acknowledged) st.acknowledged.emplace(st.core->steps(), std::vector<int64_t>{});  // it pushed nothing
+  st.report->pushesAcknowledged = st.acknowledged->floor() + int64_t(st.acknowledged->early());
   const float* w = st.core->denseWeights();
   st.report->denseWeights.assign(w, w + st.core->denseParameters());
   st.done.deliver(TrainReportPtr(st.report));
@@ -175,9 +182,21 @@ bool fireStepFault(Self* self) {
   for (size_t i = 0; i < st.options.faults.size(); ++i) {
     const actors::Fault& f = st.options.faults[i];
     if (st.faultFired[i] || f.kind == actors::FaultKind::kSlow || st.core->steps() < f.atStep) continue;
+    // (kill-actor: the step waits; the actor killed ends this worker.)
     const int64_t attempt = st.attempt;
     reportFault(self, i, st.core->steps(), [=] {
       if (f.kind == actors::FaultKind::kKill) actors::killThisProcess(f.id);
+      if (f.kind == actors::FaultKind::kKillActor) {
+        // One of this rank's actors dies; its supervisor finds it down.
+        auto& st = self->state;
+        const caf::actor target = f.actor == "train-loader" ? st.trainLoader
+                                  : f.actor == "test-loader" ? st.testLoader
+                                  : f.actor == "tables"      ? st.tables
+                                                             : caf::actor_cast<caf::actor>(self);
+        if (target) return actors::killActor(f.id, f.actor, target);
+        logger("worker")->warn("fault {}: kill-actor: this worker has no '{}' actor", f.id, f.actor);
+        return nextTrainBatch(self);
+      }
       actors::stopThisProcess(f.id, std::chrono::milliseconds(std::llround(f.durationSeconds * 1000)));
       if (self->state.attempt == attempt && !self->state.finished) nextTrainBatch(self);
     });
@@ -224,6 +243,8 @@ void trainOn(Self* self, BatchPtr batch, ps::PullReplyPtr rows) {
     // The holder applies pushes and pulls in arrival order, so the next pull
     // sees this update; the acknowledgement is only counted.
     const int64_t attempt = st.attempt;
+    const int64_t sequence = (*push)->sequence;
+    if (!st.acknowledged) st.acknowledged.emplace(sequence, std::vector<int64_t>{});
     auto drained = [=] {
       auto& st = self->state;
       if (--st.pushesInFlight == 0 && st.whenDrained) {
@@ -236,6 +257,7 @@ void trainOn(Self* self, BatchPtr batch, ps::PullReplyPtr rows) {
         .then(
             [=](int64_t) {
               ++self->state.report->pushesAcked;
+              self->state.acknowledged->insert(sequence);
               drained();
             },
             [=](caf::error& err) {
@@ -330,7 +352,7 @@ void nextEvalBatch(Self* self) {
           [=](BatchPtr batch) {
             auto& st = self->state;
             if (!batch) {
-              st.core->finishEval(&st.eval);
+              st.core->finishEval(&st.eval, st.epoch + 1);
               st.report->evalSeconds += secondsSince(st.evalStart);
               st.report->evals.push_back(std::move(st.eval));
               st.eval = EvalResult{};

@@ -64,6 +64,10 @@ struct TrainReport {
   int64_t steps = 0;
   int64_t samples = 0;
   int64_t pushesAcked = 0;
+  // The ledger: the distinct pushes (sequence numbers) of this rank that
+  // every shard acknowledged, those before this process's first one
+  // included (the shards had them when it started: it resumed after them).
+  int64_t pushesAcknowledged = 0;
   int64_t pulledRows = 0;  // unique embedding rows pulled for training
   int64_t samplesApplied = 0;  // WorkerCore::samplesApplied at the end
   int64_t macsPerSample = 0;

@@ -1,5 +1,6 @@
 #include "workers/worker_core.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -22,10 +23,12 @@ WorkerCore::WorkerCore(const WorkerCoreOptions& options)
                                      kernels::createKernels({kernels::Device::kCpu, options.threads}))) {
   if (options_.kind == ModelKind::kDlrm) {
     dlrm_ = std::make_unique<DlrmModel>(options_.dlrm, options_.denseOptimizer, options_.seed);
-  } else {
-    mlpParams_ = std::make_unique<DenseParameters>(Mlp::parameterCount(options_.mlpWidths), options_.denseOptimizer);
-    mlp_ = std::make_unique<Mlp>(options_.mlpWidths, false, mlpParams_.get(), 0);
+  } else if (options_.kind == ModelKind::kMlp) {
+    params_ = std::make_unique<DenseParameters>(Mlp::parameterCount(options_.mlpWidths), options_.denseOptimizer);
+    mlp_ = std::make_unique<Mlp>(options_.mlpWidths, false, params_.get(), 0);
     mlp_->initialize(options_.seed);
+  } else {
+    params_ = std::make_unique<DenseParameters>(kCountDense, options_.denseOptimizer);  // zeros
   }
   if (options_.comm) setCommunicator(options_.comm);
   if (options_.comm && options_.denseOnServers) TROUPE_SETUP_ERROR("dense parameters are either all-reduced or on the servers, not both");
@@ -37,14 +40,16 @@ void WorkerCore::setCommunicator(std::shared_ptr<collectives::Communicator> comm
   auto none = [](int64_t, int64_t) {};
   if (dlrm_) {
     dlrm_->setGradReady(none);
-  } else {
+  } else if (mlp_) {
     mlp_->setGradReady(none);
   }
   buckets_.reset();  // its thread ends, and its reference to the old communicator goes
   options_.comm = std::move(comm);
   collectiveFailed_ = false;
   if (!options_.comm) return;
-  std::vector<std::pair<int64_t, int64_t>> order = dlrm_ ? dlrm_->gradientOrder() : mlp_->gradientOrder();
+  // The count model has one gradient, made all at once (countStep).
+  std::vector<std::pair<int64_t, int64_t>> order =
+      dlrm_ ? dlrm_->gradientOrder() : mlp_ ? mlp_->gradientOrder() : std::vector<std::pair<int64_t, int64_t>>{{0, kCountDense}};
   std::vector<collectives::GradRange> ranges;
   for (const auto& [offset, count] : order) ranges.push_back({offset, count});
   buckets_ = std::make_unique<collectives::GradientBuckets>(options_.comm, dense().grads(), dense().size(), ranges,
@@ -52,7 +57,7 @@ void WorkerCore::setCommunicator(std::shared_ptr<collectives::Communicator> comm
   auto hook = [b = buckets_.get()](int64_t offset, int64_t count) { b->ready(offset, count); };
   if (dlrm_) {
     dlrm_->setGradReady(hook);
-  } else {
+  } else if (mlp_) {
     mlp_->setGradReady(hook);
   }
 }
@@ -75,7 +80,7 @@ Expected<bool> WorkerCore::agreeToStep(int64_t rows) {
 }
 
 int64_t WorkerCore::denseStateFloats() const {
-  return dlrm_ ? dlrm_->parameters().blockFloats() : mlpParams_->blockFloats();
+  return dlrm_ ? dlrm_->parameters().blockFloats() : params_->blockFloats();
 }
 
 float* WorkerCore::denseState() { return dense().block(); }
@@ -172,11 +177,11 @@ Status WorkerCore::mergePushes(ps::PushRequest* push) {
   return Status::ok();
 }
 
-int64_t WorkerCore::macsPerSample() const { return dlrm_ ? dlrm_->macsPerSample() : mlp_->macsPerSample(); }
-int64_t WorkerCore::denseParameters() const { return dlrm_ ? dlrm_->parameters().size() : mlpParams_->size(); }
-const float* WorkerCore::denseWeights() const {
-  return dlrm_ ? dlrm_->parameters().weights() : mlpParams_->weights();
+int64_t WorkerCore::macsPerSample() const {
+  return dlrm_ ? dlrm_->macsPerSample() : mlp_ ? mlp_->macsPerSample() : 0;
 }
+int64_t WorkerCore::denseParameters() const { return dlrm_ ? dlrm_->parameters().size() : params_->size(); }
+const float* WorkerCore::denseWeights() const { return dlrm_ ? dlrm_->parameters().weights() : params_->weights(); }
 
 void WorkerCore::resumeAt(int64_t steps) {
   steps_ = steps;
@@ -195,7 +200,7 @@ double WorkerCore::takeMeanLoss() {
   return mean;
 }
 
-DenseParameters& WorkerCore::dense() { return dlrm_ ? dlrm_->parameters() : *mlpParams_; }
+DenseParameters& WorkerCore::dense() { return dlrm_ ? dlrm_->parameters() : *params_; }
 
 Expected<ps::PullRequestPtr> WorkerCore::prepare(const Batch& batch, bool create) {
   auto req = std::make_shared<ps::PullRequest>();
@@ -227,24 +232,35 @@ Expected<ps::PullRequestPtr> WorkerCore::prepare(const Batch& batch, bool create
   return ps::PullRequestPtr(std::move(req));
 }
 
+Status WorkerCore::checkReply(const ps::PullReply* reply) const {
+  const int tables = options_.dlrm.numTables;
+  const int64_t dim = options_.dlrm.embeddingDim;
+  if (!reply) return Status::invalidArgument("a step of a model with tables needs the pulled rows");
+  if (int(reply->rows.size()) != tables || int(uniqueKeys_.size()) != tables) {
+    return Status::invalidArgument(fmt::format("pull reply has {} tables, the model {}", reply->rows.size(), tables));
+  }
+  for (int t = 0; t < tables; ++t) {
+    const int64_t numRows = int64_t(uniqueKeys_[size_t(t)].size());
+    if (int64_t(reply->rows[size_t(t)].size()) != numRows * dim) {
+      return Status::invalidArgument(fmt::format("pull reply for table {} has {} floats, expected {} x {}", t,
+                                                 reply->rows[size_t(t)].size(), numRows, dim));
+    }
+  }
+  return Status::ok();
+}
+
 Status WorkerCore::embed(const Batch& batch, const ps::PullReply& reply) {
   const int tables = options_.dlrm.numTables;
   const int64_t dim = options_.dlrm.embeddingDim;
   const int64_t rows = batch.rows;
-  if (int(reply.rows.size()) != tables) {
-    return Status::invalidArgument(fmt::format("pull reply has {} tables, the model {}", reply.rows.size(), tables));
-  }
+  Status s = checkReply(&reply);
+  if (!s.isOk()) return s;
   // Every table in one embedding-bag call: the pulled rows of all tables one
   // after another, bags ordered table-major (table t's bags are
   // [t * rows, (t + 1) * rows)), so table t's pooled output is one block.
   rowOffset_.assign(size_t(tables) + 1, 0);
   for (int t = 0; t < tables; ++t) {
-    const int64_t numRows = int64_t(uniqueKeys_[size_t(t)].size());
-    if (int64_t(reply.rows[size_t(t)].size()) != numRows * dim) {
-      return Status::invalidArgument(fmt::format("pull reply for table {} has {} floats, expected {} x {}", t,
-                                                 reply.rows[size_t(t)].size(), numRows, dim));
-    }
-    rowOffset_[size_t(t) + 1] = rowOffset_[size_t(t)] + numRows;
+    rowOffset_[size_t(t) + 1] = rowOffset_[size_t(t)] + int64_t(uniqueKeys_[size_t(t)].size());
   }
   const int64_t totalRows = rowOffset_.back();
   allRows_.resize(size_t(totalRows * dim));
@@ -281,6 +297,7 @@ Status WorkerCore::forward(const Batch& batch, const ps::PullReplyPtr& rows) {
     }
     std::copy(rows->dense.begin(), rows->dense.end(), p.weights());
   }
+  if (options_.kind == ModelKind::kCount) return checkReply(rows.get());
   logits_.resize(size_t(batch.rows * (dlrm_ ? 1 : options_.mlpWidths.back())));
   if (dlrm_) {
     if (!rows) return Status::invalidArgument("a DLRM step needs the pulled rows");
@@ -347,6 +364,7 @@ Expected<ps::PushRequestPtr> WorkerCore::trainStepOnce(const Batch& batch, const
   Status s = forward(batch, rows);
   if (!s.isOk()) return s;
   ++steps_;
+  if (options_.kind == ModelKind::kCount) return countStep(batch);
   dLogits_.resize(logits_.size());
   if (dlrm_) {
     auto loss = kernels_->sigmoidCrossEntropy(logits_.data(), batch.labels.data(), batch.rows, dLogits_.data());
@@ -400,19 +418,81 @@ Expected<ps::PushRequestPtr> WorkerCore::trainStepOnce(const Batch& batch, const
   if (!s.isOk()) return s;
   if (options_.denseOnServers) {
     auto push = newPush(batch.rows);
-    push->denseGrads.assign(mlpParams_->grads(), mlpParams_->grads() + mlpParams_->size());
+    push->denseGrads.assign(params_->grads(), params_->grads() + params_->size());
     return ps::PushRequestPtr(std::move(push));
   }
   keepPreviousState();
-  s = mlpParams_->apply(*kernels_, steps_);
+  s = params_->apply(*kernels_, steps_);
   if (!s.isOk()) return s;
   return ps::PushRequestPtr();
+}
+
+Expected<ps::PushRequestPtr> WorkerCore::countStep(const Batch& batch) {
+  const int tables = options_.dlrm.numTables;
+  const int64_t dim = options_.dlrm.embeddingDim;
+  const float scale = float(options_.countScale);
+  ++lossCount_;  // a loss of 0
+  DenseParameters& p = *params_;
+  std::fill_n(p.grads(), p.size(), -float(batch.rows) * scale);
+  if (buckets_) buckets_->ready(0, p.size());
+  Status s = finishDenseSync();
+  if (!s.isOk()) return s;
+  auto push = newPush(batch.rows);
+  push->keys.resize(size_t(tables));
+  push->grads.resize(size_t(tables));
+  for (int t = 0; t < tables; ++t) {
+    const auto& unique = uniqueKeys_[size_t(t)];
+    std::vector<float> grads(unique.size() * size_t(dim), 0.0f);
+    for (int64_t r = 0; r < batch.rows; ++r) {
+      float* g = grads.data() + inverse_[size_t(t)][size_t(r)] * dim;
+      for (int64_t d = 0; d < dim; ++d) g[d] -= scale;
+    }
+    push->keys[size_t(t)] = unique;
+    push->grads[size_t(t)] = std::move(grads);
+  }
+  if (options_.replicatedTables) {
+    s = mergePushes(push.get());
+    if (!s.isOk()) return s;
+  }
+  if (options_.denseOnServers) {
+    push->denseGrads.assign(p.grads(), p.grads() + p.size());
+  } else {
+    keepPreviousState();
+    s = p.apply(*kernels_, steps_);
+    if (!s.isOk()) return s;
+  }
+  return ps::PushRequestPtr(std::move(push));
+}
+
+Status WorkerCore::countEval(const Batch& batch, const ps::PullReply& reply) {
+  const int tables = options_.dlrm.numTables;
+  const int64_t dim = options_.dlrm.embeddingDim;
+  counted_.resize(size_t(tables));
+  for (int t = 0; t < tables; ++t) {
+    const auto& unique = uniqueKeys_[size_t(t)];
+    std::vector<int64_t> times(unique.size(), 0);
+    for (int64_t r = 0; r < batch.rows; ++r) ++times[size_t(inverse_[size_t(t)][size_t(r)])];
+    for (size_t u = 0; u < unique.size(); ++u) {
+      const float* row = reply.rows[size_t(t)].data() + u * size_t(dim);
+      const bool fresh = counted_[size_t(t)].count(unique[u]) == 0;
+      Counted& c = counted_[size_t(t)][unique[u]];
+      c.times += times[u];
+      // The rows hold still while the model is evaluated: a row whose
+      // elements differ, or that changed since it was seen, is wrong for good.
+      const bool even = std::all_of(row, row + dim, [&](float v) { return v == row[0]; });
+      c.value = even && (fresh || c.value == row[0]) ? row[0] : std::nanf("");
+    }
+  }
+  return Status::ok();
 }
 
 Status WorkerCore::evalStep(const Batch& batch, const ps::PullReplyPtr& rows, EvalResult* eval) {
   Status s = forward(batch, rows);
   if (!s.isOk()) return s;
-  if (dlrm_) {
+  if (options_.kind == ModelKind::kCount) {
+    s = countEval(batch, *rows);
+    if (!s.isOk()) return s;
+  } else if (dlrm_) {
     for (int64_t i = 0; i < batch.rows; ++i) {
       const double z = logits_[size_t(i)];
       eval->predictions.push_back(float(1.0 / (1.0 + std::exp(-z))));
@@ -433,8 +513,32 @@ Status WorkerCore::evalStep(const Batch& batch, const ps::PullReplyPtr& rows, Ev
   return Status::ok();
 }
 
-void WorkerCore::finishEval(EvalResult* eval) const {
+void WorkerCore::finishEval(EvalResult* eval, int64_t epochs) {
   const int64_t n = int64_t(eval->labels.size());
+  if (options_.kind == ModelKind::kCount) {
+    // Every value is a whole number of occurrences (times the passes), so
+    // one update lost or applied twice moves it by 1 at least.
+    auto check = [&](double got, double want, const std::string& what) {
+      ++eval->countChecked;
+      if (std::fabs(got - want) <= 0.25) return;  // NaN (a row whose elements differ) fails too
+      if (eval->countWrong++ < 5) {
+        eval->countErrors += fmt::format("{}{}: {} instead of {}", eval->countErrors.empty() ? "" : "; ", what, got, want);
+      }
+    };
+    for (size_t t = 0; t < counted_.size(); ++t) {
+      for (const auto& [key, c] : counted_[t]) {
+        check(c.value, double(c.times) * double(epochs), fmt::format("table {} key {}", t, key));
+      }
+    }
+    for (int64_t i = 0; i < params_->size(); ++i) {
+      check(params_->weights()[i], double(eval->rows) * double(epochs), fmt::format("dense parameter {}", i));
+    }
+    counted_.clear();
+    eval->loss = 0;
+    eval->accuracy = eval->countChecked ? 1.0 - double(eval->countWrong) / double(eval->countChecked) : std::nan("");
+    eval->auc = std::nan("");
+    return;
+  }
   if (dlrm_) {
     eval->auc = kernels::rocAuc(eval->predictions.data(), eval->labels.data(), n);
     eval->loss = kernels::logLoss(eval->predictions.data(), eval->labels.data(), n);

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
@@ -37,7 +38,15 @@ namespace troupe::workers {
 
 class Mlp;
 
-enum class ModelKind { kDlrm, kMlp };
+// kCount is the exact-count model (chaos draws it to check that nothing is
+// lost or applied twice): on DLRM-shaped data (its tables and embedding
+// dimension) each step adds to every element of a key's row the times the
+// key occurs in the batch, and to each of kCountDense dense parameters the
+// batch's rows, by plain SGD at rate 1 (job_setup.h sets the optimizers).
+// An evaluation over the training set then counts the keys itself and
+// compares every row and the dense parameters with those counts.
+enum class ModelKind { kDlrm, kMlp, kCount };
+inline constexpr int64_t kCountDense = 8;
 
 struct WorkerCoreOptions {
   ModelKind kind = ModelKind::kDlrm;
@@ -70,6 +79,10 @@ struct WorkerCoreOptions {
   // after a lost rank can go back one step to where every rank's pushes
   // are (revertLastStep).
   bool keepPrevious = false;
+  // kCount: the gradients are multiplied by this, so that a step whose
+  // pushes are averaged over the ranks (BSP, allreduce, hybrid: the ranks
+  // of the job) still adds the counts.
+  double countScale = 1;
 };
 
 // Metrics of one pass over an evaluation set.
@@ -80,6 +93,11 @@ struct EvalResult {
   double accuracy = 0;  // classifiers
   std::vector<float> labels;       // true label (binary) or class
   std::vector<float> predictions;  // click probability or predicted class
+  // kCount: the values checked (each row's elements and the dense
+  // parameters) and those that differ from the counts; the first few of
+  // those, named.
+  int64_t countChecked = 0, countWrong = 0;
+  std::string countErrors;
 };
 
 class WorkerCore final {
@@ -89,7 +107,7 @@ class WorkerCore final {
   WorkerCore(const WorkerCore&) = delete;
   WorkerCore& operator=(const WorkerCore&) = delete;
 
-  bool hasTables() const { return options_.kind == ModelKind::kDlrm; }
+  bool hasTables() const { return options_.kind != ModelKind::kMlp; }
   // Whether each step pulls from (and pushes to) tables or shards.
   bool needsServer() const { return hasTables() || options_.denseOnServers; }
   const WorkerCoreOptions& options() const { return options_; }
@@ -109,8 +127,10 @@ class WorkerCore final {
 
   // Forward only; appends labels and predictions to *eval (call finishEval at the end).
   Status evalStep(const Batch& batch, const ps::PullReplyPtr& rows, EvalResult* eval);
-  // Computes the metrics of the accumulated predictions.
-  void finishEval(EvalResult* eval) const;
+  // Computes the metrics of the accumulated predictions. kCount: compares
+  // the values seen with the counts of the evaluation set (the training
+  // set) times `epochs`, the passes over it that training took.
+  void finishEval(EvalResult* eval, int64_t epochs = 1);
 
   int64_t steps() const { return steps_; }
   // Samples whose gradients the steps taken so far applied: of every rank in
@@ -156,6 +176,12 @@ class WorkerCore final {
   // The bags of all tables of the last embed(), table-major.
   kernels::EmbeddingBags allBags(int64_t rows) const;
   Status forward(const Batch& batch, const ps::PullReplyPtr& rows);
+  // Whether a pull's reply has the rows of the batch prepared last.
+  Status checkReply(const ps::PullReply* rows) const;
+  // kCount: a step's gradients (the counts, negated and scaled), and an
+  // evaluation batch's keys counted beside the values pulled.
+  Expected<ps::PushRequestPtr> countStep(const Batch& batch);
+  Status countEval(const Batch& batch, const ps::PullReply& rows);
   DenseParameters& dense();
   // The push of the step just taken on `samples` rows: this worker, the
   // next sequence number.
@@ -170,7 +196,7 @@ class WorkerCore final {
   WorkerCoreOptions options_;
   std::shared_ptr<kernels::Kernels> kernels_;
   std::unique_ptr<DlrmModel> dlrm_;
-  std::unique_ptr<DenseParameters> mlpParams_;
+  std::unique_ptr<DenseParameters> params_;  // kMlp, kCount: the dense parameters
   std::unique_ptr<Mlp> mlp_;
   std::unique_ptr<collectives::GradientBuckets> buckets_;
   int64_t steps_ = 0;
@@ -197,6 +223,13 @@ class WorkerCore final {
   std::vector<const float*> pooledPtrs_;
   std::vector<float*> dPooledPtrs_;
   std::vector<float> logits_, dLogits_, probs_;
+  // kCount evaluation: per table, each key's occurrences in the passes so
+  // far and the value its row had (NaN: its elements differ).
+  struct Counted {
+    int64_t times = 0;
+    float value = 0;
+  };
+  std::vector<std::unordered_map<uint64_t, Counted>> counted_;
 };
 
 }  // namespace troupe::workers

@@ -118,6 +118,10 @@ caf::behavior driver(caf::stateful_actor<DriverState>* self, std::function<caf::
         r.resumedAt = st.facts.resumedAt;
         r.stepsRedone = st.facts.redone;
         r.samplesApplied = report->samplesApplied;
+        r.pushesAcknowledged = report->pushesAcknowledged;
+        r.countChecked = eval.countChecked;
+        r.countWrong = eval.countWrong;
+        r.countErrors = eval.countErrors;
         r.denseHash = hashBytes(std::string_view(reinterpret_cast<const char*>(report->denseWeights.data()),
                                                  report->denseWeights.size() * 4),
                                 0);
@@ -249,7 +253,7 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   if (mode != TrainMode::kPs) {
     model.comm = comm_;
     model.bucketBytes = positive(config, "train.bucket_kb") << 10;
-    model.replicatedTables = mode == TrainMode::kAllReduce && model.kind == ModelKind::kDlrm;
+    model.replicatedTables = mode == TrainMode::kAllReduce && model.kind != ModelKind::kMlp;
     model.keepPrevious = mode == TrainMode::kHybrid;
   }
   // A worker resumes at the first step of its rank that not every shard
@@ -343,6 +347,7 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   }
   DataSources data = openData(config, threads);
   const int64_t datasetRows = data.train->rowsPerEpoch();
+  if (model.kind == ModelKind::kCount) model.countScale = countScale(config, datasetRows);
   auto core = std::make_shared<std::unique_ptr<WorkerCore>>(std::make_unique<WorkerCore>(model));
   if (mode == TrainMode::kPs) (*core)->resumeAt(resumeAt);
   if (resumedModel) {
@@ -451,8 +456,8 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
     if (e.kind != WorkerEvent::Kind::kProgress) return;
     caf::anon_send(coord, Progress{rank, e.epoch, e.step, e.epochRows, e.rowsPerEpoch, e.meanLoss, e.samplesPerSec});
   };
-  std::vector<actors::ChildSpec> children = {existing("train loader", trainLoader),
-                                             existing("test loader", testLoader)};
+  std::vector<actors::ChildSpec> children = {existing("train-loader", trainLoader),
+                                             existing("test-loader", testLoader)};
   if (client) children.push_back(existing("tables", client));
   auto spawnWorker = [&system = ctx.system, &remote = ctx.remote, wo, core, trainLoader, testLoader, client, rank]() {
     auto w = workers::spawnWorker(system, wo, std::move(*core), trainLoader, testLoader, client);

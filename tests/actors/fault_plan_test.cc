@@ -104,6 +104,41 @@ TEST(FaultPlan, MessageFaultsBecomeLinkRules) {
   EXPECT_TRUE(rules[3].bothWays);
 }
 
+// A kill that names one actor of the process: a fault of its own kind,
+// armed in the worker (a step) or sent by the coordinator (a time).
+TEST(FaultPlan, AKillOfOneActorNamesAnActorOfItsTargetsRole) {
+  Config c = configWith({"kind=kill,target=worker:1,actor=train-loader,at_step=7", "kind=kill-actor,target=ps:0,actor=shard,at_s=1.5",
+                         "kind=kill,target=ps:1,actor=backup,every_s=5,count=2"});
+  c.setValue("ps.replicas", int64_t{2});
+  const FaultPlan p = parseFaultPlan(c, 2, 2);
+  ASSERT_EQ(p.faults.size(), 3u);
+  EXPECT_EQ(p.faults[0].kind, FaultKind::kKillActor);
+  EXPECT_EQ(p.faults[0].actor, "train-loader");
+  EXPECT_EQ(p.faults[0].atStep, 7);
+  EXPECT_EQ(p.faults[1].kind, FaultKind::kKillActor);
+  EXPECT_EQ(p.faults[1].actor, "shard");
+  EXPECT_EQ(p.faults[2].actor, "backup");
+  EXPECT_EQ(std::string(faultKindName(FaultKind::kKillActor)), "kill-actor");
+  ASSERT_EQ(p.stepFaultsOf(1).size(), 1u);
+  EXPECT_EQ(p.stepFaultsOf(1)[0].actor, "train-loader");
+  struct Case {
+    std::string spec, expected;
+  };
+  for (const Case& k : std::vector<Case>{
+           {"kind=stop,target=worker:1,actor=worker,at_s=1,duration_s=1",
+            "fault 1 (kind=stop,target=worker:1,actor=worker,at_s=1,duration_s=1): actor: a stop fault hits a "
+            "process, not one of its actors"},
+           {"kind=kill,target=worker:0,actor=shard,at_s=1",
+            "actor: a worker has no actor 'shard' (worker, train-loader, test-loader, tables)"},
+           {"kind=kill,target=ps:0,actor=loader,at_s=1", "actor: a ps has no actor 'loader' (shard, backup)"},
+           {"kind=kill,target=ps:0,actor=backup,at_s=1", "actor: a parameter server holds a backup only with ps.replicas = 2"},
+           {"kind=kill-actor,target=worker:0,at_step=3", "a kill-actor fault needs actor"},
+           {"kind=kill,target=worker:0,actor=worker,at_step=3,duration_s=2", "duration_s: a kill fault has no duration"},
+       }) {
+    EXPECT_NE(refusal({k.spec}).find(k.expected), std::string::npos) << k.spec << " -> " << refusal({k.spec});
+  }
+}
+
 TEST(FaultPlan, RefusesEachBadFieldNamingTheFaultAndTheField) {
   struct Case {
     std::string spec, expected;

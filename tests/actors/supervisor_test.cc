@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "actors/errors.h"
+#include "actors/fault_injector.h"
 #include "tests/actors/deterministic.h"
 #include "transport/remote_actors.h"
 
@@ -169,6 +170,29 @@ TEST_F(SupervisorTest, AChildThatIsNotRestartedEscalatesAtOnce) {
   EXPECT_EQ(failed->restarts, 0);
   ASSERT_EQ(failures_.size(), 1u);
   EXPECT_EQ(failures_[0].rfind("shard escalated after", 0), 0u);
+}
+
+// A fault plan's kill of one actor (actors::killActor): the supervisor
+// finds the child down, restarts it where its spec allows, and escalates
+// (its process then reports the failure) where it does not.
+TEST_F(SupervisorTest, AnActorKilledByAFaultIsRestartedOrEscalatedByItsSpec) {
+  auto sup = start({spec("tables", true), spec("train-loader", false)}, RestartPolicy{3, 60s});
+  killActor(1, "tables", child(sup, "tables"));
+  run();
+  EXPECT_EQ(starts("tables"), 2) << "restarted in place";
+  EXPECT_FALSE(take<ChildFailed>());
+  auto loader = child(sup, "train-loader");
+  ASSERT_TRUE(loader);
+  killActor(2, "train-loader", loader);
+  run();
+  EXPECT_EQ(starts("train-loader"), 1);
+  auto failed = take<ChildFailed>();
+  ASSERT_TRUE(failed);
+  EXPECT_EQ(failed->child, "train-loader");
+  EXPECT_EQ(failed->restarts, 0);
+  ASSERT_EQ(failures_.size(), 2u);
+  EXPECT_EQ(failures_[0].rfind("tables restarted after", 0), 0u) << failures_[0];
+  EXPECT_EQ(failures_[1].rfind("train-loader escalated after", 0), 0u) << failures_[1];
 }
 
 TEST_F(SupervisorTest, AStartThatGivesNoActorCountsAsAFailure) {

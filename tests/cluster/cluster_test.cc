@@ -1099,7 +1099,11 @@ TEST_F(ClusterTest, AFaultPlanKillsAndStopsProcessesForRealAndItsReportCountsEac
   ASSERT_EQ(r.exitCode, 0) << r.err;
   // The table, on stdout.
   EXPECT_NE(r.out.find("faults (seed 5):"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("ledger: samples applied 80000, 80000 of 80000 expected (per shard): exact"), std::string::npos)
+  // Two epochs of 313 batches: 626 pushes to each shard, every one of them
+  // acknowledged and in both shards' state after the rollback.
+  EXPECT_NE(r.out.find("ledger: samples applied 80000, 80000 of 80000 expected (per shard); pushes acknowledged 626, "
+                       "in the shards' state 626, 626: exact"),
+            std::string::npos)
       << r.out;
   const std::string json = readFile(dir.file("runs/plan/faults.json"));
   ASSERT_FALSE(json.empty());
@@ -1288,6 +1292,22 @@ TEST_F(ClusterTest, MessageFaultsCostResendsAndTheModelIsTheFaultFreeOnesToTheBi
   EXPECT_GE(linkCount(dir, "messages", "sent again"), dropped);
   EXPECT_GE(linkCount(dir, "messages", "duplicates suppressed"), linkCount(dir, "messages", "duplicated"));
   EXPECT_GE(linkCount(dir, "messages", "malformed refused"), 1);
+  // The report counts them per kind: what the processes' filters hit by
+  // the end of training (their logs, written at exit, hold the same or a
+  // few more), and what the links did, over all five processes.
+  const auto report = nlohmann::json::parse(json);
+  std::map<std::string, int64_t> injected;
+  for (const auto& row : report.at("kinds")) injected[row.at("kind").get<std::string>()] = row.at("injected").get<int64_t>();
+  const std::map<std::string, std::string> logged = {{"drop", "dropped"},     {"dup", "duplicated"},
+                                                     {"delay", "delayed"},    {"reorder", "reordered"},
+                                                     {"corrupt", "corrupted"}};
+  for (const auto& [kind, word] : logged) {
+    EXPECT_GT(injected[kind], 0) << kind << " " << json;
+    EXPECT_LE(injected[kind], linkCount(dir, "messages", word)) << kind;
+  }
+  EXPECT_EQ(report.at("links").at("processes").get<int64_t>(), 5) << json;
+  EXPECT_EQ(report.at("links").at("given_up").get<int64_t>(), 0) << json;
+  EXPECT_GT(report.at("links").at("sent_again").get<int64_t>(), 0) << json;
 }
 
 // A worker cut off from every other process for 2 s (heartbeats too) is
@@ -1322,6 +1342,84 @@ TEST_F(ClusterTest, MessageFaultsAPartitionedWorkerIsTimedOutFencedAndReplaced) 
       << recovery;
   EXPECT_NE(recovery.find("\"action\": \"replaced\""), std::string::npos) << recovery;
   EXPECT_GT(linkCount(dir, "partition", "cut by a partition"), 0);
+  // The report lays the loss to the partition: detected, and recovered.
+  const auto report = nlohmann::json::parse(readFile(dir.file("runs/partition/faults.json")));
+  ASSERT_EQ(report.at("partitions").size(), 1u) << report.dump();
+  const auto& cut = report.at("partitions")[0];
+  EXPECT_TRUE(cut.at("detected").get<bool>()) << cut.dump();
+  EXPECT_TRUE(cut.at("recovered").get<bool>()) << cut.dump();
+  EXPECT_NEAR(cut.at("detect_s").get<double>(), lost[0] - 2.0, 0.05) << cut.dump() << recovery;
+}
+
+// The exact-count model (model.kind = count: every update adds each key's
+// occurrences) through a killed actor of a worker, a killed worker, lost
+// and doubled messages and, with shards, a shard actor killed in a
+// replicated job: in every mode the final values are the counts of the
+// data (the evaluation counts them itself), every push a worker was
+// acknowledged is in every shard's state once, and the killed actors were
+// found by their supervisors and their processes replaced.
+TEST_F(ClusterTest, TheCountModelCountsExactlyThroughKilledActorsProcessesAndMessagesInEveryMode) {
+  for (const std::string mode : {"bsp", "asp", "allreduce", "hybrid"}) {
+    SCOPED_TRACE(mode);
+    TempDir dir;
+    const bool ps = mode == "bsp" || mode == "asp";
+    std::vector<std::string> args = plus(
+        smallJob(dir, "count"),
+        {"--set", "cluster.workers=2", "--set", "cluster.servers=2", "--set", "model.kind=count", "--set",
+         "train.batch_size=64", "--set", "data.max_train_rows=39936", "--set",
+         std::string("train.mode=") + (ps ? "ps" : mode), "--set",
+         std::string("ps.consistency=") + (ps ? mode : "bsp"), "--set", "supervision.max_restarts=10", "--fault",
+         "kind=kill,target=worker:1,actor=train-loader,at_step=40", "--fault", "kind=kill,target=worker:0,at_step=120",
+         "--fault", "kind=slow,target=worker:0,delay_ms=4", "--fault", "kind=drop,from=worker,to=*,both_ways=true,p=0.02",
+         "--fault", "kind=dup,from=*,to=*,p=0.02"});
+    if (mode != "allreduce") {
+      args = plus(args, {"--set", "ps.replicas=2", "--fault", "kind=kill,target=ps:0,actor=shard,at_s=0.8"});
+    } else {
+      args = plus(args, {"--set", "collectives.backend=ring"});
+    }
+    auto r = troupe(plus({"train"}, args), 300s);
+    EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
+    const std::string text = readFile(dir.file("runs/count/faults.json"));
+    ASSERT_FALSE(text.empty()) << r.err;
+    const auto json = nlohmann::json::parse(text);
+    ASSERT_TRUE(json.at("finished").get<bool>()) << text;
+    // The counts: 39936 rows, 4 tables; every key's row and the 8 dense
+    // parameters checked, none wrong.
+    EXPECT_EQ(json.at("counts").at("wrong").get<int64_t>(), 0) << text;
+    EXPECT_GT(json.at("counts").at("checked").get<int64_t>(), 8) << text;
+    const auto& ledger = json.at("ledger");
+    EXPECT_TRUE(ledger.at("exact").get<bool>()) << text;
+    EXPECT_EQ(ledger.at("expected_samples").get<int64_t>(), 39936);
+    if (mode != "allreduce") {
+      // 624 steps of 64 rows, a push to every shard each: all of them in
+      // each shard's state, once.
+      EXPECT_EQ(ledger.at("pushes_acknowledged").get<int64_t>(), 624) << text;
+      EXPECT_EQ(ledger.at("pushes_in_state"), nlohmann::json::array({624, 624})) << text;
+    }
+    // The killed actors: found through their supervisors (their processes
+    // reported the failure), and replaced.
+    int64_t actorHits = 0;
+    for (const auto& in : json.at("injections")) {
+      if (in.at("kind") != "kill-actor") continue;
+      ++actorHits;
+      EXPECT_TRUE(in.at("detected").get<bool>()) << in.dump();
+      EXPECT_TRUE(in.at("recovered").get<bool>()) << in.dump();
+      EXPECT_LT(in.at("detect_s").get<double>(), 5.0) << in.dump();
+    }
+    EXPECT_EQ(actorHits, mode == "allreduce" ? 1 : 2) << text;
+    for (const auto& row : json.at("kinds")) {
+      if (row.at("kind") == "drop" || row.at("kind") == "dup") {
+        EXPECT_GT(row.at("injected").get<int64_t>(), 0) << row.dump();
+        EXPECT_TRUE(row.at("detected").is_null()) << row.dump();
+      }
+    }
+    EXPECT_EQ(json.at("links").at("given_up").get<int64_t>(), 0) << text;
+    EXPECT_GT(json.at("links").at("sent_again").get<int64_t>(), 0) << text;
+    EXPECT_TRUE(json.at("crashes").empty()) << text;
+    const std::string worker1 = readFile(dir.file("runs/count/worker-1.log"));
+    EXPECT_NE(worker1.find("fault 1: kill-actor: kills this process's 'train-loader' actor"), std::string::npos)
+        << worker1;
+  }
 }
 
 TEST_F(ClusterTest, WithReplicasABadSettingIsRefusedBeforeTheJobStarts) {
@@ -1383,8 +1481,8 @@ TEST_F(ClusterTest, WithBaselineTheReportSetsTheFaultFreeRunBesideAndAllreduceRe
       << json;
   EXPECT_NE(kill.find("\"recovered\": true"), std::string::npos) << json;
   EXPECT_EQ(fields(json, "regroups"), std::vector<double>{1}) << json;
-  EXPECT_NE(json.find("\"ledger\": {\"expected_samples\": 39936, \"samples_applied\": [39936], \"pushes_applied\": [], "
-                      "\"exact\": true}"),
+  EXPECT_NE(json.find("\"ledger\": {\"expected_samples\": 39936, \"samples_applied\": [39936], \"pushes_acknowledged\": "
+                      "null, \"pushes_in_state\": [], \"ranks_not_counted\": [], \"exact\": true}"),
             std::string::npos)
       << json;
   EXPECT_TRUE(std::filesystem::exists(dir.file("runs/base/baseline/worker-1.log")));

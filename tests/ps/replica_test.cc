@@ -150,7 +150,7 @@ Stats statsOf(caf::scoped_actor& self, const caf::actor& shard) {
   Stats s;
   self->request(shard, kTimeout, stats_atom::value)
       .receive([&](int64_t, int64_t pushes, int64_t dups, int64_t, int64_t, int64_t,
-                   int64_t samples) { s = Stats{pushes, dups, samples}; },
+                   int64_t samples, const std::vector<int64_t>&) { s = Stats{pushes, dups, samples}; },
                [](caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
   return s;
 }

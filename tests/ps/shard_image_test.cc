@@ -135,7 +135,7 @@ TEST_F(ShardImageTest, ARestoredShardGoesOnFromTheCut) {
   self->request(restored, 10s, pushToWire(0, 3, 3, 8, u64({0, 0}), u64({}), f32({}), f32({})))
       .receive([](int64_t) {}, [](caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
   self->request(restored, 10s, stats_atom::value)
-      .receive([&](int64_t, int64_t, int64_t d, int64_t, int64_t, int64_t, int64_t s) { dups = d, samples = s; },
+      .receive([&](int64_t, int64_t, int64_t d, int64_t, int64_t, int64_t, int64_t s, const std::vector<int64_t>&) { dups = d, samples = s; },
                [](caf::error&) {});
   EXPECT_EQ(dups, 1);
   EXPECT_EQ(samples, 4 * 8) << "the ledger goes on from the cut";

@@ -160,6 +160,15 @@ TEST(Shard, ExactCountInEveryModel) {
         }
       }
     }
+    // The ledger: every shard holds each worker's kSteps pushes, once each.
+    for (const auto& shard : job.shards) {
+      std::vector<int64_t> byWorker;
+      self->request(shard, kTimeout, stats_atom::value)
+          .receive([&](int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                       const std::vector<int64_t>& v) { byWorker = v; },
+                   [](caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
+      EXPECT_EQ(byWorker, std::vector<int64_t>(kWorkers, kSteps));
+    }
   }
 }
 
@@ -209,7 +218,7 @@ TEST(Shard, SspBoundsTheLeadAndLeaveReleases) {
   EXPECT_TRUE(pullNow(self, job.clients[0], pullOf(keys, 3)));
   int64_t lead = -1;
   self->request(job.shards[0], kTimeout, stats_atom::value)
-      .receive([&](int64_t, int64_t, int64_t, int64_t, int64_t delayed, int64_t maxLead, int64_t) {
+      .receive([&](int64_t, int64_t, int64_t, int64_t, int64_t delayed, int64_t maxLead, int64_t, const std::vector<int64_t>&) {
         lead = maxLead;
         EXPECT_GE(delayed, 2);
       }, [](caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
@@ -246,7 +255,7 @@ TEST(Shard, MalformedMessagesAreRefusedAndChangeNothing) {
   EXPECT_NE(error.find("worker 7"), std::string::npos) << error;
   int64_t rows = -1;
   self->request(job.shards[0], kTimeout, stats_atom::value)
-      .receive([&](int64_t r, int64_t pushes, int64_t, int64_t, int64_t, int64_t, int64_t) {
+      .receive([&](int64_t r, int64_t pushes, int64_t, int64_t, int64_t, int64_t, int64_t, const std::vector<int64_t>&) {
         rows = r;
         EXPECT_EQ(pushes, 0);
       }, [](caf::error&) {});
@@ -261,7 +270,7 @@ struct Counters {
 Counters countersOf(caf::scoped_actor& self, const caf::actor& shard) {
   Counters c;
   self->request(shard, kTimeout, stats_atom::value)
-      .receive([&](int64_t, int64_t pushes, int64_t dups, int64_t, int64_t, int64_t, int64_t samples) {
+      .receive([&](int64_t, int64_t pushes, int64_t dups, int64_t, int64_t, int64_t, int64_t samples, const std::vector<int64_t>&) {
         c = Counters{pushes, dups, samples};
       }, [](caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
   return c;

@@ -35,6 +35,7 @@ void addLinkStats(const LinkStats& l, NodeStats* s) {
   s->faultsReordered = l.reordered;
   s->faultsCorrupted = l.corrupted;
   s->faultsPartitioned = l.partitioned;
+  s->linksGivenUp = l.linksLost;
 }
 
 void Links::send(uint64_t peer, Envelope envelope, std::vector<Tensor> tensors, bool sequenced,
