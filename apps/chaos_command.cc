@@ -30,7 +30,7 @@ struct ChaosFlags {
   CommonFlags common;
   int64_t runs = 10;
   int64_t seed = 1;
-  std::string mix = "kill,stop,slow";
+  std::string mix = "kill,kill-actor,stop,slow,drop,dup,delay,reorder,corrupt,partition";
   std::string modes = "bsp,ssp,asp,allreduce,hybrid";
   std::string models = "dlrm,count,mlp";
   int64_t workers = 0;  // 0: the config's cluster.workers, at least 2
@@ -63,11 +63,15 @@ struct RunPlan {
 };
 
 // What a run of each model sets on top of the config: "dlrm" is the
-// config's own model; "count" the exact-count model on the config's data,
-// cut to whole steps of every worker (`countRows`); "mlp" the MLP on
-// Fashion-MNIST (its first 20480 images: a short job).
-std::vector<std::string> modelSets(const std::string& model, int64_t countRows) {
-  if (model == "count") return {"model.kind=count", fmt::format("data.max_train_rows={}", countRows)};
+// config's own model; "count" the exact-count model on the config's data
+// in batches of `countBatch` (a quarter of the config's: its steps are
+// quick), cut to whole steps of every worker (`countRows`); "mlp" the MLP
+// on Fashion-MNIST (its first 20480 images: a short job).
+std::vector<std::string> modelSets(const std::string& model, int64_t countRows, int64_t countBatch) {
+  if (model == "count") {
+    return {"model.kind=count", fmt::format("data.max_train_rows={}", countRows),
+            fmt::format("train.batch_size={}", countBatch)};
+  }
   if (model == "mlp") {
     return {"data.kind=fashion-mnist", "data.train=", "model.kind=mlp", "data.max_train_rows=20480"};
   }
@@ -75,7 +79,8 @@ std::vector<std::string> modelSets(const std::string& model, int64_t countRows) 
 }
 
 RunPlan drawRun(const ChaosFlags& f, const std::vector<std::string>& mix, const std::vector<std::string>& modes,
-                const std::vector<std::string>& models, int64_t countRows, int64_t workers, int64_t i) {
+                const std::vector<std::string>& models, int64_t countRows, int64_t countBatch, int64_t workers,
+                int64_t i) {
   auto draw = [&](uint64_t k) { return actors::faultRandom(uint64_t(f.seed), uint64_t(100000 + i), k); };
   auto uniform = [&](uint64_t k, double lo, double hi) {
     return lo + (hi - lo) * double(draw(k) >> 11) / double(uint64_t(1) << 53);
@@ -113,10 +118,11 @@ RunPlan drawRun(const ChaosFlags& f, const std::vector<std::string>& mix, const 
       continue;
     }
     if (kind == "partition") {
-      // A process cut off from all others; a shard like a lost shard.
+      // A process cut off from all others (a shard like a lost shard), for
+      // 0.5 to 6 s: a cut longer than the heartbeat timeout loses it.
       if (onPs) psFault = true;
       spec = fmt::format("kind=partition,target={}:{},at_s={:.3f},duration_s={:.3f}", onPs ? "ps" : "worker", rank,
-                         0.5 + 2 * at, uniform(k + 5, 0.5, 2.5));
+                         0.5 + 2 * at, uniform(k + 5, 0.5, 6.0));
       p.faults.push_back(spec);
       continue;
     }
@@ -159,7 +165,7 @@ RunPlan drawRun(const ChaosFlags& f, const std::vector<std::string>& mix, const 
   // A lost shard rolls the job back to a checkpoint: there must be one.
   if (psFault && !replicated) p.sets.push_back("checkpoint.every_steps=20");
   p.sets.push_back(fmt::format("ps.replicas={}", replicated ? 2 : 1));
-  for (auto& s : modelSets(p.model, countRows)) p.sets.push_back(std::move(s));
+  for (auto& s : modelSets(p.model, countRows, countBatch)) p.sets.push_back(std::move(s));
   return p;
 }
 
@@ -315,6 +321,7 @@ int runChaos(const ChaosFlags& flagsIn) {
   // The count model averages each step over the workers (BSP, sync modes):
   // its runs train whole steps of every worker, cut from the config's rows.
   int64_t countRows = 0;
+  const int64_t countBatch = std::max<int64_t>(16, config.getInt("train.batch_size") / 4);
   if (std::find(models.begin(), models.end(), "count") != models.end()) {
     int64_t rows = config.getInt("data.max_train_rows");
     if (config.getString("data.kind") == "criteo-synthetic") {
@@ -327,11 +334,11 @@ int runChaos(const ChaosFlags& flagsIn) {
                          "know its rows: data.kind = criteo-synthetic, or data.max_train_rows (data.kind is '{}')",
                          config.getString("data.kind"));
     }
-    const int64_t step = workers * config.getInt("train.batch_size");
+    const int64_t step = workers * countBatch;
     countRows = rows / step * step;
     if (countRows == 0) {
       TROUPE_SETUP_ERROR("chaos: --models count: {} training rows make no whole step of {} workers x {} rows", rows,
-                         workers, config.getInt("train.batch_size"));
+                         workers, countBatch);
     }
   }
   if (f.dir.empty()) {
@@ -359,7 +366,7 @@ int runChaos(const ChaosFlags& flagsIn) {
   std::map<std::string, int64_t> links;  // what the runs' links did, added up
   const auto campaignStart = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < f.runs; ++i) {
-    const RunPlan p = drawRun(f, mix, modes, models, countRows, workers, i);
+    const RunPlan p = drawRun(f, mix, modes, models, countRows, countBatch, workers, i);
     const RunResult r = runOne(f, p);
     int64_t injected = 0, detected = 0, recovered = 0;
     if (r.report.is_object()) {
@@ -532,8 +539,8 @@ void addChaosCommand(CLI::App* app, int* result) {
   cmd->add_option("--runs", flags->runs, "jobs to run (default 10)");
   cmd->add_option("--seed", flags->seed, "every run's mode and faults are drawn from this (default 1)");
   cmd->add_option("--mix", flags->mix,
-                  "fault kinds to draw from: kill, stop, slow, drop, dup, delay, reorder, corrupt, partition "
-                  "(default kill,stop,slow)");
+                  "fault kinds to draw from: kill, kill-actor, stop, slow, drop, dup, delay, reorder, corrupt, "
+                  "partition (default: all of them)");
   cmd->add_option("--modes", flags->modes, "modes to draw from (default bsp,ssp,asp,allreduce,hybrid)");
   cmd->add_option("--models", flags->models,
                   "models to draw from: dlrm (the config's own), count (the exact-count model on the config's data), "

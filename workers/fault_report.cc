@@ -360,7 +360,7 @@ std::string faultReportJson(const FaultReport& r) {
 
 std::string faultKindTable(const std::vector<FaultReport::Row>& rows, const std::vector<double>& percentiles) {
   auto name = [](double p) { return p >= 100 ? std::string("max") : fmt::format("p{:g}", p); };
-  std::string out = fmt::format("  {:<9} {:>8} {:>8} {:>8} {:>9} {:>9}", "kind", "injected", "skipped", "unfired",
+  std::string out = fmt::format("  {:<10} {:>8} {:>8} {:>8} {:>9} {:>9}", "kind", "injected", "skipped", "unfired",
                                 "detected", "recovered");
   for (double p : percentiles) out += fmt::format(" {:>10}", "detect " + name(p));
   for (double p : percentiles) out += fmt::format(" {:>11}", "recover " + name(p));
@@ -371,13 +371,13 @@ std::string faultKindTable(const std::vector<FaultReport::Row>& rows, const std:
   for (const auto& row : rows) {
     if (row.injected == 0 && row.skipped == 0 && row.unfired == 0) continue;
     if (!row.detects) {
-      out += fmt::format("  {:<9} {:>8} {:>8} {:>8} {:>9} {:>9}", row.kind, row.injected, row.skipped, row.unfired, "-",
+      out += fmt::format("  {:<10} {:>8} {:>8} {:>8} {:>9} {:>9}", row.kind, row.injected, row.skipped, row.unfired, "-",
                          "-");
       for (size_t i = 0; i < 2 * percentiles.size(); ++i) out += fmt::format(" {:>{}}", "-", i < percentiles.size() ? 10 : 11);
       out += "\n";
       continue;
     }
-    out += fmt::format("  {:<9} {:>8} {:>8} {:>8} {:>9} {:>9}", row.kind, row.injected, row.skipped, row.unfired,
+    out += fmt::format("  {:<10} {:>8} {:>8} {:>8} {:>9} {:>9}", row.kind, row.injected, row.skipped, row.unfired,
                        row.detected, row.recovered);
     for (double p : percentiles) out += fmt::format(" {:>10}", cell(row.detectSeconds, p));
     for (double p : percentiles) out += fmt::format(" {:>11}", cell(row.recoverSeconds, p));

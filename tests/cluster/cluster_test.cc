@@ -1532,6 +1532,14 @@ TEST_F(ClusterTest, AShortChaosCampaignEndsWithEveryRunFinishedAndEveryLedgerExa
   EXPECT_EQ(json.at("promotions").get<int64_t>(), promotions);
   EXPECT_GE(promotions, psDetected) << "each run loses one ps process at most, and each holds a primary until then" << r.out;
   EXPECT_GT(injected, 5) << "ten runs of one to three faults each inject some";
+  // The whole mix by default: message faults were drawn too (on links:
+  // "kind from->to p=..."), and the models: the config's DLRM, the MLP and
+  // the exact-count model, whose runs end with every count exact.
+  EXPECT_NE(r.out.find("->"), std::string::npos) << r.out;
+  for (const std::string model : {" dlrm ", " mlp ", " count "}) {
+    EXPECT_NE(r.out.find(model), std::string::npos) << model << "\n" << r.out;
+  }
+  EXPECT_NE(r.out.find(" counts exact"), std::string::npos) << r.out;
   // One line per run, and every mode drawn at least once in ten runs of this seed.
   for (int i = 1; i <= 10; ++i) {
     EXPECT_NE(r.out.find(fmt::format("run-{:03d} ({}/10)", i - 1, i)), std::string::npos) << r.out;

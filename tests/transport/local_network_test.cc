@@ -71,8 +71,8 @@ class LocalNetworkTest : public ::testing::Test {
     o.token = std::move(token);
     o.isCoordinator = coordinator;
     if (!coordinator) o.coordinator = coordinatorAddress;
-    o.heartbeatInterval = 50ms;
-    o.heartbeatTimeout = 400ms;
+    o.heartbeatInterval = heartbeatInterval;
+    o.heartbeatTimeout = heartbeatTimeout;
     o.joinTimeout = 2s;
     o.network = net;
     o.linkFaults = faults;
@@ -94,6 +94,7 @@ class LocalNetworkTest : public ::testing::Test {
   std::string coordinatorAddress;
   std::shared_ptr<LinkFaults> faults;  // given to the nodes start() makes
   bool reliable = false;
+  std::chrono::milliseconds heartbeatInterval{50}, heartbeatTimeout{400};
 };
 
 TEST_F(LocalNetworkTest, MembersJoinAndFramesArriveInOrderWithTheirTensors) {
@@ -329,6 +330,46 @@ TEST_F(LinkFaultTest, DroppedFramesAreSentAgainAndArriveOnceInOrder) {
   LinkRun other = run(rule(LinkFaultKind::kDrop, 0.1), 8);
   EXPECT_EQ(other.bodies, inOrder());
   EXPECT_NE(other.firstSendsHit, x.firstSendsHit);
+}
+
+// An exchange in lockstep (each frame waits for the one before to arrive,
+// as a reply waits for its request): a dropped frame has nothing behind it
+// to show the gap, and heartbeats are 2 s apart here. The sender's probe
+// sends it again 50 ms on (backing off), so the drops cost milliseconds.
+TEST_F(LinkFaultTest, ALostLastFrameIsProbedAgainWithoutWaitingForAHeartbeat) {
+  heartbeatInterval = 2s;
+  heartbeatTimeout = 20s;
+  net = LocalNetwork::create();
+  faults = std::make_shared<LinkFaults>(5, std::vector<LinkFaultRule>{rule(LinkFaultKind::kDrop, 0.3)});
+  faults->name(2, "worker:0");
+  faults->name(3, "ps:0");
+  reliable = true;
+  Recorder rc, r2, r3;
+  auto c = start(1, &rc, true);
+  auto a = start(2, &r2);
+  auto b = start(3, &r3);
+  ASSERT_TRUE(b->waitForMembers(3, 5s).isOk());
+  constexpr int kExchanges = 20;
+  const auto begin = std::chrono::steady_clock::now();
+  for (int i = 0; i < kExchanges; ++i) {
+    a->send(3, env(kFirstUserKind, std::to_string(i)), {});
+    ASSERT_TRUE(r3.waitFor([&] { return r3.frames.size() >= size_t(i + 1); }, 10s)) << "frame " << i;
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  const NodeStats s = a->stats();
+  EXPECT_GE(s.faultsDropped, 3u) << "the seed drops some";
+  // Each drop waited 50 ms or a little more (100 ms for a second drop of
+  // the same frame), not a heartbeat's 2 s.
+  EXPECT_LT(seconds, 1.9) << s.faultsDropped << " dropped";
+  EXPECT_GE(s.framesResent, s.faultsDropped);
+  std::vector<std::string> bodies;
+  {
+    std::lock_guard<std::mutex> lock(r3.mu);
+    for (const auto& g : r3.frames) bodies.push_back(g.body);
+  }
+  std::vector<std::string> want;
+  for (int i = 0; i < kExchanges; ++i) want.push_back(std::to_string(i));
+  EXPECT_EQ(bodies, want);
 }
 
 TEST_F(LinkFaultTest, DuplicatedFramesAreSuppressedOneForOne) {

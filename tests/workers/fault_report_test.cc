@@ -264,7 +264,7 @@ TEST(FaultReport, MessageFaultsAreCountedPerKindAndAPartitionIsFoundByTheLossOfT
   EXPECT_EQ(r.links.resent, 9);
   EXPECT_EQ(r.links.malformedRefused, 2);
   const std::string table = faultReportTable(r);
-  EXPECT_NE(table.find("  drop            10        0        0         -         -"), std::string::npos) << table;
+  EXPECT_NE(table.find("  drop             10        0        0         -         -"), std::string::npos) << table;
   EXPECT_NE(table.find("links (2 processes' counts): 9 frames sent again, 1 duplicates suppressed"), std::string::npos)
       << table;
   const std::string json = faultReportJson(r);

@@ -234,7 +234,24 @@ void Links::tick(LinkClock::time_point now, std::vector<Wire>* out, std::vector<
       }
     }
     if (link.unacked > 0 && now - link.firstUnacked >= options_.ackDelay) ackNow(peer, link, now, out);
+    if (const Held* h = probed(link); h && now >= probeAt(*h)) {
+      Held& oldest = link.held.front();
+      oldest.attempts++;
+      oldest.lastSent = now;
+      stats_.resent++;
+      stats_.probes++;
+      emit(peer, link, oldest.envelope, oldest.tensors, oldest.attempts, now, out);
+    }
   }
+}
+
+const Links::Held* Links::probed(const Link& link) const {
+  if (!faults_ || link.held.empty() || !link.held.front().bytesKept) return nullptr;
+  return &link.held.front();
+}
+
+LinkClock::time_point Links::probeAt(const Held& h) const {
+  return h.lastSent + options_.resendAfter * (int64_t(1) << std::min<uint64_t>(h.attempts - 1, 6));
 }
 
 std::optional<LinkClock::time_point> Links::nextDue() const {
@@ -249,6 +266,7 @@ std::optional<LinkClock::time_point> Links::nextDue() const {
     if (link.reordered) earlier(link.reorderedAt + LinkFaults::kReorderHold);
     if (link.unacked > 0) earlier(link.firstUnacked + options_.ackDelay);
     if (gapOpen(link)) earlier(link.nextNack);
+    if (const Held* h = probed(link)) earlier(probeAt(*h));
   }
   return due;
 }

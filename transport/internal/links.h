@@ -17,6 +17,11 @@
 // after ackEvery frames or ackDelay); the sender keeps each frame (its
 // tensors' owners) until acknowledged. A gap still open after giveUpAfter
 // ends the link: the peer is declared down, as when its heartbeats stop.
+// Under a fault filter the sender also probes: the oldest frame still
+// unacknowledged resendAfter after it went (backing off per attempt) is
+// sent again, so a lost last frame of an exchange (a reply the other side
+// waits for, with nothing behind it to show the gap) costs that long, not
+// a heartbeat interval.
 //
 // The fault filter sits below: it sees each frame as it goes on the wire,
 // resends included (a resend is a new attempt, drawn anew).
@@ -50,7 +55,8 @@ inline constexpr uint16_t kLinkResend = 11;  // body: u64 from, u64 to (to exclu
 
 struct LinkStats {
   uint64_t sequenced = 0;     // frames given a number
-  uint64_t resent = 0;        // frames sent again on request
+  uint64_t resent = 0;        // frames sent again (on request, or probed)
+  uint64_t probes = 0;        // of those, sent again because no acknowledgement came
   uint64_t gaps = 0;          // resend requests made
   uint64_t duplicates = 0;    // frames that arrived again and were suppressed
   uint64_t heldOutOfOrder = 0;  // frames that waited for an earlier one
@@ -75,6 +81,7 @@ class Links {
     std::chrono::milliseconds ackDelay{5};
     size_t ackEvery = 16;
     std::chrono::milliseconds giveUpAfter{10000};
+    std::chrono::milliseconds resendAfter{50};
   };
 
   // A frame to put on the wire now: an envelope with tensors, or raw
@@ -157,6 +164,10 @@ class Links {
             LinkClock::time_point now, std::vector<Wire>* out);
   void ackNow(uint64_t peer, Link& link, LinkClock::time_point now, std::vector<Wire>* out);
   void nackGap(uint64_t peer, Link& link, LinkClock::time_point now, std::vector<Wire>* out);
+  // The frame a probe would send again (the oldest unacknowledged, under a
+  // fault filter), and when.
+  const Held* probed(const Link& link) const;
+  LinkClock::time_point probeAt(const Held& h) const;
   bool gapOpen(const Link& link) const {
     return link.peerSent >= link.expected || (!link.early.empty() && link.early.begin()->first > link.expected);
   }
