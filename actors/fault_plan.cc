@@ -199,6 +199,15 @@ uint64_t faultRandom(uint64_t seed, uint64_t stream, uint64_t draw) {
   return z ^ (z >> 31);
 }
 
+bool slowsStep(const Fault& f, int64_t step) {
+  return f.kind == FaultKind::kSlow && step >= f.atStep && (f.steps <= 0 || step < f.atStep + f.steps);
+}
+
+std::chrono::microseconds slowDelayOf(const Fault& f, double base) {
+  if (f.delayMs > 0) return std::chrono::microseconds(f.delayMs * 1000);
+  return std::chrono::microseconds(int64_t((f.factor - 1) * std::min(base, 3600.0) * 1e6));
+}
+
 std::vector<Fault> FaultPlan::stepFaultsOf(int64_t rank) const {
   std::vector<Fault> out;
   for (const auto& f : faults) {

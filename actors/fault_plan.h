@@ -65,6 +65,7 @@
 // naming the fault and the field.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -139,6 +140,13 @@ struct FaultPlan {
 // parameter server's "shard" (the primary copy it serves) and, with
 // ps.replicas = 2, "backup" (the other copy it holds).
 const std::vector<std::string>& actorNames(const std::string& role);
+
+// Whether slow fault `f` holds back its worker's step `step`, and for how
+// long: delay_ms, or factor - 1 times `base` (the seconds of step work the
+// slowdown took as its measure when it began: a factor of 3 makes a 10 ms
+// step take 30 ms).
+bool slowsStep(const Fault& f, int64_t step);
+std::chrono::microseconds slowDelayOf(const Fault& f, double base);
 
 // Parses config "faults.plan" and "faults.seed" for a job of `workers`
 // workers and `servers` parameter servers. Throws SetupError.

@@ -90,6 +90,10 @@ class RemoteActors::Core final : public NodeHandler, public std::enable_shared_f
                  const caf::message& msg);
 
   caf::strong_actor_ptr proxyFor(uint64_t peer, uint64_t actorId, bool* bornDead);
+  bool isDown(uint64_t peer) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return down_.count(peer) != 0;
+  }
   Departure departureOfDown(uint64_t peer) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = down_.find(peer);
@@ -444,6 +448,8 @@ void RemoteActors::detachSink(uint16_t kind, const FrameSink* sink) { core_->det
 void RemoteActors::sendFrame(uint64_t peer, Envelope envelope, std::vector<Tensor> tensors) {
   core_->sendRaw(peer, std::move(envelope), std::move(tensors));
 }
+
+bool RemoteActors::peerDown(uint64_t peer) const { return core_->isDown(peer); }
 
 RemoteActorsStats RemoteActors::stats() const {
   RemoteActorsStats s;

@@ -108,6 +108,8 @@ class RemoteActors final {
   caf::actor remoteActor(uint64_t peer, const std::string& name);
 
   RemoteActorsStats stats() const;
+  // Whether this node saw `peer` go down (and has had no frame from it since).
+  bool peerDown(uint64_t peer) const;
 
   // Frames of `kind` (not kActorMessageKind) go to `sink` from now on; one
   // sink per kind, replaced by a later call. detachSink stops delivery (a

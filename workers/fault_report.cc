@@ -82,15 +82,18 @@ void messageFaults(const JobOutcome& o, FaultReport* r) {
           continue;
         }
         ++row.injected;
-        // The first process on the cut side the job lost while the
+        // The first process on a cut side the job lost while the
         // partition lasted (or soon after: the bound of a kill).
         const double until = std::min(m.rule.endSeconds, o.endedAtSeconds) + o.faultPlan.detectWithinSeconds;
         for (size_t i = 0; i < o.events.size(); ++i) {
           const auto& e = o.events[i];
           // Found by its silence, or by the reset of the connection it
           // closed when it timed out the coordinator first (the two race).
-          const bool silent = e.cause == "timed out" || e.cause == "hung" || e.cause == "crashed" || e.cause == "left";
-          if (taken[i] || !silent || !onSide(m.rule.from, e.role, e.rank) ||
+          const bool silent = e.cause == "timed out" || e.cause == "hung" || e.cause == "crashed" || e.cause == "left" ||
+                              e.cause == "unreachable";
+          // The side cut off (target), or either end of a cut between two.
+          const bool cut = onSide(m.rule.from, e.role, e.rank) || (m.rule.to != "*" && onSide(m.rule.to, e.role, e.rank));
+          if (taken[i] || !silent || !cut ||
               e.lostAtSeconds < p.atSeconds || e.lostAtSeconds > until) {
             continue;
           }

@@ -161,6 +161,11 @@ struct RegroupReady {
   int64_t rank = 0;
   int64_t steps = 0;        // steps taken (-1: a replacement, which has no model yet)
   int64_t incarnation = 0;  // which process of the rank (a late word of a lost one changes nothing)
+  // The node of a member of its group this worker's transport found down
+  // (0: none). The coordinator may see it alive (a cut that healed just
+  // before its own heartbeat timeout): if the group then cannot form, the
+  // coordinator takes that member as lost, unreachable.
+  uint64_t unreachable = 0;
 };
 
 struct Regroup {
@@ -198,7 +203,7 @@ typename Inspector::result_type inspect(Inspector& f, RegroupDone& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RegroupReady& x) {
-  return f(caf::meta::type_name("RegroupReady"), x.rank, x.steps, x.incarnation);
+  return f(caf::meta::type_name("RegroupReady"), x.rank, x.steps, x.incarnation, x.unreachable);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Regroup& x) {

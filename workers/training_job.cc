@@ -16,6 +16,7 @@
 #include "common/checksum_file.h"
 #include "common/logging.h"
 #include "ps/wire.h"
+#include "transport/remote_actors.h"
 #include "workers/model_image.h"
 
 namespace troupe::workers {
@@ -168,12 +169,15 @@ void TrainingJob::checkGate(actors::JobContext& job) {
     if (lead < 0) lead = w.rank;
   }
   gateOpen_ = true;
+  evaluator_ = lead;
   log()->info("every worker finished training; worker {} evaluates the model", lead);
   for (auto& [rank, promise] : gateWaiters_) promise.deliver(GateDecision{rank == lead});
   gateWaiters_.clear();
 }
 
 void TrainingJob::checkDone(actors::JobContext& job) {
+  // A rank lost on its way to the end reports through its replacement.
+  if (!awaitingReplacement_.empty()) return;
   int live = 0;
   for (const auto& w : job.members("worker")) {
     if (w.state == actors::MemberState::kLost) continue;
@@ -244,6 +248,7 @@ actors::LossDecision TrainingJob::onLoss(actors::JobContext& job, const actors::
   // job goes on without waits no more.
   if (m.role == "worker") {
     unheard_.erase(m.rank);  // a process that takes it next is waited for anew
+    if (gateOpen_ && m.rank == evaluator_ && !outcome_.evaluated) evaluator_ = -1;  // another evaluates
     if (started_ &&
         (d.action == actors::LossDecision::Action::kReplace || d.action == actors::LossDecision::Action::kAdopt)) {
       awaitingReplacement_.insert(m.rank);
@@ -303,6 +308,7 @@ actors::LossDecision TrainingJob::decideLoss(actors::JobContext& job, const acto
       abandonCheckpoint(job, fmt::format("worker {} was lost", m.rank));
     }
     regroupReady_.erase(m.rank);
+    regroupUnreachable_.erase(m.rank);
     regroupSteps_.erase(m.rank);
     regroupsSinceLoss_ = 0;
     forming_ = false;  // that group cannot form now; the next one will
@@ -405,6 +411,23 @@ void TrainingJob::tryRegroup(actors::JobContext& job) {
   if (!toRevert_.empty()) return revertShards(job);
   if (reverting_) return;
   if (++regroupsSinceLoss_ > 3) {
+    // A member the others' transports found down while this coordinator
+    // still hears it (a cut between them, or one that healed just before
+    // the coordinator's own heartbeat timeout): it cannot be in a group with
+    // them, so it is lost, unreachable (fenced and replaced as any loss).
+    for (const auto& [reporter, node] : regroupUnreachable_) {
+      if (node == 0 || !regroupReady_.count(reporter)) continue;
+      for (const auto& w : job.members("worker")) {
+        if (w.node != node || w.rank == reporter || !w.live()) continue;
+        log()->warn("worker {}'s transport found worker {} down, and the group cannot form without it; it is lost",
+                    reporter, w.rank);
+        regroupUnreachable_.clear();
+        job.declareLost("worker", w.rank,
+                        caf::make_error(transport::Departure::kUnreachable,
+                                        fmt::format("worker {} cannot reach it", reporter)));
+        return;
+      }
+    }
     return job.fail(fmt::format(
         "the workers' group formed again {} times without a lost worker: a rank is slower than the collectives' "
         "timeout (collectives.timeout_s, at most half of supervision.stall_timeout_s)",
@@ -421,6 +444,7 @@ void TrainingJob::tryRegroup(actors::JobContext& job) {
     lastProgress_[size_t(rank)] = now;  // forming the group is no stall (it has bounds of its own)
   }
   regroupReady_.clear();
+  regroupUnreachable_.clear();
   regroupSteps_.clear();
   regroupDone_.clear();
   regroupSize_ = nodes.size();
@@ -941,6 +965,7 @@ void TrainingJob::rollBack(actors::JobContext& job, int64_t lostShard) {
   lastProgress_.assign(size_t(workers_), Clock::now());
   if (mode_ != TrainMode::kPs) {
     regroupReady_.clear();
+  regroupUnreachable_.clear();
     regroupSteps_.clear();
     toRevert_.clear();
     revertedStep_ = -1;
@@ -1219,6 +1244,7 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
                     r.steps < 0 ? std::string("a replacement") : fmt::format("{} steps taken", r.steps));
         regroupReady_[r.rank] = caf::actor_cast<caf::actor>(job.self()->current_sender());
         regroupSteps_[r.rank] = r.steps;
+        regroupUnreachable_[r.rank] = r.unreachable;
         lastProgress_[size_t(r.rank)] = Clock::now();
         tryRegroup(job);
       },
@@ -1271,7 +1297,15 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
       [this, &job](const GateRequest& g) -> caf::typed_response_promise<GateDecision> {
         auto promise = job.self()->make_response_promise<GateDecision>();
         if (g.rank < 0 || g.rank >= workers_ || gateOpen_ || job.over()) {
-          promise.deliver(GateDecision{false});
+          // The gate opened already: a replacement of a rank lost after it
+          // evaluates if the lost process was to and had not reported.
+          const bool take = gateOpen_ && !job.over() && g.rank >= 0 && g.rank < workers_ && evaluator_ < 0 &&
+                            !outcome_.evaluated;
+          if (take) {
+            evaluator_ = g.rank;
+            log()->warn("worker {} evaluates the model (the worker that was to was lost)", g.rank);
+          }
+          promise.deliver(GateDecision{take});
           return promise;
         }
         log()->info("worker {} finished training: {} steps, {} samples in {:.1f} s", g.rank, g.steps, g.samples,

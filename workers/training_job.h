@@ -304,6 +304,7 @@ class TrainingJob final : public actors::JobPolicy {
   std::set<int64_t> awaitingReplacement_;  // worker ranks lost whose new process is not ready yet
   std::set<int64_t> unheard_;  // worker ranks whose new process has not reported progress yet
   bool gateOpen_ = false;
+  int64_t evaluator_ = -1;  // the rank evaluating the final model (-1: none yet, or it was lost first)
   bool finishing_ = false;
   // The collectives backend of a sync mode (CommOffer).
   std::vector<std::optional<CommOffer>> offers_;
@@ -312,6 +313,7 @@ class TrainingJob final : public actors::JobPolicy {
   // worker actor), and the groups formed so far.
   std::map<int64_t, caf::actor> regroupReady_;
   std::map<int64_t, int64_t> regroupSteps_;  // the steps each ready survivor took (-1: a replacement)
+  std::map<int64_t, uint64_t> regroupUnreachable_;  // the node each ready worker found down (0: none)
   // Hybrid shrink: ranks lost whose steps the shards must undo before the
   // group goes on without them; the undo under way; what the group gets.
   std::set<int64_t> toRevert_;

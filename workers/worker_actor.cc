@@ -213,13 +213,10 @@ std::chrono::microseconds slowDelay(Self* self, int64_t step, double work) {
   std::chrono::microseconds delay{0};
   for (size_t i = 0; i < st.options.faults.size(); ++i) {
     const actors::Fault& f = st.options.faults[i];
-    if (f.kind != actors::FaultKind::kSlow || step < f.atStep || (f.steps > 0 && step >= f.atStep + f.steps)) {
-      continue;
-    }
+    if (!actors::slowsStep(f, step)) continue;
     if (!st.faultFired[i]) reportFault(self, i, step, [] {});
     if (st.slowBase[i] <= 0) st.slowBase[i] = std::min(work, 3600.0);
-    delay += f.delayMs > 0 ? std::chrono::microseconds(f.delayMs * 1000)
-                           : std::chrono::microseconds(int64_t((f.factor - 1) * st.slowBase[i] * 1e6));
+    delay += actors::slowDelayOf(f, st.slowBase[i]);
   }
   return delay;
 }
@@ -472,8 +469,9 @@ void enterRegroup(Self* self, const Status& why) {
   st.whenDrained = nullptr;  // a step boundary of the old group (a checkpoint's pause) is no more
   st.core->setCommunicator(nullptr);
   if (st.options.regroup.leave) st.options.regroup.leave();
+  const uint64_t unreachable = st.options.regroup.unreachable ? st.options.regroup.unreachable() : 0;
   self->send(st.options.regroup.coordinator,
-             RegroupReady{rank, replacement ? -1 : st.core->steps(), st.options.regroup.incarnation});
+             RegroupReady{rank, replacement ? -1 : st.core->steps(), st.options.regroup.incarnation, unreachable});
   self->delayed_send(self, st.options.regroup.timeout, regroup_timeout_atom::value, ++st.regroupToken);
 }
 

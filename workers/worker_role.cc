@@ -430,9 +430,19 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   wo.progressInterval = std::chrono::seconds(1);
   if (mode != TrainMode::kPs && backend == "ring") {
     wo.regroup.leave = [this] { comm_.reset(); };
-    wo.regroup.join = [this, &remote = ctx.remote, ro, self = workerNodes[size_t(rank)]](
+    // The nodes of the group it was in last: one its transport found down
+    // is named when it is ready for the next.
+    auto group = std::make_shared<std::vector<uint64_t>>(workerNodes);
+    wo.regroup.unreachable = [group, &remote = ctx.remote, self = workerNodes[size_t(rank)]]() -> uint64_t {
+      for (uint64_t node : *group) {
+        if (node != self && node != 0 && remote.peerDown(node)) return node;
+      }
+      return 0;
+    };
+    wo.regroup.join = [this, &remote = ctx.remote, ro, self = workerNodes[size_t(rank)], group](
                           uint64_t epoch, const std::vector<uint64_t>& nodes)
         -> Expected<std::shared_ptr<collectives::Communicator>> {
+      *group = nodes;
       collectives::RingOptions o = ro;
       o.epoch = epoch;
       o.nodes = nodes;

@@ -139,6 +139,27 @@ TEST(FaultPlan, AKillOfOneActorNamesAnActorOfItsTargetsRole) {
   }
 }
 
+// A slow fault holds back exactly its steps, by its delay or its factor.
+TEST(FaultPlan, ASlowFaultHoldsBackItsStepsByItsDelayOrItsFactor) {
+  const FaultPlan p = parseFaultPlan(
+      configWith({"kind=slow,target=worker:0,delay_ms=25,at_step=10,steps=5", "kind=slow,target=worker:1,factor=3",
+                  "kind=kill,target=worker:0,at_step=3"}),
+      2, 2);
+  const Fault& delay = p.faults[0];
+  const Fault& factor = p.faults[1];
+  std::vector<int64_t> slowed;
+  for (int64_t step = 0; step < 30; ++step) {
+    if (slowsStep(delay, step)) slowed.push_back(step);
+  }
+  EXPECT_EQ(slowed, (std::vector<int64_t>{10, 11, 12, 13, 14}));
+  EXPECT_EQ(slowDelayOf(delay, 0.5), std::chrono::microseconds(25000)) << "a fixed delay, whatever the step took";
+  EXPECT_TRUE(slowsStep(factor, 0)) << "from the first step, to the end";
+  EXPECT_TRUE(slowsStep(factor, 1'000'000));
+  EXPECT_EQ(slowDelayOf(factor, 0.010), std::chrono::microseconds(20000)) << "a 10 ms step takes 30 ms";
+  EXPECT_EQ(slowDelayOf(factor, 1e9), std::chrono::microseconds(int64_t(2 * 3600 * 1e6))) << "an hour's step at most";
+  EXPECT_FALSE(slowsStep(p.faults[2], 5)) << "a kill slows nothing";
+}
+
 TEST(FaultPlan, RefusesEachBadFieldNamingTheFaultAndTheField) {
   struct Case {
     std::string spec, expected;

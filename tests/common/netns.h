@@ -27,29 +27,40 @@ class NetnsPair final {
     const int subnet = 16 + int(getpid() % 200);
     addrA_ = "10.231." + std::to_string(subnet) + ".1";
     addrB_ = "10.231." + std::to_string(subnet) + ".2";
-    const std::string va = "tva" + tag, vb = "tvb" + tag;
+    va_ = "tva" + tag;
+    vb_ = "tvb" + tag;
+    const std::string& va = va_;
+    const std::string& vb = vb_;
     ok_ = shell("ip netns add " + a_) && shell("ip netns add " + b_) &&
           shell("ip link add " + va + " netns " + a_ + " type veth peer name " + vb + " netns " + b_) &&
           shell("ip -n " + a_ + " addr add " + addrA_ + "/24 dev " + va) &&
           shell("ip -n " + b_ + " addr add " + addrB_ + "/24 dev " + vb) && shell("ip -n " + a_ + " link set " + va + " up") &&
           shell("ip -n " + b_ + " link set " + vb + " up") && shell("ip -n " + a_ + " link set lo up") &&
           shell("ip -n " + b_ + " link set lo up");
-    // UCX lists the interfaces that are running when a process starts, and
-    // the kernel reports a veth's carrier with a delay: wait for it (bounded).
-    bool up = false;
-    for (int i = 0; ok_ && i < 300 && !up; ++i) {
-      up = shell("ip -n " + a_ + " link show " + va + " | grep -q 'state UP'") &&
-           shell("ip -n " + b_ + " link show " + vb + " | grep -q 'state UP'");
-      if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ok_ = ok_ && waitUp();
+  }
+  // Cuts the two namespaces apart (A's end of the veth down: a real
+  // partition, no packet crosses), and joins them again.
+  bool cut() { return shell("ip -n " + a_ + " link set " + va_ + " down"); }
+  bool join() { return shell("ip -n " + a_ + " link set " + va_ + " up") && waitUp(); }
+  // UCX lists the interfaces that are running when a process starts, and
+  // the kernel reports a veth's carrier with a delay: wait for it (bounded).
+  bool waitUp() {
+    for (int i = 0; i < 300; ++i) {
+      if (shell("ip -n " + a_ + " link show " + va_ + " | grep -q 'state UP'") &&
+          shell("ip -n " + b_ + " link show " + vb_ + " | grep -q 'state UP'")) {
+        return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    ok_ = ok_ && up;
+    return false;
   }
   ~NetnsPair() {
     shell("ip netns del " + a_ + " 2>/dev/null");
     shell("ip netns del " + b_ + " 2>/dev/null");
   }
   bool ok() const { return ok_; }
-  std::string a_, b_, addrA_, addrB_;
+  std::string a_, b_, addrA_, addrB_, va_, vb_;
 
  private:
   bool ok_ = false;
