@@ -188,7 +188,7 @@ void FaultInjector::fire(JobContext& job, size_t index, int64_t firing) {
     logger("job")->warn("fault {}: {} {} {} (pid {}){}{}", f.id, faultKindName(f.kind), f.role, rank, m->pid,
                         f.kind == FaultKind::kStop ? fmt::format(" for {} s", f.durationSeconds) : "",
                         f.actor.empty() ? "" : ": its " + f.actor + " actor");
-    job.self()->send(m->agent, Inject{f.id, faultKindName(f.kind), ms, f.actor});
+    job.self()->send(m->agent, Inject{f.id, faultKindName(f.kind), ms, f.actor, rank});
   }
   injections_.push_back(std::move(in));
   if (f.everySeconds > 0 && (f.count == 0 || firing + 1 < f.count)) schedule(job, index, firing + 1, 0);

@@ -88,6 +88,7 @@ struct Inject {
   std::string kind;
   int64_t durationMs = 0;
   std::string actor;
+  int64_t rank = -1;  // kill-actor: the rank whose actor it is (one moved into this process has its own)
 };
 
 // To the coordinator, from a member: a fault it arms itself (a worker's
@@ -151,7 +152,7 @@ typename Inspector::result_type inspect(Inspector& f, Adopt& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Inject& x) {
-  return f(caf::meta::type_name("Inject"), x.fault, x.kind, x.durationMs, x.actor);
+  return f(caf::meta::type_name("Inject"), x.fault, x.kind, x.durationMs, x.actor, x.rank);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, FaultFired& x) {

@@ -177,22 +177,32 @@ caf::behavior agent(Agent* self, caf::actor coordinator, std::shared_ptr<Signals
         if (x.kind == "kill") {
           killThisProcess(x.fault);
         } else if (x.kind == "kill-actor") {
-          // The actor of this process's own rank: its supervisor names it.
+          // The actor of the rank (this process's own, or one moved into
+          // it): its supervisor names the child; a child that stands for
+          // another (a driver for its training loop) names that one.
           auto& st = self->state;
+          const int64_t rank = x.rank >= 0 ? x.rank : st.rank;
           for (const auto& w : st.supervisors) {
-            if (w.rank != st.rank) continue;
-            self->request(w.supervisor, 5s, which_atom::value, x.actor)
+            if (w.rank != rank) continue;
+            const int64_t fault = x.fault;
+            const std::string name = x.actor;
+            self->request(w.supervisor, 5s, which_atom::value, name)
                 .then(
-                    [fault = x.fault, name = x.actor](const caf::actor& a) {
-                      if (a) return killActor(fault, name, a);
-                      logger("job")->warn("fault {}: kill-actor: this process has no '{}' actor now", fault, name);
+                    [=](const caf::actor& child) {
+                      if (!child) {
+                        logger("job")->warn("fault {}: kill-actor: rank {} has no '{}' actor now", fault, rank, name);
+                        return;
+                      }
+                      self->request(child, 5s, which_atom::value, name)
+                          .then([=](const caf::actor& inner) { killActor(fault, name, inner ? inner : child); },
+                                [=](caf::error&) { killActor(fault, name, child); });
                     },
-                    [fault = x.fault](caf::error& e) {
+                    [=](caf::error& e) {
                       logger("job")->warn("fault {}: kill-actor: the supervisor did not answer: {}", fault, describe(e));
                     });
             return;
           }
-          logger("job")->warn("fault {}: kill-actor: this process runs no actors yet", x.fault);
+          logger("job")->warn("fault {}: kill-actor: this process runs no actors of rank {}", x.fault, rank);
         } else if (x.kind == "stop" && x.durationMs > 0 && x.durationMs <= 24 * 3600 * 1000) {
           stopThisProcess(x.fault, std::chrono::milliseconds(x.durationMs));
         } else {
@@ -455,7 +465,12 @@ int runMember(const MemberOptions& options, Role& role) {
     adopted.clear();
     role.release();
   }
+  // The agent is gone before the transport is (its handlers read the
+  // node's counters); it has nothing to finish, so a second is plenty.
+  self->monitor(agentActor);
   self->send_exit(agentActor, caf::exit_reason::user_shutdown);
+  self->receive([](const caf::down_msg&) {},
+                caf::after(std::chrono::seconds(1)) >> [&] { log->warn("{}: the agent did not stop within 1 s", who); });
   const transport::NodeStats links = node.stats();
   if (links.framesResent + links.duplicatesSuppressed + links.framesHeldOutOfOrder + links.gapsFound + links.faultsDropped +
           links.faultsDuplicated + links.faultsDelayed + links.faultsReordered + links.faultsCorrupted +

@@ -69,8 +69,9 @@ struct RunPlan {
 // on Fashion-MNIST (its first 20480 images: a short job).
 std::vector<std::string> modelSets(const std::string& model, int64_t countRows, int64_t countBatch) {
   if (model == "count") {
+    // (It counts exactly in a group that never shrinks: lost ranks are replaced.)
     return {"model.kind=count", fmt::format("data.max_train_rows={}", countRows),
-            fmt::format("train.batch_size={}", countBatch)};
+            fmt::format("train.batch_size={}", countBatch), "supervision.on_worker_loss=restart"};
   }
   if (model == "mlp") {
     return {"data.kind=fashion-mnist", "data.train=", "model.kind=mlp", "data.max_train_rows=20480"};
@@ -162,8 +163,9 @@ RunPlan drawRun(const ChaosFlags& f, const std::vector<std::string>& mix, const 
             "run.name=" + name};
   if (!psMode) p.sets.push_back("collectives.backend=ring");
   p.sets.push_back("checkpoint.dir=");  // each run's own (<its run directory>/checkpoints)
-  // A lost shard rolls the job back to a checkpoint: there must be one.
-  if (psFault && !replicated) p.sets.push_back("checkpoint.every_steps=20");
+  // A lost shard rolls the job back to a checkpoint: there must be one; so
+  // does a sync group that lost every worker holding the model.
+  if ((psFault && !replicated) || !psMode) p.sets.push_back("checkpoint.every_steps=20");
   p.sets.push_back(fmt::format("ps.replicas={}", replicated ? 2 : 1));
   for (auto& s : modelSets(p.model, countRows, countBatch)) p.sets.push_back(std::move(s));
   return p;

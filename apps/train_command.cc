@@ -323,6 +323,7 @@ int runTrain(const TrainFlags& flags) {
   DataSources data = openData(config, threads);
   if (worker.core.kind == workers::ModelKind::kCount) {
     worker.core.countScale = countScale(config, data.train->rowsPerEpoch());
+    worker.lrDecayPerEpoch = 1;  // every update adds its count, in every epoch
   }
   log->info("train: {} on {}, {} threads, run directory {}", config.getString("model.kind"), data.description,
             threads, runDir);

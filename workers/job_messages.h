@@ -161,11 +161,12 @@ struct RegroupReady {
   int64_t rank = 0;
   int64_t steps = 0;        // steps taken (-1: a replacement, which has no model yet)
   int64_t incarnation = 0;  // which process of the rank (a late word of a lost one changes nothing)
-  // The node of a member of its group this worker's transport found down
-  // (0: none). The coordinator may see it alive (a cut that healed just
-  // before its own heartbeat timeout): if the group then cannot form, the
-  // coordinator takes that member as lost, unreachable.
-  uint64_t unreachable = 0;
+  // The nodes of the members of its group this worker's transport found
+  // down. The coordinator may see them alive (a cut between workers, or
+  // one that healed just before its own heartbeat timeout): if the group
+  // then cannot form, it takes the member most workers found down as lost,
+  // unreachable.
+  std::vector<uint64_t> unreachable;
 };
 
 struct Regroup {

@@ -155,6 +155,14 @@ double countScale(const Config& c, int64_t rowsPerEpoch) {
                        "train.max_steps = {} cuts a pass short; leave it 0",
                        c.getInt("train.max_steps"));
   }
+  // Every value is a float: exact up to 2^24, and the dense parameters
+  // reach rows x epochs.
+  const int64_t epochs = positive(c, "train.epochs");
+  if (rowsPerEpoch * epochs >= (int64_t{1} << 24)) {
+    TROUPE_SETUP_ERROR("config: model.kind = count holds its counts in floats, exact up to 2^24 = 16777216; {} rows "
+                       "x {} epochs is more (set data.max_train_rows)",
+                       rowsPerEpoch, epochs);
+  }
   const int64_t workers = c.getInt("cluster.workers");
   if (workers <= 0) return 1;
   const TrainMode mode = trainMode(c);

@@ -71,7 +71,8 @@ std::vector<ps::EmbeddingTableOptions> tableOptions(const Config& c, const Worke
 // gradients, the ranks a step's pushes are averaged over (BSP shards, the
 // workers' all-reduce: cluster.workers), or 1 (SSP, ASP, one process).
 // Throws SetupError when its counts could not come out exact: a run cut
-// short (train.max_steps), a group that shrinks, or a training set
+// short (train.max_steps), more than 2^24 rows x epochs (floats), a group
+// that shrinks, or a training set
 // (`rowsPerEpoch`) that the W workers' batches do not divide into whole
 // steps (the last, short step would be averaged over fewer ranks).
 double countScale(const Config& c, int64_t rowsPerEpoch);

@@ -171,13 +171,24 @@ void TrainingJob::checkGate(actors::JobContext& job) {
   gateOpen_ = true;
   evaluator_ = lead;
   log()->info("every worker finished training; worker {} evaluates the model", lead);
-  for (auto& [rank, promise] : gateWaiters_) promise.deliver(GateDecision{rank == lead});
+  for (auto& [rank, promise] : gateWaiters_) {
+    if (rank == lead || mode_ == TrainMode::kPs) {
+      promise.deliver(GateDecision{rank == lead});
+    } else {
+      // Sync modes: the model lives in the workers, so the others stand by
+      // (holding it) until the lead has evaluated; one takes its place if
+      // it is lost first.
+      standby_.insert_or_assign(rank, promise);
+    }
+  }
   gateWaiters_.clear();
 }
 
 void TrainingJob::checkDone(actors::JobContext& job) {
-  // A rank lost on its way to the end reports through its replacement.
-  if (!awaitingReplacement_.empty()) return;
+  // The evaluation of a rank lost on its way to the end comes from its
+  // replacement (a rank that was not to evaluate is not waited for: its
+  // pushes are in and the ledger counts it out).
+  if (!awaitingReplacement_.empty() && evaluator_ < 0 && !outcome_.evaluated) return;
   int live = 0;
   for (const auto& w : job.members("worker")) {
     if (w.state == actors::MemberState::kLost) continue;
@@ -248,7 +259,19 @@ actors::LossDecision TrainingJob::onLoss(actors::JobContext& job, const actors::
   // job goes on without waits no more.
   if (m.role == "worker") {
     unheard_.erase(m.rank);  // a process that takes it next is waited for anew
-    if (gateOpen_ && m.rank == evaluator_ && !outcome_.evaluated) evaluator_ = -1;  // another evaluates
+    standby_.erase(m.rank);
+    if (gateOpen_ && m.rank == evaluator_ && !outcome_.evaluated) {
+      // Another evaluates: a worker standing by with the model (sync
+      // modes), or the rank's replacement (ps mode: the model is on the shards).
+      evaluator_ = -1;
+      if (!standby_.empty()) {
+        auto next = standby_.begin();
+        evaluator_ = next->first;
+        log()->warn("worker {} evaluates the model (worker {}, which was to, was lost)", next->first, m.rank);
+        next->second.deliver(GateDecision{true});
+        standby_.erase(next);
+      }
+    }
     if (started_ &&
         (d.action == actors::LossDecision::Action::kReplace || d.action == actors::LossDecision::Action::kAdopt)) {
       awaitingReplacement_.insert(m.rank);
@@ -287,7 +310,7 @@ actors::LossDecision TrainingJob::decideLoss(actors::JobContext& job, const acto
                         latestCheckpointId_));
       }
     }
-    rollBack(job, m.rank);
+    rollBack(job, m.rank, fmt::format("ps {} was lost", m.rank));
     return actors::LossDecision::replace();
   }
   if (loss.reason == actors::Errc::kRolledBack) return actors::LossDecision::replace();
@@ -328,9 +351,16 @@ actors::LossDecision TrainingJob::decideLoss(actors::JobContext& job, const acto
     // holds it (a replacement gets it once its group formed) ends the job.
     holdsModel_.erase(m.rank);
     if (holdsModel_.empty()) {
-      return actors::LossDecision::fail(
-          what + "; no live worker holds the model any more (the others are replacements still waiting for it), "
-                 "so the group cannot form again");
+      if (latestCheckpoint_.empty() || onWorkerLoss_ == WorkerLoss::kShrink) {
+        return actors::LossDecision::fail(
+            what + "; no live worker holds the model any more (the others are replacements still waiting for it), "
+                   "so the group cannot form again" +
+            (latestCheckpoint_.empty() ? " (and the job has no checkpoint to roll back to)" : ""));
+      }
+      // The model is in the latest checkpoint: every rank starts again
+      // from it (and the shards of a hybrid job go back to it too).
+      rollBack(job, -1, what + "; no live worker held the model any more");
+      return actors::LossDecision::replace();
     }
     const bool shrink = onWorkerLoss_ == WorkerLoss::kShrink;
     if (shrink) {
@@ -415,18 +445,30 @@ void TrainingJob::tryRegroup(actors::JobContext& job) {
     // still hears it (a cut between them, or one that healed just before
     // the coordinator's own heartbeat timeout): it cannot be in a group with
     // them, so it is lost, unreachable (fenced and replaced as any loss).
-    for (const auto& [reporter, node] : regroupUnreachable_) {
-      if (node == 0 || !regroupReady_.count(reporter)) continue;
+    // The one most workers found down goes (a worker cut off from all the
+    // others finds them all down, and each of them finds it); of equals,
+    // the highest rank.
+    std::map<int64_t, std::vector<int64_t>> votes;  // rank -> the workers that found it down
+    for (const auto& [reporter, nodes] : regroupUnreachable_) {
+      if (!regroupReady_.count(reporter)) continue;
       for (const auto& w : job.members("worker")) {
-        if (w.node != node || w.rank == reporter || !w.live()) continue;
-        log()->warn("worker {}'s transport found worker {} down, and the group cannot form without it; it is lost",
-                    reporter, w.rank);
-        regroupUnreachable_.clear();
-        job.declareLost("worker", w.rank,
-                        caf::make_error(transport::Departure::kUnreachable,
-                                        fmt::format("worker {} cannot reach it", reporter)));
-        return;
+        if (w.rank != reporter && w.live() && std::find(nodes.begin(), nodes.end(), w.node) != nodes.end()) {
+          votes[w.rank].push_back(reporter);
+        }
       }
+    }
+    if (!votes.empty()) {
+      auto most = votes.begin();
+      for (auto it = votes.begin(); it != votes.end(); ++it) {
+        if (it->second.size() >= most->second.size()) most = it;
+      }
+      const int64_t lost = most->first;
+      log()->warn("worker {} found down by worker{} {}, and the group cannot form without it; it is lost", lost,
+                  most->second.size() == 1 ? "" : "s", fmt::join(most->second, ", "));
+      const std::string by = fmt::format("worker {} cannot reach it", fmt::join(most->second, ", "));
+      regroupUnreachable_.clear();
+      job.declareLost("worker", lost, caf::make_error(transport::Departure::kUnreachable, by));
+      return;
     }
     return job.fail(fmt::format(
         "the workers' group formed again {} times without a lost worker: a rank is slower than the collectives' "
@@ -906,8 +948,8 @@ void TrainingJob::abandonCheckpoint(actors::JobContext& job, const std::string& 
   lastCheckpoint_ = Clock::now();  // not again at once
 }
 
-void TrainingJob::rollBack(actors::JobContext& job, int64_t lostShard) {
-  if (ckpt_.active) abandonCheckpoint(job, fmt::format("ps {} was lost", lostShard));
+void TrainingJob::rollBack(actors::JobContext& job, int64_t lostShard, const std::string& why) {
+  if (ckpt_.active) abandonCheckpoint(job, why);
   gateOpen_ = false;  // the workers train again from the cut
   generation_ += 1;
   JobOutcome::Rollback r;
@@ -915,12 +957,11 @@ void TrainingJob::rollBack(actors::JobContext& job, int64_t lostShard) {
   r.dir = latestCheckpoint_;
   r.atSeconds = job.elapsed();
   outcome_.rollbacks.push_back(r);
-  log()->warn("ps {} was lost: the job rolls back to checkpoint {} ({}; generation {}), its workers to steps {}", lostShard,
+  log()->warn("{}: the job rolls back to checkpoint {} ({}; generation {}), its workers to steps {}", why,
               r.checkpoint, r.dir, generation_, fmt::join(latestCut_, "/"));
   auto manifest = readManifest(latestCheckpoint_);
   if (!manifest.hasValue()) {
-    return job.fail(fmt::format("ps {} was lost and its checkpoint cannot be read: {}", lostShard,
-                                manifest.status().message()));
+    return job.fail(fmt::format("{} and its checkpoint cannot be read: {}", why, manifest.status().message()));
   }
   // The other shards go back to the cut; what waits on their old state is
   // told. First they say how far each worker had got: the steps done again.
@@ -981,8 +1022,7 @@ void TrainingJob::rollBack(actors::JobContext& job, int64_t lostShard) {
     if (mode_ != TrainMode::kPs) fromCheckpoint_[w.rank] = w.incarnation + 1;
     if (!w.live()) continue;
     job.declareLost("worker", w.rank,
-                    caf::make_error(actors::Errc::kRolledBack,
-                                    fmt::format("ps {} was lost; back to checkpoint {}", lostShard, r.checkpoint)));
+                    caf::make_error(actors::Errc::kRolledBack, fmt::format("{}; back to checkpoint {}", why, r.checkpoint)));
   }
 }
 
@@ -1155,6 +1195,8 @@ void TrainingJob::trainsNoMore(actors::JobContext& job, int64_t rank) {
 void TrainingJob::onOver(actors::JobContext&) {
   for (auto& [rank, w] : gateWaiters_) w.deliver(GateDecision{false});
   gateWaiters_.clear();
+  for (auto& [rank, w] : standby_) w.deliver(GateDecision{false});
+  standby_.clear();
   for (auto& [rank, w] : commWaiters_) w.deliver(caf::make_error(actors::Errc::kJobFailed, "the job is over"));
   commWaiters_.clear();
 }
@@ -1315,7 +1357,16 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
         checkGate(job);
         return promise;
       },
-      [this](actors::LinkCounts& c) { keepLinks(std::move(c)); },
+      [this, &job](actors::LinkCounts& c) {
+        // Only from the agent of the process it speaks for.
+        if (c.role != "ps" && c.role != "worker") return;
+        const auto& members = job.members(c.role);
+        const auto& sender = job.self()->current_sender();
+        if (c.rank < 0 || c.rank >= int64_t(members.size()) || !sender) return;
+        const actors::Member& m = members[size_t(c.rank)];
+        if (m.incarnation != c.incarnation || !m.agent || sender->node() != m.agent.node()) return;
+        keepLinks(std::move(c));
+      },
       [this, &job](const WorkerReport& r) -> int64_t {
         if (r.rank < 0 || r.rank >= workers_ || reported_[size_t(r.rank)]) return r.rank;  // a repeat changes nothing
         reported_[size_t(r.rank)] = true;
@@ -1349,6 +1400,8 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
           o.countChecked = r.countChecked;
           o.countWrong = r.countWrong;
           o.countErrors = r.countErrors;
+          for (auto& [rank, w] : standby_) w.deliver(GateDecision{false});  // no one else needs to
+          standby_.clear();
           if (r.labels.dtype == DType::kFloat32 && r.predictions.dtype == DType::kFloat32 &&
               r.labels.bytes == r.predictions.bytes) {
             o.labels.assign(r.labels.as<float>(), r.labels.as<float>() + r.labels.count<float>());

@@ -228,11 +228,12 @@ class TrainingJob final : public actors::JobPolicy {
   void cutTaken(actors::JobContext& job);
   void checkpointWritten(actors::JobContext& job);
   void abandonCheckpoint(actors::JobContext& job, const std::string& why);
-  // A shard is lost: every other shard goes back to the latest checkpoint,
-  // every worker is restarted from its cut, and the lost shard's
-  // replacement starts from it (a new generation: what the old workers
-  // still send is refused).
-  void rollBack(actors::JobContext& job, int64_t lostShard);
+  // A shard is lost (`lostShard`), or in a sync mode every worker that
+  // held the model (-1): every other shard goes back to the latest
+  // checkpoint, every worker is restarted from its cut, and the lost
+  // shard's replacement starts from it (a new generation: what the old
+  // workers still send is refused). `why` says what was lost.
+  void rollBack(actors::JobContext& job, int64_t lostShard, const std::string& why);
   // ps.replicas = 2: the actor serving shard k (its primary copy), a lost
   // ps process's shards (backups promoted, primaries told their backups are
   // gone), the workers told where the primaries are, and a replacement's
@@ -301,6 +302,9 @@ class TrainingJob final : public actors::JobPolicy {
   bool checkingStalls_ = false;
   std::vector<bool> reported_;
   std::map<int64_t, caf::typed_response_promise<GateDecision>> gateWaiters_;
+  // Sync modes, the gate open: the workers not evaluating, held until the
+  // evaluating one has (one of them takes its place if it is lost).
+  std::map<int64_t, caf::typed_response_promise<GateDecision>> standby_;
   std::set<int64_t> awaitingReplacement_;  // worker ranks lost whose new process is not ready yet
   std::set<int64_t> unheard_;  // worker ranks whose new process has not reported progress yet
   bool gateOpen_ = false;
@@ -313,7 +317,7 @@ class TrainingJob final : public actors::JobPolicy {
   // worker actor), and the groups formed so far.
   std::map<int64_t, caf::actor> regroupReady_;
   std::map<int64_t, int64_t> regroupSteps_;  // the steps each ready survivor took (-1: a replacement)
-  std::map<int64_t, uint64_t> regroupUnreachable_;  // the node each ready worker found down (0: none)
+  std::map<int64_t, std::vector<uint64_t>> regroupUnreachable_;  // the nodes each ready worker found down
   // Hybrid shrink: ranks lost whose steps the shards must undo before the
   // group goes on without them; the undo under way; what the group gets.
   std::set<int64_t> toRevert_;

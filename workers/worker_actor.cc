@@ -469,7 +469,8 @@ void enterRegroup(Self* self, const Status& why) {
   st.whenDrained = nullptr;  // a step boundary of the old group (a checkpoint's pause) is no more
   st.core->setCommunicator(nullptr);
   if (st.options.regroup.leave) st.options.regroup.leave();
-  const uint64_t unreachable = st.options.regroup.unreachable ? st.options.regroup.unreachable() : 0;
+  std::vector<uint64_t> unreachable;
+  if (st.options.regroup.unreachable) unreachable = st.options.regroup.unreachable();
   self->send(st.options.regroup.coordinator,
              RegroupReady{rank, replacement ? -1 : st.core->steps(), st.options.regroup.incarnation, unreachable});
   self->delayed_send(self, st.options.regroup.timeout, regroup_timeout_atom::value, ++st.regroupToken);

@@ -139,9 +139,9 @@ struct WorkerOptions {
     bool first = false;        // the first group failed as it formed: it waits for the next at step 0
     int64_t shardClock = -1;   // hybrid replacement: its rank's first step the shards lack
     int64_t incarnation = 0;   // which process of its rank this is
-    // The node of a member of the group this worker's transport found down
-    // (0: none), said with RegroupReady.
-    std::function<uint64_t()> unreachable;
+    // The nodes of the members of the group this worker's transport found
+    // down, said with RegroupReady.
+    std::function<std::vector<uint64_t>()> unreachable;
   } regroup;
 };
 

@@ -95,6 +95,9 @@ caf::behavior driver(caf::stateful_actor<DriverState>* self, std::function<caf::
   self->set_error_handler([=](caf::error& err) { endDriver(self, err); });
   self->send(st.worker, run_atom::value);
   return {
+      // The actor it drives: what a fault plan's kill of actor "worker" kills
+      // (the driver then ends with the worker's reason, and escalates).
+      [=](actors::which_atom, const std::string&) { return self->state.worker; },
       [=](TrainReportPtr report) {
         auto& st = self->state;
         const bool evaluated = !report->evals.empty();
@@ -433,11 +436,12 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
     // The nodes of the group it was in last: one its transport found down
     // is named when it is ready for the next.
     auto group = std::make_shared<std::vector<uint64_t>>(workerNodes);
-    wo.regroup.unreachable = [group, &remote = ctx.remote, self = workerNodes[size_t(rank)]]() -> uint64_t {
+    wo.regroup.unreachable = [group, &remote = ctx.remote, self = workerNodes[size_t(rank)]] {
+      std::vector<uint64_t> down;
       for (uint64_t node : *group) {
-        if (node != self && node != 0 && remote.peerDown(node)) return node;
+        if (node != self && node != 0 && remote.peerDown(node)) down.push_back(node);
       }
-      return 0;
+      return down;
     };
     wo.regroup.join = [this, &remote = ctx.remote, ro, self = workerNodes[size_t(rank)], group](
                           uint64_t epoch, const std::vector<uint64_t>& nodes)

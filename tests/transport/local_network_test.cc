@@ -334,8 +334,9 @@ TEST_F(LinkFaultTest, DroppedFramesAreSentAgainAndArriveOnceInOrder) {
 
 // An exchange in lockstep (each frame waits for the one before to arrive,
 // as a reply waits for its request): a dropped frame has nothing behind it
-// to show the gap, and heartbeats are 2 s apart here. The sender's probe
-// sends it again 50 ms on (backing off), so the drops cost milliseconds.
+// to show the gap, and heartbeats are 2 s apart here. The sender probes
+// 50 ms on (backing off: an ack of its own, saying what it sent), the
+// receiver asks for the frame again, so the drops cost milliseconds.
 TEST_F(LinkFaultTest, ALostLastFrameIsProbedAgainWithoutWaitingForAHeartbeat) {
   heartbeatInterval = 2s;
   heartbeatTimeout = 20s;
@@ -358,8 +359,8 @@ TEST_F(LinkFaultTest, ALostLastFrameIsProbedAgainWithoutWaitingForAHeartbeat) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
   const NodeStats s = a->stats();
   EXPECT_GE(s.faultsDropped, 3u) << "the seed drops some";
-  // Each drop waited 50 ms or a little more (100 ms for a second drop of
-  // the same frame), not a heartbeat's 2 s.
+  // Each drop waited 50 ms and a resend request, or a little more (twice
+  // that for a second drop of the same frame), not a heartbeat's 2 s.
   EXPECT_LT(seconds, 1.9) << s.faultsDropped << " dropped";
   EXPECT_GE(s.framesResent, s.faultsDropped);
   std::vector<std::string> bodies;

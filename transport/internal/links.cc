@@ -169,6 +169,7 @@ void Links::receive(uint64_t peer, DecodedFrame frame, std::shared_ptr<const voi
         if (now - h.lastSent < backoff) continue;
         h.attempts++;
         h.lastSent = now;
+        h.probes = 0;
         again.emplace_back(h.envelope, h.tensors);
         attempts.push_back(h.attempts);
       }
@@ -236,11 +237,10 @@ void Links::tick(LinkClock::time_point now, std::vector<Wire>* out, std::vector<
     if (link.unacked > 0 && now - link.firstUnacked >= options_.ackDelay) ackNow(peer, link, now, out);
     if (const Held* h = probed(link); h && now >= probeAt(*h)) {
       Held& oldest = link.held.front();
-      oldest.attempts++;
-      oldest.lastSent = now;
-      stats_.resent++;
+      oldest.probes++;
+      oldest.probedAt = now;
       stats_.probes++;
-      emit(peer, link, oldest.envelope, oldest.tensors, oldest.attempts, now, out);
+      ackNow(peer, link, now, out);
     }
   }
 }
@@ -251,7 +251,8 @@ const Links::Held* Links::probed(const Link& link) const {
 }
 
 LinkClock::time_point Links::probeAt(const Held& h) const {
-  return h.lastSent + options_.resendAfter * (int64_t(1) << std::min<uint64_t>(h.attempts - 1, 6));
+  const LinkClock::time_point last = h.probes > 0 ? std::max(h.lastSent, h.probedAt) : h.lastSent;
+  return last + options_.resendAfter * (int64_t(1) << std::min<uint64_t>(h.probes, 6));
 }
 
 std::optional<LinkClock::time_point> Links::nextDue() const {

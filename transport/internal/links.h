@@ -17,11 +17,14 @@
 // after ackEvery frames or ackDelay); the sender keeps each frame (its
 // tensors' owners) until acknowledged. A gap still open after giveUpAfter
 // ends the link: the peer is declared down, as when its heartbeats stop.
-// Under a fault filter the sender also probes: the oldest frame still
-// unacknowledged resendAfter after it went (backing off per attempt) is
-// sent again, so a lost last frame of an exchange (a reply the other side
-// waits for, with nothing behind it to show the gap) costs that long, not
-// a heartbeat interval.
+// Under a fault filter the sender also probes: when the oldest frame is
+// still unacknowledged resendAfter after it went (backing off per probe),
+// it sends an ack of its own, which carries linkSent, so the other side
+// sees the gap and asks for what it lacks: a lost last frame of an
+// exchange (a reply the other side waits for, with nothing behind it to
+// show the gap) costs that long and a resend request, not a heartbeat
+// interval, and nothing is sent again that arrived (a large frame still on
+// its way is not doubled).
 //
 // The fault filter sits below: it sees each frame as it goes on the wire,
 // resends included (a resend is a new attempt, drawn anew).
@@ -55,8 +58,8 @@ inline constexpr uint16_t kLinkResend = 11;  // body: u64 from, u64 to (to exclu
 
 struct LinkStats {
   uint64_t sequenced = 0;     // frames given a number
-  uint64_t resent = 0;        // frames sent again (on request, or probed)
-  uint64_t probes = 0;        // of those, sent again because no acknowledgement came
+  uint64_t resent = 0;        // frames sent again on request
+  uint64_t probes = 0;        // acks sent because a frame's acknowledgement was late
   uint64_t gaps = 0;          // resend requests made
   uint64_t duplicates = 0;    // frames that arrived again and were suppressed
   uint64_t heldOutOfOrder = 0;  // frames that waited for an earlier one
@@ -138,6 +141,8 @@ class Links {
     uint64_t attempts = 0;
     bool bytesKept = true;  // false: its tensors were not kept (see send)
     LinkClock::time_point lastSent;
+    uint64_t probes = 0;  // probes sent since it was last sent (see Options::resendAfter)
+    LinkClock::time_point probedAt;
   };
   struct Waiting {
     DecodedFrame frame;
@@ -164,8 +169,8 @@ class Links {
             LinkClock::time_point now, std::vector<Wire>* out);
   void ackNow(uint64_t peer, Link& link, LinkClock::time_point now, std::vector<Wire>* out);
   void nackGap(uint64_t peer, Link& link, LinkClock::time_point now, std::vector<Wire>* out);
-  // The frame a probe would send again (the oldest unacknowledged, under a
-  // fault filter), and when.
+  // The frame a probe asks after (the oldest unacknowledged, under a fault
+  // filter), and when.
   const Held* probed(const Link& link) const;
   LinkClock::time_point probeAt(const Held& h) const;
   bool gapOpen(const Link& link) const {
