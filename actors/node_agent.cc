@@ -130,9 +130,10 @@ caf::behavior agent(Agent* self, caf::actor coordinator, std::shared_ptr<Signals
       for (auto& w : st.supervisors) {
         if (dm.source != w.supervisor.address()) continue;
         // It ended without escalating (an exception in a handler, say): the
-        // rank's actors are gone all the same.
+        // rank's actors are gone all the same. (Stopped because the process
+        // ends, it failed nothing: no report, no request left pending.)
         const Loss loss = lossOf(dm.reason);
-        if (loss.kind == Loss::Kind::kNormal) continue;
+        if (loss.kind == Loss::Kind::kNormal || st.signals->current() != Signals::End::kNone) continue;
         const std::string why = "its supervisor stopped: " + loss.describe();
         if (w.rank == st.rank) {
           reportFailure(self, why);

@@ -90,6 +90,9 @@ std::vector<Config::Key> troupeConfigSchema() {
        "copies of every shard: 1, or 2 (primary and backup in two ps processes; a push is acknowledged once both "
        "applied it, and a lost primary's backup takes over without a rollback). ps and hybrid modes, "
        "cluster.servers >= 2"},
+      {"cluster.fresh_start", T::kBool, false,
+       "set by the coordinator: this sync-mode worker starts the job again from step 0 with every other rank (its "
+       "group lost every worker holding the model and had no checkpoint)"},
       {"cluster.ps_rebuild", T::kBool, false,
        "set by the coordinator: this ps process replaces a lost one, and its copies of the shards are built from "
        "their primaries (ps.replicas = 2)"},

@@ -351,7 +351,10 @@ actors::LossDecision TrainingJob::decideLoss(actors::JobContext& job, const acto
     // holds it (a replacement gets it once its group formed) ends the job.
     holdsModel_.erase(m.rank);
     if (holdsModel_.empty()) {
-      if (latestCheckpoint_.empty() || onWorkerLoss_ == WorkerLoss::kShrink) {
+      // An allreduce job without a checkpoint starts again from step 0 (its
+      // initial model is the seed's); a hybrid one's shards have moved on.
+      const bool fromStart = latestCheckpoint_.empty() && mode_ == TrainMode::kAllReduce;
+      if ((latestCheckpoint_.empty() && !fromStart) || onWorkerLoss_ == WorkerLoss::kShrink) {
         return actors::LossDecision::fail(
             what + "; no live worker holds the model any more (the others are replacements still waiting for it), "
                    "so the group cannot form again" +
@@ -957,9 +960,16 @@ void TrainingJob::rollBack(actors::JobContext& job, int64_t lostShard, const std
   r.dir = latestCheckpoint_;
   r.atSeconds = job.elapsed();
   outcome_.rollbacks.push_back(r);
-  log()->warn("{}: the job rolls back to checkpoint {} ({}; generation {}), its workers to steps {}", why,
-              r.checkpoint, r.dir, generation_, fmt::join(latestCut_, "/"));
-  auto manifest = readManifest(latestCheckpoint_);
+  if (latestCheckpoint_.empty()) {
+    // No checkpoint yet (allreduce: no shards): every rank from step 0.
+    latestCut_.assign(size_t(workers_), 0);
+    log()->warn("{}: the job starts again from step 0 (it has no checkpoint yet; generation {})", why, generation_);
+  } else {
+    log()->warn("{}: the job rolls back to checkpoint {} ({}; generation {}), its workers to steps {}", why,
+                r.checkpoint, r.dir, generation_, fmt::join(latestCut_, "/"));
+  }
+  Expected<CheckpointManifest> manifest = CheckpointManifest{};
+  if (!latestCheckpoint_.empty()) manifest = readManifest(latestCheckpoint_);
   if (!manifest.hasValue()) {
     return job.fail(fmt::format("{} and its checkpoint cannot be read: {}", why, manifest.status().message()));
   }
@@ -1176,6 +1186,8 @@ std::string TrainingJob::configFor(actors::JobContext&, const actors::Member& m,
     auto it = fromCheckpoint_.find(m.rank);
     const bool fromCheckpoint = it != fromCheckpoint_.end() && it->second == m.incarnation;
     c.setValue("checkpoint.resume", fromCheckpoint ? latestCheckpoint_ : std::string());
+    // (Rolled back to the start: no checkpoint, every rank from step 0.)
+    c.setValue("cluster.fresh_start", fromCheckpoint && latestCheckpoint_.empty());
   }
   return c.toToml();
 }

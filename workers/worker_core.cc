@@ -401,7 +401,8 @@ Expected<ps::PushRequestPtr> WorkerCore::trainStepOnce(const Batch& batch, const
       const DenseParameters& p = dlrm_->parameters();
       push->denseGrads.assign(p.grads(), p.grads() + p.size());
     } else {
-      keepPreviousState();
+      s = keepPreviousState();
+      if (!s.isOk()) return s;
       s = dlrm_->parameters().apply(*kernels_, steps_);
       if (!s.isOk()) return s;
     }
@@ -421,7 +422,8 @@ Expected<ps::PushRequestPtr> WorkerCore::trainStepOnce(const Batch& batch, const
     push->denseGrads.assign(params_->grads(), params_->grads() + params_->size());
     return ps::PushRequestPtr(std::move(push));
   }
-  keepPreviousState();
+  s = keepPreviousState();
+  if (!s.isOk()) return s;
   s = params_->apply(*kernels_, steps_);
   if (!s.isOk()) return s;
   return ps::PushRequestPtr();
@@ -457,7 +459,8 @@ Expected<ps::PushRequestPtr> WorkerCore::countStep(const Batch& batch) {
   if (options_.denseOnServers) {
     push->denseGrads.assign(p.grads(), p.grads() + p.size());
   } else {
-    keepPreviousState();
+    s = keepPreviousState();
+    if (!s.isOk()) return s;
     s = p.apply(*kernels_, steps_);
     if (!s.isOk()) return s;
   }

@@ -176,8 +176,8 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   // A sync-mode worker that starts again from a checkpoint after a rollback
   // (its config names it) is not one: every rank does, and they form the
   // group anew.
-  const bool rejoin =
-      mode != TrainMode::kPs && ctx.welcome.incarnation > 0 && config.getString("checkpoint.resume").empty();
+  const bool rejoin = mode != TrainMode::kPs && ctx.welcome.incarnation > 0 &&
+                      config.getString("checkpoint.resume").empty() && !config.getBool("cluster.fresh_start");
   bool regroupFirst = false;  // the first group failed as it formed
   collectives::RingOptions ro;
   ro.rank = int(rank);

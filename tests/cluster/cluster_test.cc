@@ -149,6 +149,13 @@ TEST_F(ClusterTest, EveryConsistencyModelLearnsWithTwoWorkersAndTwoShards) {
     const std::string run = dir.file("runs/" + mode);
     EXPECT_NE(readFile(run + "/ps-1.log").find("exits (0)"), std::string::npos);
     EXPECT_NE(readFile(run + "/worker-1.log").find("exits (0)"), std::string::npos);
+    // A process that ends with the job reports no failure of its actors
+    // (stopping them is no failure) and leaves no request unanswered.
+    for (const std::string member : {"ps-0", "ps-1", "worker-0", "worker-1"}) {
+      const std::string log = readFile(run + "/" + member + ".log");
+      EXPECT_EQ(log.find("its supervisor stopped"), std::string::npos) << member << "\n" << log;
+      EXPECT_EQ(log.find("pending requests failed"), std::string::npos) << member << "\n" << log;
+    }
   }
 }
 
@@ -1214,7 +1221,10 @@ TEST_F(ClusterTest, WithReplicasLostPrimariesAndBackupsCostNoRollbackAndTheModel
                                         "transport.heartbeat_timeout_ms=2000", "--fault",
                                         "kind=kill,target=ps:0,at_s=1", "--fault",
                                         "kind=stop,target=ps:0,at_s=4,duration_s=5", "--fault",
-                                        "kind=stop,target=ps:1,at_s=11,duration_s=5", "--baseline"})),
+                                        "kind=stop,target=ps:1,at_s=11,duration_s=5", "--fault",
+                                        // A job of at least 18 s, so that the third fault comes while it trains
+                                        // (the same job without faults, --baseline, takes about 11 s).
+                                        "kind=slow,target=worker:0,delay_ms=1", "--baseline"})),
                   400s);
   ASSERT_EQ(r.exitCode, 0) << r.err;
   const std::string json = readFile(dir.file("runs/replicas/faults.json"));
@@ -1504,25 +1514,33 @@ TEST_F(ClusterTest, MessageFaultsACutBetweenWorkersTheCoordinatorStillHearsLoses
 // the same step, past the heartbeat timeout: the second is lost while the
 // first one's replacement waits to copy the model from it; the steps are
 // slowed to 10 ms so that checkpoints come first) rolls back to its latest
-// checkpoint: every rank starts again from the checkpoint's model
-// (a hybrid job's shards go back to it too), and the counts of the
-// exact-count model come out exact.
+// checkpoint: every rank starts again from the checkpoint's model (a hybrid
+// job's shards go back to it too); an allreduce job with no checkpoint
+// starts again from step 0. The counts of the exact-count model come out
+// exact every time.
 TEST_F(ClusterTest, TheCountModelInSyncModesLosingEveryWorkerThatHoldsTheModelRollsBackToTheCheckpoint) {
-  for (const std::string mode : {"allreduce", "hybrid"}) {
-    SCOPED_TRACE(mode);
+  struct Case {
+    std::string mode;
+    bool checkpoints;
+    std::string said;
+  };
+  for (const Case& c : {Case{"allreduce", true, "no live worker held the model any more: the job rolls back to checkpoint"},
+                        Case{"hybrid", true, "no live worker held the model any more: the job rolls back to checkpoint"},
+                        Case{"allreduce", false, "no live worker held the model any more: the job starts again from step 0"}}) {
+    SCOPED_TRACE(c.mode + (c.checkpoints ? " with checkpoints" : " without checkpoints"));
     TempDir dir;
     auto r = troupe(plus({"train"}, plus(smallJob(dir, "holders"),
                                          {"--set", "cluster.workers=2", "--set", "cluster.servers=2", "--set",
-                                          "train.mode=" + mode, "--set", "collectives.backend=ring", "--set",
+                                          "train.mode=" + c.mode, "--set", "collectives.backend=ring", "--set",
                                           "model.kind=count", "--set", "train.batch_size=32", "--set",
-                                          "data.max_train_rows=39936", "--set", "checkpoint.every_steps=20",
+                                          "data.max_train_rows=39936", "--set",
+                                          fmt::format("checkpoint.every_steps={}", c.checkpoints ? 20 : 0),
                                           "--fault", "kind=slow,target=worker:0,delay_ms=10", "--fault",
                                           "kind=stop,target=worker:0,at_step=300,duration_s=6", "--fault",
                                           "kind=stop,target=worker:1,at_step=300,duration_s=6"})),
                     300s);
     ASSERT_EQ(r.exitCode, 0) << r.out << r.err;
-    EXPECT_NE(r.err.find("no live worker held the model any more: the job rolls back to checkpoint"), std::string::npos)
-        << r.err;
+    EXPECT_NE(r.err.find(c.said), std::string::npos) << r.err;
     const auto report = nlohmann::json::parse(readFile(dir.file("runs/holders/faults.json")));
     EXPECT_EQ(report.at("rollbacks").get<int>(), 1) << report.dump();
     EXPECT_EQ(report.at("counts").at("wrong").get<int64_t>(), 0) << report.dump();
@@ -1819,7 +1837,9 @@ TEST_F(ClusterTest, ALostCoordinatorTakesEveryProcessDownWithinTwiceTheHeartbeat
       EXPECT_EQ(r.exitCode, 3) << name << "\n" << log;
       EXPECT_LT(took, 2 * 2.0) << name << " was still running " << took << " s after the coordinator went\n" << log;
       EXPECT_NE(log.find("lost the coordinator"), std::string::npos) << name << "\n" << log;
-      if (signal == SIGSTOP) EXPECT_NE(log.find("lost the coordinator (timed out)"), std::string::npos) << log;
+      if (signal == SIGSTOP) {
+        EXPECT_NE(log.find("lost the coordinator (timed out)"), std::string::npos) << log;
+      }
     }
     job.coordinator->kill(SIGKILL);
   }

@@ -46,7 +46,7 @@ void Links::send(uint64_t peer, Envelope envelope, std::vector<Tensor> tensors, 
     envelope.linkSeq = link.nextSeq++;
     stats_.sequenced++;
     const bool keep = faults_ != nullptr || tensors.empty();
-    link.held.push_back(Held{envelope.linkSeq, envelope, keep ? tensors : std::vector<Tensor>{}, 1, keep, now});
+    link.held.push_back(Held{envelope.linkSeq, envelope, keep ? tensors : std::vector<Tensor>{}, 1, keep, now, 0, now});
   } else {
     envelope.linkSeq = 0;
   }
