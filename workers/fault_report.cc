@@ -21,6 +21,22 @@ double percentile(std::vector<double> xs, double p) {
 
 namespace {
 
+// A loss laid to a fault (an injection, or a partition) that began at `at`:
+// its outcome (detected, recovered, the seconds of each) and its kind's row.
+template <typename Outcome>
+void layLoss(const actors::RecoveryEvent& e, double at, Outcome* out, FaultReport::Row* row) {
+  out->detected = true;
+  out->detectSeconds = std::max(0.0, e.lostAtSeconds - at);
+  ++row->detected;
+  row->detectSeconds.push_back(out->detectSeconds);
+  if (e.recoveredAtSeconds >= 0) {
+    out->recovered = true;
+    out->recoverSeconds = e.recoveredAtSeconds - e.lostAtSeconds;
+    ++row->recovered;
+    row->recoverSeconds.push_back(out->recoverSeconds);
+  }
+}
+
 // Whether a process "role:rank" is on the side a rule names ("worker:1",
 // "worker": any rank, "*").
 bool onSide(const std::string& side, const std::string& role, int64_t rank) {
@@ -98,16 +114,7 @@ void messageFaults(const JobOutcome& o, FaultReport* r) {
             continue;
           }
           taken[i] = true;
-          p.detected = true;
-          p.detectSeconds = e.lostAtSeconds - p.atSeconds;
-          ++row.detected;
-          row.detectSeconds.push_back(p.detectSeconds);
-          if (e.recoveredAtSeconds >= 0) {
-            p.recovered = true;
-            p.recoverSeconds = e.recoveredAtSeconds - e.lostAtSeconds;
-            ++row.recovered;
-            row.recoverSeconds.push_back(p.recoverSeconds);
-          }
+          layLoss(e, p.atSeconds, &p, &row);
           break;
         }
         r->partitions.push_back(p);
@@ -225,18 +232,9 @@ FaultReport faultReport(const JobOutcome& o, bool binary, const JobOutcome* base
     ++row.injected;
     if (lossOf[j] >= 0) {
       const auto& e = o.events[size_t(lossOf[j])];
-      h.detected = true;
-      h.detectSeconds = std::max(0.0, e.lostAtSeconds - in.atSeconds);
       h.detectedBy = e.detectedBy;
       h.action = e.action;
-      ++row.detected;
-      row.detectSeconds.push_back(h.detectSeconds);
-      if (e.recoveredAtSeconds >= 0) {
-        h.recovered = true;
-        h.recoverSeconds = e.recoveredAtSeconds - e.lostAtSeconds;
-        ++row.recovered;
-        row.recoverSeconds.push_back(h.recoverSeconds);
-      }
+      layLoss(e, in.atSeconds, &h, &row);
     }
     r.hits.push_back(std::move(h));
   }

@@ -2108,6 +2108,35 @@ TEST_F(ClusterTest, WithOnWorkerLossFailAKilledWorkerInAllReduceModeFailsTheJobO
   }
 }
 
+// Why network namespaces cannot be made here ("" when they can).
+std::string netnsUnusable() {
+  if (geteuid() != 0) return "needs root to make network namespaces (ip netns + veth)";
+  if (!testing::shell("command -v ip >/dev/null")) return "needs iproute2 (ip)";
+  return "";
+}
+
+// A job across two network namespaces, launched by hand as srun would:
+// the coordinator (with `config`) and the shard in A, the worker in B.
+struct NetnsJob {
+  NetnsJob(const testing::NetnsPair& ns, const TempDir& dir, const std::vector<std::string>& config)
+      : address(ns.addrA_ + ":" + std::to_string(20000 + getpid() % 20000)) {
+    coordinator = std::make_unique<Child>(
+        plus({"ip", "netns", "exec", ns.a_, TROUPE_BINARY, "launch", "--role", "coordinator", "--coordinator", address},
+             config),
+        dir.file("coordinator.log"));
+    shard = std::make_unique<Child>(std::vector<std::string>{"ip", "netns", "exec", ns.a_, TROUPE_BINARY, "launch",
+                                                             "--role", "ps", "--coordinator", address, "--listen",
+                                                             ns.addrA_},
+                                    dir.file("ps.log"));
+    worker = std::make_unique<Child>(std::vector<std::string>{"ip", "netns", "exec", ns.b_, TROUPE_BINARY, "launch",
+                                                              "--role", "worker", "--coordinator", address, "--listen",
+                                                              ns.addrB_},
+                                     dir.file("worker.log"));
+  }
+  std::string address;
+  std::unique_ptr<Child> coordinator, shard, worker;
+};
+
 // A partition of a real network: the worker's namespace cut off from the
 // coordinator's and the shard's for 4 s (the veth between them down; no
 // fault filter). The coordinator finds the worker by its silence, the
@@ -2116,25 +2145,18 @@ TEST_F(ClusterTest, WithOnWorkerLossFailAKilledWorkerInAllReduceModeFailsTheJobO
 // the rank, resumes where the shard left it, and the job ends with every
 // sample applied once.
 TEST_F(ClusterTest, APartitionedNetworkLosesTheWorkerAndARelaunchedOneFinishesTheJob) {
-  if (geteuid() != 0) GTEST_SKIP() << "needs root to make network namespaces (ip netns + veth)";
-  if (!testing::shell("command -v ip >/dev/null")) GTEST_SKIP() << "needs iproute2 (ip)";
+  if (const std::string why = netnsUnusable(); !why.empty()) GTEST_SKIP() << why;
   testing::NetnsPair ns;
   if (!ns.ok()) GTEST_SKIP() << "could not make network namespaces here (ip netns add failed)";
   TempDir dir;
-  const std::string address = ns.addrA_ + ":" + std::to_string(20000 + getpid() % 20000);
-  Child coordinator(plus({"ip", "netns", "exec", ns.a_, TROUPE_BINARY, "launch", "--role", "coordinator",
-                          "--coordinator", address},
-                         plus(smallJob(dir, "cut"),
-                              {"--set", "cluster.workers=1", "--set", "cluster.servers=1", "--set", "train.epochs=80",
-                               "--set", "transport.heartbeat_timeout_ms=1500", "--summary-json",
-                               dir.file("cut.json")})),
-                    dir.file("coordinator.log"));
-  Child shard({"ip", "netns", "exec", ns.a_, TROUPE_BINARY, "launch", "--role", "ps", "--coordinator", address,
-               "--listen", ns.addrA_},
-              dir.file("ps.log"));
-  Child worker({"ip", "netns", "exec", ns.b_, TROUPE_BINARY, "launch", "--role", "worker", "--coordinator", address,
-                "--listen", ns.addrB_},
-               dir.file("worker.log"));
+  NetnsJob job(ns, dir,
+               plus(smallJob(dir, "cut"), {"--set", "cluster.workers=1", "--set", "cluster.servers=1", "--set",
+                                          "train.epochs=80", "--set", "transport.heartbeat_timeout_ms=1500",
+                                          "--summary-json", dir.file("cut.json")}));
+  Child& coordinator = *job.coordinator;
+  Child& shard = *job.shard;
+  Child& worker = *job.worker;
+  const std::string& address = job.address;
   // Training (the first progress line), a second in.
   ASSERT_TRUE(waitForText(dir.file("coordinator.log"), "worker 0: epoch 1/80", 120s))
       << readFile(dir.file("coordinator.log")) << readFile(dir.file("worker.log"));
@@ -2170,24 +2192,16 @@ TEST_F(ClusterTest, APartitionedNetworkLosesTheWorkerAndARelaunchedOneFinishesTh
 }
 
 TEST_F(ClusterTest, AJobAcrossNetworkNamespaces) {
-  if (geteuid() != 0) GTEST_SKIP() << "needs root to make network namespaces (ip netns + veth)";
-  if (!testing::shell("command -v ip >/dev/null")) GTEST_SKIP() << "needs iproute2 (ip)";
+  if (const std::string why = netnsUnusable(); !why.empty()) GTEST_SKIP() << why;
   testing::NetnsPair ns;
   if (!ns.ok()) GTEST_SKIP() << "could not make network namespaces here (ip netns add failed)";
   TempDir dir;
-  const std::string address = ns.addrA_ + ":" + std::to_string(20000 + getpid() % 20000);
-  // The coordinator and the shard in one namespace, the worker in the other.
-  Child coordinator(plus({"ip", "netns", "exec", ns.a_, TROUPE_BINARY, "launch", "--role", "coordinator",
-                          "--coordinator", address},
-                         plus(smallJob(dir, "netns"), {"--set", "cluster.workers=1", "--set", "cluster.servers=1",
-                                                       "--summary-json", dir.file("netns.json")})),
-                    dir.file("coordinator.log"));
-  Child shard({"ip", "netns", "exec", ns.a_, TROUPE_BINARY, "launch", "--role", "ps", "--coordinator", address,
-               "--listen", ns.addrA_},
-              dir.file("ps.log"));
-  Child worker({"ip", "netns", "exec", ns.b_, TROUPE_BINARY, "launch", "--role", "worker", "--coordinator", address,
-                "--listen", ns.addrB_},
-               dir.file("worker.log"));
+  NetnsJob job(ns, dir,
+               plus(smallJob(dir, "netns"), {"--set", "cluster.workers=1", "--set", "cluster.servers=1",
+                                            "--summary-json", dir.file("netns.json")}));
+  Child& coordinator = *job.coordinator;
+  Child& shard = *job.shard;
+  Child& worker = *job.worker;
   auto c = coordinator.wait(180s);
   ASSERT_EQ(c.exitCode, 0) << readFile(dir.file("coordinator.log")) << readFile(dir.file("worker.log"));
   EXPECT_NE(readFile(dir.file("coordinator.log")).find("worker 0 (" + ns.addrB_), std::string::npos);
