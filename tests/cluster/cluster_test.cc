@@ -1510,6 +1510,40 @@ TEST_F(ClusterTest, MessageFaultsACutBetweenWorkersTheCoordinatorStillHearsLoses
   EXPECT_TRUE(report.at("partitions")[0].at("detected").get<bool>()) << report.dump();
 }
 
+// Replicated shards under the exact-count model: a primary's process
+// killed (SIGKILL) and later the other ps process stopped past the
+// heartbeat timeout (SIGSTOP), mid-training: backups take over with no
+// rollback, new copies are built by state transfer, and every final value
+// is its count (no acknowledged update lost, none applied twice).
+TEST_F(ClusterTest, TheCountModelWithReplicasLosesAPrimaryAndABackupAndEveryCountIsExact) {
+  for (const std::string mode : {"bsp", "asp"}) {
+    SCOPED_TRACE(mode);
+    TempDir dir;
+    auto r = troupe(plus({"train"}, plus(smallJob(dir, "copies"),
+                                         {"--set", "cluster.workers=2", "--set", "cluster.servers=2", "--set",
+                                          "ps.consistency=" + mode, "--set", "ps.replicas=2", "--set",
+                                          "model.kind=count", "--set", "train.batch_size=32", "--set",
+                                          "data.max_train_rows=39936", "--set", "transport.heartbeat_timeout_ms=1500",
+                                          "--fault", "kind=slow,target=worker:0,delay_ms=8", "--fault",
+                                          "kind=kill,target=ps:0,at_s=1", "--fault",
+                                          "kind=stop,target=ps:1,at_s=3,duration_s=3"})),
+                    300s);
+    ASSERT_EQ(r.exitCode, 0) << r.out << r.err;
+    const auto report = nlohmann::json::parse(readFile(dir.file("runs/copies/faults.json")));
+    EXPECT_EQ(report.at("rollbacks").get<int>(), 0) << report.dump();
+    EXPECT_GE(report.at("promotions").size(), 2u) << report.dump();
+    EXPECT_GE(report.at("copies_built").size(), 2u) << report.dump();
+    for (const auto& in : report.at("injections")) {
+      if (in.at("kind") == "slow") continue;
+      EXPECT_TRUE(in.at("detected").get<bool>()) << in.dump();
+    }
+    EXPECT_EQ(report.at("counts").at("wrong").get<int64_t>(), 0) << report.dump();
+    EXPECT_GT(report.at("counts").at("checked").get<int64_t>(), 8) << report.dump();
+    EXPECT_TRUE(report.at("ledger").at("exact").get<bool>()) << report.dump();
+    EXPECT_EQ(report.at("ledger").at("pushes_in_state"), nlohmann::json::array({1248, 1248})) << report.dump();
+  }
+}
+
 // A sync group that loses every worker holding the model (both stopped at
 // the same step, past the heartbeat timeout: the second is lost while the
 // first one's replacement waits to copy the model from it; the steps are
