@@ -183,7 +183,9 @@ caf::behavior agent(Agent* self, caf::actor coordinator, std::shared_ptr<Signals
           // another (a driver for its training loop) names that one.
           auto& st = self->state;
           const int64_t rank = x.rank >= 0 ? x.rank : st.rank;
-          for (const auto& w : st.supervisors) {
+          // The newest supervisor of the rank (one moved away and back has an older, stopped one).
+          for (auto it = st.supervisors.rbegin(); it != st.supervisors.rend(); ++it) {
+            const Watched& w = *it;
             if (w.rank != rank) continue;
             const int64_t fault = x.fault;
             const std::string name = x.actor;
@@ -470,8 +472,13 @@ int runMember(const MemberOptions& options, Role& role) {
   // node's counters); it has nothing to finish, so a second is plenty.
   self->monitor(agentActor);
   self->send_exit(agentActor, caf::exit_reason::user_shutdown);
-  self->receive([](const caf::down_msg&) {},
-                caf::after(std::chrono::seconds(1)) >> [&] { log->warn("{}: the agent did not stop within 1 s", who); });
+  for (bool gone = false; !gone;) {
+    self->receive([&](const caf::down_msg& dm) { gone = dm.source == agentActor.address(); },
+                  caf::after(std::chrono::seconds(1)) >> [&] {
+                    log->warn("{}: the agent did not stop within 1 s", who);
+                    gone = true;
+                  });
+  }
   const transport::NodeStats links = node.stats();
   if (links.framesResent + links.duplicatesSuppressed + links.framesHeldOutOfOrder + links.gapsFound + links.faultsDropped +
           links.faultsDuplicated + links.faultsDelayed + links.faultsReordered + links.faultsCorrupted +

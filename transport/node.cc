@@ -206,10 +206,38 @@ void UcxNode::Impl::shutdown() {
     wake();
     thread_.join();
   }
+  if (worker_) {
+    // Sends that never finished (to a peer cut off, whose TCP connection
+    // holds them): cancelled, and their callbacks run, before the worker
+    // and its endpoints go (UCX asserts on an endpoint with requests left).
+    std::vector<void*> left;
+    {
+      std::lock_guard<std::mutex> lock(inflightMutex_);
+      left.assign(inflight_.begin(), inflight_.end());
+    }
+    if (!left.empty()) log()->info("{} send(s) that never finished cancelled as the node goes", left.size());
+    for (void* r : left) ucp_request_cancel(worker_, r);
+    for (int i = 0; i < 1000; ++i) {
+      {
+        std::lock_guard<std::mutex> lock(inflightMutex_);
+        if (inflight_.empty()) break;
+      }
+      ucp_worker_progress(worker_);
+    }
+  }
   for (void* r : closing_) ucp_request_free(r);
   closing_.clear();
   connections_.clear();
   if (listener_) ucp_listener_destroy(listener_);
+  if (silentPeer_) {
+    // Nothing calls back into this node from here on (UCX calls back only
+    // from progress, which has stopped); the process's exit frees the rest.
+    log()->info("node {:x}: a peer went silent, so its UCX worker is left to the process's exit (UCX 1.13 cannot "
+                "destroy an endpoint whose requests never finished)",
+                options_.nodeId);
+    worker_ = nullptr;
+    context_ = nullptr;
+  }
   if (worker_) ucp_worker_destroy(worker_);
   if (context_) ucp_cleanup(context_);
   listener_ = nullptr;
@@ -484,6 +512,7 @@ void UcxNode::Impl::onConnRequest(ucp_conn_request_h request, void* arg) {
 
 void UcxNode::Impl::onEpError(void* arg, ucp_ep_h ep, ucs_status_t status) {
   auto* self = static_cast<Impl*>(arg);
+  if (self->stop_.load()) return;  // the node is going: its last progress only finishes sends
   Connection* c = self->connectionOf(ep);
   if (c == nullptr || c->state == State::kClosed) return;
   // (UCX says "Endpoint timeout" for a killed peer as well as a silent one:
@@ -524,6 +553,7 @@ void UcxNode::Impl::closeConnection(Connection* c, const Status& why, bool peerD
                           : why.code() == Status::Code::kTimeout ? Departure::kTimedOut
                                                               : Departure::kCrashed;
     downPeers_[peer] = how;
+    if (how == Departure::kTimedOut) silentPeer_ = true;
     // (Its other connection, if both sides connected at once, stays: UCX's
     // TCP transport may share one socket between the two, and closing both
     // has aborted in tcp_iface.c. Frames from a peer that is down are
@@ -612,7 +642,7 @@ void UcxNode::Impl::sendRaw(Connection* c, Envelope envelope, std::vector<Tensor
                     true);
     return;
   }
-  pendingSends_++;
+  sent(r);
   out.release();  // onSendDone frees it and the request
 }
 
@@ -629,14 +659,19 @@ void UcxNode::Impl::sendRawBytes(uint64_t peer, std::vector<std::byte> bytes) {
   rp.user_data = out.get();
   ucs_status_ptr_t r = ucp_am_send_nbx(it->second->ep, kAmId, nullptr, 0, out->head.data(), out->head.size(), &rp);
   if (r != nullptr && !UCS_PTR_IS_ERR(r)) {
-    pendingSends_++;
+    sent(r);
     out.release();
   }
 }
 
 void UcxNode::Impl::onSendDone(void* request, ucs_status_t /*status*/, void* user) {
   auto* out = static_cast<OutFrame*>(user);
-  out->self->pendingSends_--;
+  Impl* self = out->self;
+  self->pendingSends_--;
+  {
+    std::lock_guard<std::mutex> lock(self->inflightMutex_);
+    self->inflight_.erase(request);
+  }
   delete out;
   if (request) ucp_request_free(request);
 }
@@ -746,6 +781,7 @@ ucs_status_t UcxNode::Impl::onAm(void* arg, const void* header, size_t headerLen
   auto* self = static_cast<Impl*>(arg);
   const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
   const ucs_status_t drop = rndv ? UCS_ERR_REJECTED : UCS_OK;
+  if (self->stop_.load()) return drop;  // the node is going: nothing more is delivered
   Connection* c = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? self->connectionOf(param->reply_ep) : nullptr;
   if (c == nullptr || c->state == State::kClosed || c->closeAt) {
     self->counters_.unauthenticated++;

@@ -188,7 +188,7 @@ void TrainingJob::checkDone(actors::JobContext& job) {
   // The evaluation of a rank lost on its way to the end comes from its
   // replacement (a rank that was not to evaluate is not waited for: its
   // pushes are in and the ledger counts it out).
-  if (!awaitingReplacement_.empty() && evaluator_ < 0 && !outcome_.evaluated) return;
+  if (!awaitingReplacement_.empty() && (!gateOpen_ || (evaluator_ < 0 && !outcome_.evaluated))) return;
   int live = 0;
   for (const auto& w : job.members("worker")) {
     if (w.state == actors::MemberState::kLost) continue;
@@ -362,6 +362,7 @@ actors::LossDecision TrainingJob::decideLoss(actors::JobContext& job, const acto
       }
       // The model is in the latest checkpoint: every rank starts again
       // from it (and the shards of a hybrid job go back to it too).
+      outcome_.workers[size_t(m.rank)].restarts += 1;
       rollBack(job, -1, what + "; no live worker held the model any more");
       return actors::LossDecision::replace();
     }
@@ -953,16 +954,37 @@ void TrainingJob::abandonCheckpoint(actors::JobContext& job, const std::string& 
 
 void TrainingJob::rollBack(actors::JobContext& job, int64_t lostShard, const std::string& why) {
   if (ckpt_.active) abandonCheckpoint(job, why);
+  // With replicas a shard's copies are in two processes, and its primary
+  // may have moved: a rollback waits for no rebuild (it fails instead).
+  if (replicas_ == 2) {
+    bool whole = rebuild_.empty();
+    for (const auto& s : job.members("ps")) whole = whole && s.live();
+    for (bool synced : backupSynced_) whole = whole && synced;
+    if (!whole) {
+      return job.fail(fmt::format("{}; the job would roll back to its checkpoint, but a parameter server's copies are "
+                                  "being built again",
+                                  why));
+    }
+  }
   gateOpen_ = false;  // the workers train again from the cut
+  evaluator_ = -1;
+  standby_.clear();  // their processes stop: nobody waits for these answers
   generation_ += 1;
   JobOutcome::Rollback r;
   r.checkpoint = latestCheckpointId_;
   r.dir = latestCheckpoint_;
   r.atSeconds = job.elapsed();
   outcome_.rollbacks.push_back(r);
+  if (servers_ == 0) {
+    // No shards to say how far the workers got: their last reports do.
+    latestCut_.resize(size_t(workers_), 0);
+    if (latestCheckpoint_.empty()) latestCut_.assign(size_t(workers_), 0);
+    for (int64_t w = 0; w < workers_; ++w) {
+      outcome_.rollbacks.back().stepsRedone += std::max<int64_t>(0, lastStep_[size_t(w)] - latestCut_[size_t(w)]);
+    }
+  }
   if (latestCheckpoint_.empty()) {
     // No checkpoint yet (allreduce: no shards): every rank from step 0.
-    latestCut_.assign(size_t(workers_), 0);
     log()->warn("{}: the job starts again from step 0 (it has no checkpoint yet; generation {})", why, generation_);
   } else {
     log()->warn("{}: the job rolls back to checkpoint {} ({}; generation {}), its workers to steps {}", why,
@@ -978,6 +1000,8 @@ void TrainingJob::rollBack(actors::JobContext& job, int64_t lostShard, const std
   const std::vector<actors::Member> shardsNow = job.members("ps");
   const size_t index = outcome_.rollbacks.size() - 1;
   for (const auto& s : shardsNow) {
+    // (Replicas: s.rank names the shard, shardActor its primary copy,
+    // wherever it serves; every ps process is live, checked above.)
     if (!s.live() || s.rank == lostShard) continue;
     for (int64_t w = 0; w < workers_ && size_t(w) < latestCut_.size(); ++w) {
       const int64_t cut = latestCut_[size_t(w)];
@@ -1032,7 +1056,9 @@ void TrainingJob::rollBack(actors::JobContext& job, int64_t lostShard, const std
     if (mode_ != TrainMode::kPs) fromCheckpoint_[w.rank] = w.incarnation + 1;
     if (!w.live()) continue;
     job.declareLost("worker", w.rank,
-                    caf::make_error(actors::Errc::kRolledBack, fmt::format("{}; back to checkpoint {}", why, r.checkpoint)));
+                    caf::make_error(actors::Errc::kRolledBack,
+                                    latestCheckpoint_.empty() ? fmt::format("{}; back to step 0", why)
+                                                              : fmt::format("{}; back to checkpoint {}", why, r.checkpoint)));
   }
 }
 
@@ -1186,6 +1212,8 @@ std::string TrainingJob::configFor(actors::JobContext&, const actors::Member& m,
     auto it = fromCheckpoint_.find(m.rank);
     const bool fromCheckpoint = it != fromCheckpoint_.end() && it->second == m.incarnation;
     c.setValue("checkpoint.resume", fromCheckpoint ? latestCheckpoint_ : std::string());
+    // The group's backend was chosen once (CommOffer): the same again.
+    if (!outcome_.collectivesBackend.empty()) c.setValue("collectives.backend", outcome_.collectivesBackend);
     // (Rolled back to the start: no checkpoint, every rank from step 0.)
     c.setValue("cluster.fresh_start", fromCheckpoint && latestCheckpoint_.empty());
   }
@@ -1370,7 +1398,7 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
         return promise;
       },
       [this, &job](actors::LinkCounts& c) {
-        // Only from the agent of the process it speaks for.
+        // Only from the process it speaks for (an actor on its agent's node).
         if (c.role != "ps" && c.role != "worker") return;
         const auto& members = job.members(c.role);
         const auto& sender = job.self()->current_sender();
@@ -1381,6 +1409,14 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
       },
       [this, &job](const WorkerReport& r) -> int64_t {
         if (r.rank < 0 || r.rank >= workers_ || reported_[size_t(r.rank)]) return r.rank;  // a repeat changes nothing
+        // Only from the rank's live process (a report of one stopped for a
+        // rollback may still be on its way: it counts for nothing).
+        const actors::Member& m = job.members("worker")[size_t(r.rank)];
+        const auto& sender = job.self()->current_sender();
+        if (!m.live() || !m.agent || !sender || sender->node() != m.agent.node()) {
+          log()->warn("a report of worker {} from a process that no longer holds the rank: ignored", r.rank);
+          return r.rank;
+        }
         reported_[size_t(r.rank)] = true;
         job.finished("worker", r.rank);
         trainsNoMore(job, r.rank);

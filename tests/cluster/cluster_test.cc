@@ -154,7 +154,11 @@ TEST_F(ClusterTest, EveryConsistencyModelLearnsWithTwoWorkersAndTwoShards) {
     for (const std::string member : {"ps-0", "ps-1", "worker-0", "worker-1"}) {
       const std::string log = readFile(run + "/" + member + ".log");
       EXPECT_EQ(log.find("its supervisor stopped"), std::string::npos) << member << "\n" << log;
-      EXPECT_EQ(log.find("pending requests failed"), std::string::npos) << member << "\n" << log;
+      // ("N pending requests failed" with N > 0: a request of this process's left unanswered.)
+      for (size_t at = log.find(" pending requests failed"); at != std::string::npos;
+           at = log.find(" pending requests failed", at + 1)) {
+        EXPECT_TRUE(at >= 2 && log.compare(at - 2, 2, " 0") == 0) << member << "\n" << log;
+      }
     }
   }
 }

@@ -301,6 +301,16 @@ class UcxNode::Impl {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> pendingSends_{0};  // sends UCX has not finished
+  // Their requests: at shutdown those that never finish (a peer cut off:
+  // TCP holds them) are cancelled before the worker goes, which UCX
+  // requires of every endpoint it destroys.
+  std::mutex inflightMutex_;
+  std::unordered_set<void*> inflight_;
+  void sent(void* request) {
+    pendingSends_++;
+    std::lock_guard<std::mutex> lock(inflightMutex_);
+    inflight_.insert(request);
+  }
   std::atomic<bool> sleeping_{false};
   std::atomic<int> pollers_{0};  // callers between beginPolling and endPolling
   std::atomic<int64_t> lastPolled_{0};  // Clock ticks of the last endPolling(false); 0: handed back
@@ -321,6 +331,11 @@ class UcxNode::Impl {
   std::unordered_map<uint64_t, Connection*> byPeer_;      // the connection used to send to a peer
   std::unordered_map<uint64_t, Connection*> connecting_;  // outgoing, handshake in flight
   std::unordered_map<uint64_t, Departure> downPeers_;  // and how each went
+  // A peer was lost to silence (a partition, a stopped process): its
+  // endpoint may hold requests UCX never finishes, and UCX 1.13 aborts
+  // destroying such an endpoint (ucp_ep.c: proto_reqs not empty), so the
+  // worker is then left to the process's exit.
+  bool silentPeer_ = false;
   std::vector<void*> closing_;  // ucp_ep_close requests in flight
   // Closed connections live until the next progress pass, so a caller up the
   // stack that still holds one reads a closed connection, not freed memory.
