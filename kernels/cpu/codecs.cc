@@ -1,0 +1,554 @@
+#include "kernels/cpu/codecs.h"
+
+#include <algorithm>
+#include <bit>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#if defined(__F16C__) && defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#include "common/check.h"
+#include "common/hash.h"
+
+namespace troupe::kernels::cpu {
+namespace {
+
+constexpr uint32_t kMagic = 0x44435254;  // "TRCD", little-endian
+constexpr uint8_t kVersion = 1;
+
+struct Header {
+  uint32_t magic = kMagic;
+  uint8_t kind = 0;
+  uint8_t version = kVersion;
+  uint16_t reserved = 0;
+  uint64_t n = 0;
+  uint32_t param = 0;  // int8, onebit: the chunk; topk, randomk: k
+  uint32_t reserved2 = 0;
+  uint64_t step = 0;
+};
+static_assert(sizeof(Header) == kCodecHeaderBytes);
+
+// A value that is not a finite float (NaN or infinite) makes the whole
+// encoding fail: a gradient like that is a bug upstream, not data.
+// (An integer test of the exponent, so that the loops vectorise: a loop
+// takes the largest exponent field it saw, and all ones means inf or NaN.)
+constexpr uint32_t kExponent = 0x7f800000u;
+inline bool notFinite(float v) { return (std::bit_cast<uint32_t>(v) & kExponent) == kExponent; }
+inline float clampTo(float v, float m) {
+  const float c = v > m ? m : v;
+  return c < -m ? -m : c;
+}
+
+Status notFiniteAt(const float* values, const float* residual, int64_t n, const char* codec) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = values[i] + (residual ? residual[i] : 0.0f);
+    if (notFinite(v)) {
+      return Status::invalidArgument(fmt::format("{}: value {} of {} to encode is not finite ({})", codec, i, n, v));
+    }
+  }
+  return Status::internal(fmt::format("{}: a value to encode is not finite", codec));
+}
+
+// What each codec shares: the header, written and checked.
+class CodecBase : public Codec {
+ public:
+  explicit CodecBase(const CodecOptions& o) : o_(o) {}
+  CodecKind kind() const override { return o_.kind; }
+
+ protected:
+  std::byte* start(std::vector<std::byte>* out, int64_t n, uint32_t param, uint64_t step, size_t payload) const {
+    TROUPE_CHECK(n >= 0 && uint64_t(n) <= UINT32_MAX, "codec {}: {} values to encode", codecName(o_.kind), n);
+    Header h;
+    h.kind = uint8_t(o_.kind);
+    h.n = uint64_t(n);
+    h.param = param;
+    h.step = step;
+    out->resize(kCodecHeaderBytes + payload);
+    std::memcpy(out->data(), &h, sizeof h);
+    return out->data() + kCodecHeaderBytes;
+  }
+  // The header of `data`, checked against this codec and n; the payload
+  // must be `payload` bytes.
+  Status check(const std::byte* data, size_t bytes, int64_t n, uint32_t param, size_t payload, Header* h) const {
+    const char* name = codecName(o_.kind);
+    if (n < 0) return Status::invalidArgument(fmt::format("{}: {} values expected", name, n));
+    if (bytes < kCodecHeaderBytes) {
+      return Status::corruption(fmt::format("{}: {} bytes, fewer than the {}-byte header of an encoding", name,
+                                            bytes, kCodecHeaderBytes));
+    }
+    std::memcpy(h, data, sizeof *h);
+    if (h->magic != kMagic) return Status::corruption(fmt::format("{}: not an encoded gradient (magic {:08x})", name, h->magic));
+    if (h->version != kVersion) {
+      return Status::corruption(fmt::format("{}: encoding version {}, this build reads {}", name, h->version, kVersion));
+    }
+    if (h->kind != uint8_t(o_.kind)) {
+      return Status::corruption(fmt::format("{}: encoded by codec {} ({})", name,
+                                            h->kind <= uint8_t(CodecKind::kRandomK) ? codecName(CodecKind(h->kind)) : "unknown",
+                                            h->kind));
+    }
+    if (h->reserved != 0 || h->reserved2 != 0) return Status::corruption(fmt::format("{}: reserved header fields set", name));
+    if (h->n != uint64_t(n)) {
+      return Status::corruption(fmt::format("{}: the encoding holds {} values, {} expected", name, h->n, n));
+    }
+    if (h->param != param) {
+      return Status::corruption(fmt::format("{}: the encoding's {} is {}, {} expected", name,
+                                            o_.kind == CodecKind::kTopK || o_.kind == CodecKind::kRandomK ? "k" : "chunk",
+                                            h->param, param));
+    }
+    if (bytes - kCodecHeaderBytes != payload) {
+      return Status::corruption(fmt::format("{}: {} bytes of payload, {} expected for {} values", name,
+                                            bytes - kCodecHeaderBytes, payload, n));
+    }
+    return Status::ok();
+  }
+  int64_t chunks(int64_t n) const { return (n + o_.chunk - 1) / o_.chunk; }
+  int64_t sparseK(int64_t n) const {
+    if (n <= 0) return 0;
+    return std::clamp<int64_t>(int64_t(std::ceil(o_.fraction * double(n))), 1, n);
+  }
+
+  const CodecOptions o_;
+};
+
+// ------------------------------------------------------------------ casts
+
+inline uint16_t toBf16(float v) {
+  uint32_t u = std::bit_cast<uint32_t>(v);
+  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even (finite values only)
+  return uint16_t(u >> 16);
+}
+inline float fromBf16(uint16_t b) { return std::bit_cast<float>(uint32_t(b) << 16); }
+
+constexpr float kHalfMax = 65504.0f;
+constexpr float kBf16Max = 3.38953139e38f;  // the largest finite bf16
+
+// fp16 and bf16: one 16-bit value each. A value beyond the type's range
+// is clamped to its largest (the residual keeps the rest).
+template <bool kBf16>
+class CastCodec final : public CodecBase {
+ public:
+  using CodecBase::CodecBase;
+  size_t encodedBytes(int64_t n) const override { return kCodecHeaderBytes + size_t(n) * 2; }
+
+  Status encode(const float* values, int64_t n, float* residual, uint64_t step, std::vector<std::byte>* out) const override {
+    uint16_t* dst = reinterpret_cast<uint16_t*>(start(out, n, 0, step, size_t(n) * 2));
+    const bool bad = residual ? run<true>(values, n, residual, dst) : run<false>(values, n, residual, dst);
+    if (bad) return notFiniteAt(values, nullptr, n, codecName(o_.kind));
+    return Status::ok();
+  }
+
+  // One pass: cast, and the residual what the cast lost (true: a value was
+  // not finite).
+  template <bool kResidual>
+  static bool run(const float* values, int64_t n, float* residual, uint16_t* dst) {
+    constexpr float kMax = kBf16 ? kBf16Max : kHalfMax;
+    uint32_t worst = 0;  // the largest exponent field seen: all ones for inf or NaN
+    int64_t i = 0;
+    if constexpr (!kBf16) i = fp16Lanes<kResidual>(values, n, residual, dst, &worst);
+#pragma omp simd reduction(max : worst)
+    for (int64_t j = i; j < n; ++j) {
+      const float v = kResidual ? values[j] + residual[j] : values[j];
+      worst = std::max(worst, std::bit_cast<uint32_t>(v) & kExponent);
+      const float c = clampTo(v, kMax);
+      float back;
+      if constexpr (kBf16) {
+        dst[j] = toBf16(c);
+        back = fromBf16(dst[j]);
+      } else {
+        const _Float16 h = _Float16(c);
+        dst[j] = std::bit_cast<uint16_t>(h);
+        back = float(h);
+      }
+      if constexpr (kResidual) residual[j] = v - back;
+    }
+    return worst == kExponent;
+  }
+
+  // fp16 eight at a time with F16C where the build has it (the same
+  // rounding as the scalar cast: to nearest even); returns where it
+  // stopped.
+  template <bool kResidual>
+  static int64_t fp16Lanes(const float* values, int64_t n, float* residual, uint16_t* dst, uint32_t* worst) {
+    int64_t i = 0;
+#if defined(__F16C__) && defined(__AVX2__)
+    const __m256 hi = _mm256_set1_ps(kHalfMax), lo = _mm256_set1_ps(-kHalfMax);
+    const __m256i exponent = _mm256_set1_epi32(int(kExponent));
+    __m256i w = _mm256_setzero_si256();
+    for (; i + 8 <= n; i += 8) {
+      __m256 v = _mm256_loadu_ps(values + i);
+      if constexpr (kResidual) v = _mm256_add_ps(v, _mm256_loadu_ps(residual + i));
+      w = _mm256_max_epu32(w, _mm256_and_si256(_mm256_castps_si256(v), exponent));
+      const __m128i h = _mm256_cvtps_ph(_mm256_min_ps(_mm256_max_ps(v, lo), hi), _MM_FROUND_TO_NEAREST_INT);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
+      if constexpr (kResidual) _mm256_storeu_ps(residual + i, _mm256_sub_ps(v, _mm256_cvtph_ps(h)));
+    }
+    alignas(32) uint32_t lanes[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), w);
+    for (uint32_t l : lanes) *worst = std::max(*worst, l);
+#else
+    (void)values, (void)n, (void)residual, (void)dst, (void)worst;
+#endif
+    return i;
+  }
+
+  Status decode(const std::byte* data, size_t bytes, int64_t n, float* out, bool accumulate) const override {
+    Header h;
+    Status s = check(data, bytes, n, 0, size_t(n) * 2, &h);
+    if (!s.isOk()) return s;
+    const uint16_t* src = reinterpret_cast<const uint16_t*>(data + kCodecHeaderBytes);
+    uint32_t worst = 0;
+    int64_t i = 0;
+#if defined(__F16C__) && defined(__AVX2__)
+    if constexpr (!kBf16) {
+      const __m256i exponent = _mm256_set1_epi32(int(kExponent));
+      __m256i w = _mm256_setzero_si256();
+      for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+        w = _mm256_max_epu32(w, _mm256_and_si256(_mm256_castps_si256(v), exponent));
+        if (accumulate) v = _mm256_add_ps(v, _mm256_loadu_ps(out + i));
+        _mm256_storeu_ps(out + i, v);
+      }
+      alignas(32) uint32_t lanes[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), w);
+      for (uint32_t l : lanes) worst = std::max(worst, l);
+    }
+#endif
+#pragma omp simd reduction(max : worst)
+    for (int64_t j = i; j < n; ++j) {
+      float v;
+      if constexpr (kBf16) {
+        v = fromBf16(src[j]);
+      } else {
+        v = float(std::bit_cast<_Float16>(src[j]));
+      }
+      worst = std::max(worst, std::bit_cast<uint32_t>(v) & kExponent);
+      out[j] = accumulate ? out[j] + v : v;
+    }
+    if (worst == kExponent) {
+      return Status::corruption(fmt::format("{}: the encoding holds a value that is not finite", codecName(o_.kind)));
+    }
+    return Status::ok();
+  }
+};
+
+// ------------------------------------------------------------------- int8
+
+// Uniform in [0, 1) from (draw, index): the stochastic rounding's coin (a
+// 32-bit integer hash, so that it vectorises lane by lane).
+inline float coin(uint32_t draw, uint32_t i) {
+  uint32_t h = (i ^ draw) * 0x9e3779b1u;
+  h ^= h >> 16;
+  h *= 0x85ebca6bu;
+  h ^= h >> 13;
+  h *= 0xc2b2ae35u;
+  h ^= h >> 16;
+  return float(h >> 8) * 0x1p-24f;
+}
+
+class Int8Codec final : public CodecBase {
+ public:
+  using CodecBase::CodecBase;
+  size_t encodedBytes(int64_t n) const override { return kCodecHeaderBytes + size_t(chunks(n)) * 4 + size_t(n); }
+
+  Status encode(const float* values, int64_t n, float* residual, uint64_t step, std::vector<std::byte>* out) const override {
+    const int64_t nc = chunks(n);
+    std::byte* p = start(out, n, uint32_t(o_.chunk), step, size_t(nc) * 4 + size_t(n));
+    float* scales = reinterpret_cast<float*>(p);
+    int8_t* q = reinterpret_cast<int8_t*>(p + nc * 4);
+    const uint64_t mixed = hashCombine(o_.seed, step);
+    const uint32_t draw = uint32_t(mixed ^ (mixed >> 32));
+    for (int64_t c = 0; c < nc; ++c) {
+      const int64_t b = c * o_.chunk, e = std::min(n, b + o_.chunk);
+      const bool bad = residual ? chunk<true>(values, residual, b, e, draw, &scales[c], q)
+                                : chunk<false>(values, residual, b, e, draw, &scales[c], q);
+      if (bad) return notFiniteAt(values, residual, n, "int8");
+    }
+    return Status::ok();
+  }
+
+  // One chunk [b, e): its scale, then every value rounded (true: a value
+  // was not finite).
+  template <bool kResidual>
+  static bool chunk(const float* values, float* residual, int64_t b, int64_t e, uint32_t draw, float* scaleOut,
+                    int8_t* q) {
+    float maxAbs = 0;
+    uint32_t worst = 0;
+#pragma omp simd reduction(max : worst) reduction(max : maxAbs)
+    for (int64_t i = b; i < e; ++i) {
+      const float v = kResidual ? values[i] + residual[i] : values[i];
+      worst = std::max(worst, std::bit_cast<uint32_t>(v) & kExponent);
+      const float a = std::fabs(v);
+      maxAbs = a > maxAbs ? a : maxAbs;
+    }
+    if (worst == kExponent) return true;
+    const float scale = maxAbs / 127.0f;
+    const float inv = maxAbs > 0 ? 127.0f / maxAbs : 0.0f;
+    std::memcpy(scaleOut, &scale, 4);
+#pragma omp simd
+    for (int64_t i = b; i < e; ++i) {
+      const float v = kResidual ? values[i] + residual[i] : values[i];
+      // floor(v / scale + u), u uniform in [0, 1): unbiased (|t| <= 128,
+      // so the integer cast and one correction are the floor).
+      const float t = v * inv + coin(draw, uint32_t(i));
+      int32_t k = int32_t(t);
+      k -= float(k) > t ? 1 : 0;
+      k = std::min(std::max(k, -127), 127);
+      q[i] = int8_t(k);
+      if constexpr (kResidual) residual[i] = v - float(k) * scale;
+    }
+    return false;
+  }
+
+  Status decode(const std::byte* data, size_t bytes, int64_t n, float* out, bool accumulate) const override {
+    const int64_t nc = chunks(n);
+    Header h;
+    Status s = check(data, bytes, n, uint32_t(o_.chunk), size_t(nc) * 4 + size_t(n), &h);
+    if (!s.isOk()) return s;
+    const std::byte* p = data + kCodecHeaderBytes;
+    const int8_t* q = reinterpret_cast<const int8_t*>(p + nc * 4);
+    for (int64_t c = 0; c < nc; ++c) {
+      float scale;
+      std::memcpy(&scale, p + c * 4, 4);
+      if (notFinite(scale) || scale < 0) {
+        return Status::corruption(fmt::format("int8: chunk {}'s scale is {}", c, scale));
+      }
+      const int64_t b = c * o_.chunk, e = std::min(n, b + o_.chunk);
+      int32_t least = 0;
+#pragma omp simd reduction(min : least)
+      for (int64_t i = b; i < e; ++i) {
+        least = std::min(least, int32_t(q[i]));
+        const float v = float(q[i]) * scale;
+        out[i] = accumulate ? out[i] + v : v;
+      }
+      if (least == -128) {
+        for (int64_t i = b; i < e; ++i) {
+          if (q[i] == -128) return Status::corruption(fmt::format("int8: value {} is -128 (the codec sends -127 to 127)", i));
+        }
+      }
+    }
+    return Status::ok();
+  }
+};
+
+// ----------------------------------------------------------------- onebit
+
+class OneBitCodec final : public CodecBase {
+ public:
+  using CodecBase::CodecBase;
+  size_t encodedBytes(int64_t n) const override { return kCodecHeaderBytes + size_t(chunks(n)) * 4 + size_t((n + 7) / 8); }
+
+  Status encode(const float* values, int64_t n, float* residual, uint64_t step, std::vector<std::byte>* out) const override {
+    const int64_t nc = chunks(n);
+    std::byte* p = start(out, n, uint32_t(o_.chunk), step, size_t(nc) * 4 + size_t((n + 7) / 8));
+    uint8_t* bits = reinterpret_cast<uint8_t*>(p + nc * 4);
+    std::memset(bits, 0, size_t((n + 7) / 8));
+    bool bad = false;
+    for (int64_t c = 0; c < nc; ++c) {
+      const int64_t b = c * o_.chunk, e = std::min(n, b + o_.chunk);
+      double sum = 0;
+      for (int64_t i = b; i < e; ++i) {
+        const float v = values[i] + (residual ? residual[i] : 0.0f);
+        bad |= notFinite(v);
+        sum += std::fabs(v);
+      }
+      if (bad) return notFiniteAt(values, residual, n, "onebit");
+      const float scale = float(sum / double(e - b));  // the mean magnitude
+      std::memcpy(p + c * 4, &scale, 4);
+      for (int64_t i = b; i < e; ++i) {
+        const float v = values[i] + (residual ? residual[i] : 0.0f);
+        const bool positive = v >= 0;
+        if (positive) bits[i >> 3] = uint8_t(bits[i >> 3] | (1u << (i & 7)));
+        if (residual) residual[i] = v - (positive ? scale : -scale);
+      }
+    }
+    return Status::ok();
+  }
+
+  Status decode(const std::byte* data, size_t bytes, int64_t n, float* out, bool accumulate) const override {
+    const int64_t nc = chunks(n);
+    Header h;
+    Status s = check(data, bytes, n, uint32_t(o_.chunk), size_t(nc) * 4 + size_t((n + 7) / 8), &h);
+    if (!s.isOk()) return s;
+    const std::byte* p = data + kCodecHeaderBytes;
+    const uint8_t* bits = reinterpret_cast<const uint8_t*>(p + nc * 4);
+    if (n % 8 != 0 && (bits[n / 8] >> (n % 8)) != 0) {
+      return Status::corruption(fmt::format("onebit: bits set past the {} values", n));
+    }
+    for (int64_t c = 0; c < nc; ++c) {
+      float scale;
+      std::memcpy(&scale, p + c * 4, 4);
+      if (notFinite(scale) || scale < 0) return Status::corruption(fmt::format("onebit: chunk {}'s scale is {}", c, scale));
+      const int64_t b = c * o_.chunk, e = std::min(n, b + o_.chunk);
+      for (int64_t i = b; i < e; ++i) {
+        const float v = (bits[i >> 3] >> (i & 7)) & 1u ? scale : -scale;
+        out[i] = accumulate ? out[i] + v : v;
+      }
+    }
+    return Status::ok();
+  }
+};
+
+// ----------------------------------------------------------- topk, randomk
+
+// What the two sparse codecs share: k values at k indices, the rest 0.
+class SparseCodec : public CodecBase {
+ public:
+  using CodecBase::CodecBase;
+
+ protected:
+  // Sends values[idx] (plus residual) and leaves the residual holding all
+  // the rest: what was sent is sent exactly.
+  Status gather(const float* values, int64_t n, float* residual, const std::vector<uint32_t>& idx, float* dst) const {
+    bool bad = false;
+    for (size_t j = 0; j < idx.size(); ++j) {
+      const uint32_t i = idx[j];
+      const float v = values[i] + (residual ? residual[i] : 0.0f);
+      bad |= notFinite(v);
+      dst[j] = v;
+    }
+    if (residual) {
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = values[i] + residual[i];
+        bad |= notFinite(v);
+        residual[i] = v;
+      }
+      for (uint32_t i : idx) residual[i] = 0;
+    }
+    if (bad) return notFiniteAt(values, nullptr, n, codecName(o_.kind));
+    return Status::ok();
+  }
+  Status scatter(const uint32_t* idx, const float* vals, int64_t k, int64_t n, float* out, bool accumulate) const {
+    if (!accumulate) std::fill(out, out + n, 0.0f);
+    for (int64_t j = 0; j < k; ++j) {
+      if (notFinite(vals[j])) return Status::corruption(fmt::format("{}: value {} is not finite", codecName(o_.kind), j));
+      out[idx[j]] += vals[j];
+    }
+    return Status::ok();
+  }
+};
+
+class TopKCodec final : public SparseCodec {
+ public:
+  using SparseCodec::SparseCodec;
+  size_t encodedBytes(int64_t n) const override { return kCodecHeaderBytes + size_t(sparseK(n)) * 8; }
+
+  Status encode(const float* values, int64_t n, float* residual, uint64_t step, std::vector<std::byte>* out) const override {
+    const int64_t k = sparseK(n);
+    std::vector<float> mag(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) mag[size_t(i)] = std::fabs(values[i] + (residual ? residual[i] : 0.0f));
+    std::vector<uint32_t> idx(static_cast<size_t>(n));
+    std::iota(idx.begin(), idx.end(), 0u);
+    // The k largest magnitudes, ties to the lower index: the same choice
+    // for the same values on every host.
+    auto larger = [&](uint32_t a, uint32_t b) { return mag[a] > mag[b] || (mag[a] == mag[b] && a < b); };
+    if (k < n) std::nth_element(idx.begin(), idx.begin() + k, idx.end(), larger);
+    idx.resize(size_t(k));
+    std::sort(idx.begin(), idx.end());
+    std::byte* p = start(out, n, uint32_t(k), step, size_t(k) * 8);
+    std::memcpy(p, idx.data(), size_t(k) * 4);
+    return gather(values, n, residual, idx, reinterpret_cast<float*>(p + k * 4));
+  }
+
+  Status decode(const std::byte* data, size_t bytes, int64_t n, float* out, bool accumulate) const override {
+    const int64_t k = sparseK(n);
+    Header h;
+    Status s = check(data, bytes, n, uint32_t(k), size_t(k) * 8, &h);
+    if (!s.isOk()) return s;
+    const std::byte* p = data + kCodecHeaderBytes;
+    std::vector<uint32_t> idx(static_cast<size_t>(k));
+    std::memcpy(idx.data(), p, size_t(k) * 4);
+    for (int64_t j = 0; j < k; ++j) {
+      if (idx[size_t(j)] >= uint64_t(n) || (j > 0 && idx[size_t(j)] <= idx[size_t(j) - 1])) {
+        return Status::corruption(fmt::format("topk: index {} ({}) is out of range (n = {}) or not above the one before",
+                                              j, idx[size_t(j)], n));
+      }
+    }
+    std::vector<float> vals(static_cast<size_t>(k));
+    std::memcpy(vals.data(), p + k * 4, size_t(k) * 4);
+    return scatter(idx.data(), vals.data(), k, n, out, accumulate);
+  }
+};
+
+class RandomKCodec final : public SparseCodec {
+ public:
+  using SparseCodec::SparseCodec;
+  size_t encodedBytes(int64_t n) const override { return kCodecHeaderBytes + size_t(sparseK(n)) * 4; }
+
+  Status encode(const float* values, int64_t n, float* residual, uint64_t step, std::vector<std::byte>* out) const override {
+    const int64_t k = sparseK(n);
+    const std::vector<uint32_t> idx = randomIndices(o_.seed, step, n, k);
+    std::byte* p = start(out, n, uint32_t(k), step, size_t(k) * 4);
+    return gather(values, n, residual, idx, reinterpret_cast<float*>(p));
+  }
+
+  Status decode(const std::byte* data, size_t bytes, int64_t n, float* out, bool accumulate) const override {
+    const int64_t k = sparseK(n);
+    Header h;
+    Status s = check(data, bytes, n, uint32_t(k), size_t(k) * 4, &h);
+    if (!s.isOk()) return s;
+    const std::vector<uint32_t> idx = randomIndices(o_.seed, h.step, n, k);
+    std::vector<float> vals(static_cast<size_t>(k));
+    std::memcpy(vals.data(), data + kCodecHeaderBytes, size_t(k) * 4);
+    return scatter(idx.data(), vals.data(), k, n, out, accumulate);
+  }
+};
+
+// ------------------------------------------------------------------- none
+
+// The values as they are (a path that compresses nothing still frames its
+// bytes the same way).
+class NoneCodec final : public CodecBase {
+ public:
+  using CodecBase::CodecBase;
+  size_t encodedBytes(int64_t n) const override { return kCodecHeaderBytes + size_t(n) * 4; }
+  Status encode(const float* values, int64_t n, float* residual, uint64_t step, std::vector<std::byte>* out) const override {
+    float* dst = reinterpret_cast<float*>(start(out, n, 0, step, size_t(n) * 4));
+    bool bad = false;
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = values[i] + (residual ? residual[i] : 0.0f);
+      bad |= notFinite(v);
+      dst[i] = v;
+      if (residual) residual[i] = 0;
+    }
+    if (bad) return notFiniteAt(dst, nullptr, n, "none");
+    return Status::ok();
+  }
+  Status decode(const std::byte* data, size_t bytes, int64_t n, float* out, bool accumulate) const override {
+    Header h;
+    Status s = check(data, bytes, n, 0, size_t(n) * 4, &h);
+    if (!s.isOk()) return s;
+    const std::byte* p = data + kCodecHeaderBytes;
+    bool bad = false;
+    for (int64_t i = 0; i < n; ++i) {
+      float v;
+      std::memcpy(&v, p + i * 4, 4);
+      bad |= notFinite(v);
+      out[i] = accumulate ? out[i] + v : v;
+    }
+    if (bad) return Status::corruption("none: the encoding holds a value that is not finite");
+    return Status::ok();
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Codec> makeCodec(const CodecOptions& o) {
+  switch (o.kind) {
+    case CodecKind::kNone: return std::make_unique<NoneCodec>(o);
+    case CodecKind::kFp16: return std::make_unique<CastCodec<false>>(o);
+    case CodecKind::kBf16: return std::make_unique<CastCodec<true>>(o);
+    case CodecKind::kInt8: return std::make_unique<Int8Codec>(o);
+    case CodecKind::kOneBit: return std::make_unique<OneBitCodec>(o);
+    case CodecKind::kTopK: return std::make_unique<TopKCodec>(o);
+    case CodecKind::kRandomK: return std::make_unique<RandomKCodec>(o);
+  }
+  return nullptr;
+}
+
+}  // namespace troupe::kernels::cpu
