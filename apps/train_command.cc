@@ -130,13 +130,15 @@ workers::JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, c
   }
   const int64_t epochs = config.getInt("train.epochs");
   workers::TrainingJobOptions jo;
-  jo.onProgress = [&](const workers::JobProgress& p) {
+  const bool compressing = workers::compressionOf(config).any();
+  jo.onProgress = [&, compressing](const workers::JobProgress& p) {
     if (p.worker != 0) return;
     const int64_t total = p.rowsPerEpoch * epochs;
     const int64_t done = p.rowsPerEpoch * p.epoch + p.epochRows;
     progress.update(done, total,
-                    fmt::format("worker 0: epoch {}/{}  step {}  loss {:.4f}  all workers {:.0f} samples/s",
-                                p.epoch + 1, epochs, p.step, p.loss, p.samplesPerSec));
+                    fmt::format("worker 0: epoch {}/{}  step {}  loss {:.4f}  all workers {:.0f} samples/s{}",
+                                p.epoch + 1, epochs, p.step, p.loss, p.samplesPerSec,
+                                compressing ? fmt::format("  wire x{:.3f}", p.wireRatio) : std::string()));
   };
   const bool checkpoints = config.getInt("checkpoint.every_steps") > 0 || config.getInt("checkpoint.every_seconds") > 0;
   if (checkpoints && mode != workers::TrainMode::kPs && workers::collectivesBackend(config) != "ring") {
@@ -380,6 +382,10 @@ int runTrain(const TrainFlags& flags) {
                        trainModeName(trainMode(config)));
   }
   collectivesBackend(config);  // a bad value fails here, before any process starts
+  if (workers::compressionOf(config).any() && clusterWorkers <= 0) {
+    TROUPE_SETUP_ERROR("config: compression.* compresses what crosses between processes; a run in one process sends "
+                       "nothing (--set cluster.workers=W, W >= 1)");
+  }
   if (trainMode(config) == TrainMode::kHybrid && worker.core.kind == workers::ModelKind::kMlp) {
     TROUPE_SETUP_ERROR("config: train.mode = hybrid keeps the embedding tables on the parameter servers and the "
                        "dense parameters in the workers' all-reduce; model.kind = mlp has no tables (use "
@@ -502,6 +508,26 @@ int runTrain(const TrainFlags& flags) {
           e.recoveredAtSeconds >= 0 ? jsonNumber(e.recoveredAtSeconds) : "null",
           e.recoveredAtSeconds >= 0 ? jsonNumber(e.recoveredAtSeconds - e.lostAtSeconds) : "null");
     }
+    // Each path's bytes: as the transport counted them, and the ratio of
+    // the tensors the path sent to their float32 size (the bytes the path
+    // would have sent uncompressed: wire / ratio).
+    const workers::CompressionConfig compression = workers::compressionOf(config);
+    std::string wire;
+    for (const auto& t : outcome.traffic) {
+      const double ratio = t.rawBytes > 0 ? t.encodedBytes / t.rawBytes : 1.0;
+      const kernels::CodecOptions& c = t.path == "push" ? compression.push
+                                       : t.path == "pull" ? compression.pull
+                                                          : compression.allreduce;
+      wire += fmt::format(
+          "{}{{\"path\": \"{}\", \"codec\": \"{}\", \"frames\": {:.0f}, \"wire_bytes\": {:.0f}, "
+          "\"wire_bytes_per_step\": {}, \"tensor_bytes\": {:.0f}, \"float32_tensor_bytes\": {:.0f}, \"ratio\": {}, "
+          "\"uncompressed_wire_bytes\": {:.0f}, \"messages\": {:.0f}, \"compressed\": {:.0f}}}",
+          wire.empty() ? "" : ", ", t.path, kernels::codecName(c.kind), t.frames, t.wireBytes,
+          jsonNumber(outcome.steps > 0 ? t.wireBytes / double(outcome.steps) : 0.0), t.encodedBytes, t.rawBytes,
+          jsonNumber(ratio), ratio > 0 ? t.wireBytes / ratio : 0.0, t.messages, t.compressed);
+    }
+    field("compression_warmup_steps", std::to_string(compression.warmupSteps));
+    field("wire", "[" + wire + "]");
     field("shards", "[" + shards + "]");
     field("worker_reports", "[" + perWorker + "]");
     field("lost", "[" + lost + "]");

@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
@@ -52,6 +53,16 @@ class Communicator {
   virtual Expected<std::vector<std::vector<std::byte>>> allGatherV(const void* in, size_t bytes) = 0;
   // Returns once every rank has called it.
   virtual Status barrier() = 0;
+  // Every rank gives n blocks of `bytes` at `in` (block j for rank j);
+  // `out` (n x bytes, not overlapping `in`) gets rank r's block for this
+  // rank at r x bytes. A backend without it says so.
+  virtual Status allToAll(const void* in, void* out, size_t bytes) {
+    (void)in, (void)out, (void)bytes;
+    return Status::invalidArgument(fmt::format("the {} backend has no all-to-all", backend()));
+  }
+  // The label the transport counts this communicator's bytes under from
+  // now on (transport/remote_actors.h, traffic): "collective" at first.
+  virtual void setTrafficLabel(const std::string& label) { (void)label; }
 };
 
 // Bytes of one element of an all-reduce type; 0 for a type it does not take.

@@ -109,6 +109,16 @@ Status GradientBuckets::finish() {
   return s;
 }
 
+void GradientBuckets::setCompression(std::shared_ptr<CompressedAllReduce> reducer) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  reducer_ = std::move(reducer);
+}
+
+void GradientBuckets::setStep(int64_t step) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  step_ = step;
+}
+
 BucketStats GradientBuckets::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return stats_;
@@ -122,10 +132,20 @@ void GradientBuckets::run() {
     const size_t b = queue_.front();
     queue_.pop_front();
     const bool failed = !status_.isOk();
+    CompressedAllReduce* reducer = reducer_.get();
+    const int64_t step = step_;
     lock.unlock();
     Status s;
     const auto start = Clock::now();
-    if (!failed) s = comm_->allReduce(grads_ + buckets_[b].offset, size_t(buckets_[b].count), DType::kFloat32, op_);
+    if (!failed) {
+      comm_->setTrafficLabel("allreduce");
+      if (reducer != nullptr && op_ == ReduceOp::kAverage) {
+        s = reducer->reduce(*comm_, int(b), grads_ + buckets_[b].offset, buckets_[b].count, step);
+      } else {
+        s = comm_->allReduce(grads_ + buckets_[b].offset, size_t(buckets_[b].count), DType::kFloat32, op_);
+      }
+      comm_->setTrafficLabel("collective");
+    }
     const double took = since(start);
     lock.lock();
     stats_.reduceSeconds += took;

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "collectives/communicator.h"
+#include "collectives/compressed_allreduce.h"
 
 namespace troupe::collectives {
 
@@ -55,6 +56,15 @@ class GradientBuckets final {
   // step, if any.
   Status finish();
 
+  // compression.allreduce: buckets go through `reducer` (averages; its
+  // residuals keyed by bucket) from now on; null: plain all-reduce. The
+  // bytes are counted under the transport's "allreduce" label either way.
+  void setCompression(std::shared_ptr<CompressedAllReduce> reducer);
+  // The training step the buckets reduced from now on belong to (the same
+  // on every rank); call before the step's first ready().
+  void setStep(int64_t step);
+  const CompressedAllReduce* compression() const { return reducer_.get(); }
+
   const std::vector<GradRange>& buckets() const { return buckets_; }
   BucketStats stats() const;
 
@@ -63,6 +73,8 @@ class GradientBuckets final {
   void run();
 
   std::shared_ptr<Communicator> comm_;
+  std::shared_ptr<CompressedAllReduce> reducer_;  // guarded by mutex_ (set between steps)
+  int64_t step_ = 0;
   float* grads_;
   ReduceOp op_;
   std::vector<GradRange> buckets_;

@@ -218,8 +218,8 @@ namespace {
 
 // Sends `bytes` at `data` (zero copy: the inbox counts the send until UCX
 // lets go of the buffer).
-void sendChunk(transport::RemoteActors& remote, const std::shared_ptr<RingCommunicator::Inbox>& inbox, uint64_t node,
-               uint64_t op, uint64_t t, const std::byte* data, size_t bytes) {
+void sendChunk(transport::RemoteActors& remote, const std::shared_ptr<RingCommunicator::Inbox>& inbox, uint8_t traffic,
+               uint64_t node, uint64_t op, uint64_t t, const std::byte* data, size_t bytes) {
   inbox->sendStarted();
   std::shared_ptr<const void> owner(static_cast<const void*>(data), [inbox](const void*) { inbox->sendDone(); });
   Tensor tensor;
@@ -231,6 +231,7 @@ void sendChunk(transport::RemoteActors& remote, const std::shared_ptr<RingCommun
   e.sourceActor = inbox->epoch;
   e.requestId = op;
   e.destActor = t;
+  e.traffic = traffic;
   std::vector<Tensor> tensors;
   tensors.push_back(std::move(tensor));
   remote.sendFrame(node, std::move(e), std::move(tensors));
@@ -271,6 +272,7 @@ Expected<std::unique_ptr<RingCommunicator>> RingCommunicator::create(transport::
   auto inbox = std::make_shared<Inbox>(remote, options.rank, options.nodes, options.epoch);
   remote.attachSink(transport::kCollectiveKind, inbox);
   std::unique_ptr<RingCommunicator> comm(new RingCommunicator(remote, std::move(options), std::move(inbox)));
+  comm->setTrafficLabel("collective");
   Status s = comm->connect();
   if (!s.isOk()) return s;
   return comm;
@@ -381,6 +383,7 @@ Status RingCommunicator::doublingAllReduce(std::byte* data, size_t count, DType 
     e.sourceActor = options_.epoch;
     e.requestId = op_;
     e.destActor = tag(step, 0);
+    e.traffic = traffic_;
     std::vector<Tensor> ts;
     ts.push_back(std::move(t));
     remote_.sendFrame(options_.nodes[size_t(partner)], std::move(e), std::move(ts));
@@ -425,7 +428,7 @@ Status RingCommunicator::ringAllReduce(std::byte* data, size_t count, DType dtyp
   // leaves segment r + 1 complete here, and its chunks open the all-gather.
   for (size_t c = 0; c < segChunks(r); ++c) {
     const auto [first, last] = chunk(r, c);
-    sendChunk(remote_, inbox_, next, op_, tag(0, c), data + first * es, (last - first) * es);
+    sendChunk(remote_, inbox_, traffic_, next, op_, tag(0, c), data + first * es, (last - first) * es);
   }
   for (int s = 0; s + 1 < n; ++s) {
     const int seg = mod(r - s - 1);
@@ -435,7 +438,7 @@ Status RingCommunicator::ringAllReduce(std::byte* data, size_t count, DType dtyp
       const auto [first, last] = chunk(seg, c);
       reduceSum(data + first * es, m->data, last - first, dtype);
       if (s + 2 == n && op == ReduceOp::kAverage) scaleBy(data + first * es, last - first, dtype, 1.0f / float(n));
-      sendChunk(remote_, inbox_, next, op_, tag(uint64_t(s + 1), c), data + first * es, (last - first) * es);
+      sendChunk(remote_, inbox_, traffic_, next, op_, tag(uint64_t(s + 1), c), data + first * es, (last - first) * es);
     }
   }
   // All-gather: step t (tags n - 1 + t) brings segment r - t, forwarded on
@@ -448,7 +451,7 @@ Status RingCommunicator::ringAllReduce(std::byte* data, size_t count, DType dtyp
       if (!m.hasValue()) return m.status();
       const auto [first, last] = chunk(seg, c);
       std::memcpy(data + first * es, m->data, (last - first) * es);
-      if (t + 2 < n) sendChunk(remote_, inbox_, next, op_, tag(step + 1, c), data + first * es, (last - first) * es);
+      if (t + 2 < n) sendChunk(remote_, inbox_, traffic_, next, op_, tag(step + 1, c), data + first * es, (last - first) * es);
     }
   }
   return Status::ok();
@@ -477,7 +480,7 @@ Status RingCommunicator::broadcast(void* data, size_t bytes, int root) {
       }
       std::memcpy(buf + first, m->data, len);
     }
-    if (pos + 1 < n) sendChunk(remote_, inbox_, next, op_, tag(0, c), buf + first, len);
+    if (pos + 1 < n) sendChunk(remote_, inbox_, traffic_, next, op_, tag(0, c), buf + first, len);
   }
   return finish(Status::ok());
 }
@@ -490,7 +493,7 @@ Status RingCommunicator::ringGather(const std::vector<std::byte*>& blocks, const
   const auto deadline = Clock::now() + options_.timeout;
   for (size_t c = 0; c < ceilDiv(sizes[size_t(r)], cb); ++c) {
     const size_t first = c * cb;
-    sendChunk(remote_, inbox_, next, op_, tag(0, c), blocks[size_t(r)] + first,
+    sendChunk(remote_, inbox_, traffic_, next, op_, tag(0, c), blocks[size_t(r)] + first,
               std::min(sizes[size_t(r)], first + cb) - first);
   }
   for (int t = 0; t + 1 < n; ++t) {
@@ -504,7 +507,7 @@ Status RingCommunicator::ringGather(const std::vector<std::byte*>& blocks, const
         return Status::corruption(fmt::format("rank {} sent {} bytes of a gather chunk of {}", prev, m->bytes, len));
       }
       std::memcpy(blocks[size_t(b)] + first, m->data, len);
-      if (t + 2 < n) sendChunk(remote_, inbox_, next, op_, tag(uint64_t(t + 1), c), blocks[size_t(b)] + first, len);
+      if (t + 2 < n) sendChunk(remote_, inbox_, traffic_, next, op_, tag(uint64_t(t + 1), c), blocks[size_t(b)] + first, len);
     }
   }
   return Status::ok();
@@ -548,6 +551,42 @@ Expected<std::vector<std::vector<std::byte>>> RingCommunicator::allGatherV(const
   s = finish(s);
   if (!s.isOk()) return s;
   return out;
+}
+
+Status RingCommunicator::allToAll(const void* in, void* out, size_t bytes) {
+  if (bytes > 0 && (in == nullptr || out == nullptr)) return Status::invalidArgument("allToAll: null buffer");
+  Status s = begin();
+  if (!s.isOk()) return s;
+  const int n = size(), r = rank();
+  const auto* src = static_cast<const std::byte*>(in);
+  auto* dst = static_cast<std::byte*>(out);
+  if (bytes) std::memcpy(dst + size_t(r) * bytes, src + size_t(r) * bytes, bytes);
+  if (n == 1 || bytes == 0) return finish(Status::ok());
+  const size_t cb = options_.chunkBytes, chunks = ceilDiv(bytes, cb);
+  const auto deadline = Clock::now() + options_.timeout;
+  // Rank r sends to r + 1, r + 2, ... first: no rank is everyone's first.
+  for (int k = 1; k < n; ++k) {
+    const int to = (r + k) % n;
+    for (size_t c = 0; c < chunks; ++c) {
+      const size_t first = c * cb, len = std::min(bytes, first + cb) - first;
+      sendChunk(remote_, inbox_, traffic_, options_.nodes[size_t(to)], op_, tag(0, c), src + size_t(to) * bytes + first,
+                len);
+    }
+  }
+  for (int k = 1; k < n; ++k) {
+    const int from = (r - k + n) % n;
+    for (size_t c = 0; c < chunks; ++c) {
+      const size_t first = c * cb, len = std::min(bytes, first + cb) - first;
+      auto m = inbox_->wait(from, op_, tag(0, c), deadline, options_.spin);
+      if (!m.hasValue()) return finish(m.status());
+      if (m->bytes != len) {
+        return finish(Status::corruption(
+            fmt::format("rank {} sent {} bytes of an all-to-all chunk of {}", from, m->bytes, len)));
+      }
+      std::memcpy(dst + size_t(from) * bytes + first, m->data, len);
+    }
+  }
+  return finish(Status::ok());
 }
 
 Status RingCommunicator::barrier() {

@@ -71,6 +71,9 @@ class RingCommunicator final : public Communicator {
   Status allGather(const void* in, void* out, size_t bytes) override;
   Expected<std::vector<std::vector<std::byte>>> allGatherV(const void* in, size_t bytes) override;
   Status barrier() override;
+  // Direct sends to every rank (the endpoints are all up), in chunks.
+  Status allToAll(const void* in, void* out, size_t bytes) override;
+  void setTrafficLabel(const std::string& label) override { traffic_ = remote_.trafficLabel(label); }
 
   struct Inbox;
 
@@ -89,6 +92,7 @@ class RingCommunicator final : public Communicator {
   RingOptions options_;
   std::shared_ptr<Inbox> inbox_;
   uint64_t op_ = 0;
+  uint8_t traffic_ = 0;  // Envelope::traffic of the data frames
 };
 
 }  // namespace troupe::collectives

@@ -143,6 +143,21 @@ std::vector<Config::Key> troupeConfigSchema() {
        "allreduce / hybrid: ring (over the transport), nccl (every worker needs a CUDA device and a troupe built "
        "with NCCL; host buffers are staged through the device) or auto (nccl when every worker can use it, else the "
        "ring)"},
+      // ---- gradient compression (DESIGN.md, Compression; multi-process jobs) ----
+      {"compression.push", T::kString, std::string("none"),
+       "ps / hybrid: the gradients a worker pushes to the shards (embedding rows and dense), encoded with error "
+       "feedback: none, fp16, bf16, int8, onebit, topk or randomk"},
+      {"compression.pull", T::kString, std::string("none"),
+       "ps / hybrid: the weights shards send back for a training pull: none, fp16 or bf16 (casts: weights are sent "
+       "whole every time, with no residual)"},
+      {"compression.allreduce", T::kString, std::string("none"),
+       "allreduce / hybrid: the dense gradients' all-reduce: none, fp16, bf16 (reduced in the ring as they are), "
+       "int8, onebit (reduce-scatter of encoded segments, summed in float32, encoded again, all-gathered), topk "
+       "(all-gather of index-value pairs) or randomk (the same indices on every rank, summed in the ring); the nccl "
+       "backend takes none, fp16 and bf16"},
+      {"compression.warmup_steps", T::kInt, int64_t{0}, "the first steps of every worker go uncompressed"},
+      {"compression.fraction", T::kFloat, 0.01, "topk, randomk: the share of the values sent, in (0, 1]"},
+      {"compression.chunk", T::kInt, int64_t{256}, "int8, onebit: values per scale"},
       {"collectives.chunk_kb", T::kInt, int64_t{512}, "ring all-reduce: pieces of a segment in flight at once"},
       {"collectives.small_kb", T::kInt, int64_t{32},
        "all-reduces up to this size use recursive doubling (latency) on power-of-two groups"},

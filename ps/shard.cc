@@ -161,6 +161,7 @@ struct ShardState {
   // Scratch of a combined BSP update.
   std::vector<uint64_t> counts, keys;
   std::vector<float> grads, denseGrads;
+  std::unique_ptr<kernels::Codec> pushCodec, pullCodec;  // compression (null: none)
   // BSP: what the last applied step changed, as it was before the step. A
   // worker lost after its push of step t reached this shard but not every
   // shard is replaced, and its replacement redoes step t: its pull for step
@@ -481,7 +482,19 @@ void serve(Self* self, const PullView& v, PullPromise& promise) {
   if (v.dense) dense.assign(st.dense.begin(), st.dense.begin() + st.denseSize);
   if (v.create && st.undo.step >= 0 && v.step == st.undo.step) overlayUndo(st, v, rows.data(), &dense);
   ++st.stats.pullsServed;
-  promise.deliver(Tensor::adopt(std::move(rows), DType::kFloat32), Tensor::adopt(std::move(dense), DType::kFloat32));
+  // compression.pull: a training pull past the warm-up gets its weights
+  // cast (no residual: weights are sent whole every time).
+  const kernels::Codec* codec = v.create && v.step >= st.options.warmupSteps ? st.pullCodec.get() : nullptr;
+  auto rowsT = encodePart(std::move(rows), codec, nullptr, uint64_t(v.step));
+  auto denseT = dense.empty() ? Expected<Tensor>(Tensor::adopt(std::move(dense), DType::kFloat32))
+                              : encodePart(std::move(dense), codec, nullptr, uint64_t(v.step));
+  if (!rowsT.hasValue() || !denseT.hasValue()) {
+    const Status& bad = rowsT.hasValue() ? denseT.status() : rowsT.status();
+    st.log->error("shard {}: cannot encode a pull's reply: {}", st.options.shard, bad.message());
+    promise.deliver(caf::make_error(caf::sec::runtime_error, bad.toString()));
+    return;
+  }
+  promise.deliver(std::move(*rowsT), std::move(*denseT));
 }
 
 void serveParked(Self* self) {
@@ -824,6 +837,8 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
   for (int w = 0; w < st.options.workers; ++w) st.live.insert(w);
   st.generation = st.options.generation;
   st.primary = !st.options.backup;
+  if (st.options.pushCodec.kind != kernels::CodecKind::kNone) st.pushCodec = kernels::makeCodec(st.options.pushCodec);
+  if (st.options.pullCodec.kind != kernels::CodecKind::kNone) st.pullCodec = kernels::makeCodec(st.options.pullCodec);
   if (const auto& img = st.options.restore) {
     restoreFrom(st, *img);  // checked, and its tables loaded, by spawnShard
     st.options.restore.reset();  // its rows are in the tables now
@@ -878,7 +893,12 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
           settle(self, ack, staleGeneration(st, worker, generation));
           return promise;
         }
-        auto view = pushFromWire(msg, st.tables->dims(), size_t(st.denseSize));
+        // compression.push: encoded gradients become float32 here (the
+        // backup got the message as it came, and decodes it alike).
+        auto decoded = decodePush(msg, st.tables->dims(), size_t(st.denseSize), st.pushCodec.get());
+        if (decoded.hasValue()) msg = std::move(*decoded);
+        auto view = decoded.hasValue() ? pushFromWire(msg, st.tables->dims(), size_t(st.denseSize))
+                                       : Expected<PushView>(decoded.status());
         Status bad = view.hasValue() ? Status::ok() : view.status();
         if (bad.isOk() && (worker < 0 || worker >= st.options.workers)) {
           bad = Status::invalidArgument(fmt::format("push from worker {}; the job has {}", worker, st.options.workers));

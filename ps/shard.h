@@ -40,6 +40,7 @@
 #include <caf/fwd.hpp>
 
 #include "common/status.h"
+#include "kernels/codec.h"
 #include "kernels/row_optimizer.h"
 #include "ps/embedding_table.h"
 #include "ps/shard_image.h"
@@ -87,6 +88,12 @@ struct ShardOptions {
   bool undoWholeSteps = false;
   int threads = 1;
   std::shared_ptr<kernels::Kernels> kernels;  // null: its own, with `threads`
+  // Compression (wire.h): pushes whose gradients come encoded are decoded
+  // with `pushCodec` (kind none: refused); training pulls of steps from
+  // `warmupSteps` on are answered encoded with `pullCodec` (a cast, or
+  // none: float32).
+  kernels::CodecOptions pushCodec, pullCodec;
+  int64_t warmupSteps = 0;
   // Replication (ps.replicas = 2; wire.h, replicate ... detach): how this
   // copy starts. kAwaitBackup: a primary that serves nothing until it has
   // its backup (replicate); kAwaitImage: a new backup that takes nothing

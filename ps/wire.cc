@@ -116,6 +116,46 @@ Expected<PushView> pushFromWire(const caf::message& msg, const std::vector<int64
   return v;
 }
 
+Expected<Tensor> encodePart(std::vector<float> values, const kernels::Codec* codec, float* residual, uint64_t step) {
+  if (codec == nullptr || codec->kind() == kernels::CodecKind::kNone) {
+    return Tensor::adopt(std::move(values), DType::kFloat32);
+  }
+  std::vector<std::byte> out;
+  Status s = codec->encode(values.data(), int64_t(values.size()), residual, step, &out);
+  if (!s.isOk()) return s;
+  return Tensor::adopt(std::move(out), DType::kBytes);
+}
+
+Expected<Tensor> decodePart(const Tensor& part, size_t floats, const kernels::Codec* codec, const char* what) {
+  if (part.dtype != DType::kBytes) return part;
+  if (codec == nullptr || codec->kind() == kernels::CodecKind::kNone) {
+    return Status::corruption(fmt::format("{}: encoded ({} bytes), and this path has no codec", what, part.bytes));
+  }
+  std::vector<float> out(floats);
+  Status s = codec->decode(part.data, part.bytes, int64_t(floats), out.data(), false);
+  if (!s.isOk()) return Status::corruption(fmt::format("{}: {}", what, s.message()));
+  return Tensor::adopt(std::move(out), DType::kFloat32);
+}
+
+Expected<caf::message> decodePush(const caf::message& msg, const std::vector<int64_t>& dims, size_t denseSlice,
+                                  const kernels::Codec* codec) {
+  if (!msg.match_elements<push_atom, int64_t, int64_t, int64_t, int64_t, Tensor, Tensor, Tensor, Tensor, int64_t>()) {
+    return msg;  // pushFromWire says what is wrong
+  }
+  const Tensor& grads = msg.get_as<Tensor>(7);
+  const Tensor& dense = msg.get_as<Tensor>(8);
+  if (grads.dtype != DType::kBytes && dense.dtype != DType::kBytes) return msg;
+  auto floats = checkCounts(msg.get_as<Tensor>(5), msg.get_as<Tensor>(6), dims, "push");
+  if (!floats.hasValue()) return floats.status();
+  auto g = decodePart(grads, *floats, codec, "push gradients");
+  if (!g.hasValue()) return g.status();
+  auto d = decodePart(dense, denseSlice, codec, "push dense gradients");
+  if (!d.hasValue()) return d.status();
+  return caf::make_message(push_atom::value, msg.get_as<int64_t>(1), msg.get_as<int64_t>(2), msg.get_as<int64_t>(3),
+                           msg.get_as<int64_t>(4), msg.get_as<Tensor>(5), msg.get_as<Tensor>(6), std::move(*g),
+                           std::move(*d), msg.get_as<int64_t>(9));
+}
+
 Expected<PullReplyView> pullReplyFromWire(const caf::message& msg, size_t rowFloats, size_t denseFloats) {
   if (!msg.match_elements<Tensor, Tensor>()) {
     return Status::corruption(fmt::format("not a pull reply: {}", caf::to_string(msg)));

@@ -77,6 +77,7 @@
 #include <caf/fwd.hpp>
 
 #include "common/status.h"
+#include "kernels/codec.h"
 #include "ps/messages.h"
 #include "transport/tensor.h"
 
@@ -157,6 +158,27 @@ caf::message pullToWire(int64_t worker, int64_t step, bool create, bool dense, t
 caf::message pushToWire(int64_t worker, int64_t sequence, int64_t step, int64_t samples, transport::Tensor counts,
                         transport::Tensor keys, transport::Tensor grads, transport::Tensor denseGrads, int64_t generation = 0);
 caf::message pullReplyToWire(transport::Tensor rows, transport::Tensor dense);
+
+// Compression (compression.push, compression.pull; DESIGN.md, Compression):
+// a push's gradients (rows, dense) and a training pull's reply (rows,
+// dense) may travel encoded (kernels/codec.h) in a tensor of dtype kBytes
+// where a float32 one would be, each part encoded on its own. The receiver
+// decodes with the job's codec for that path and trusts nothing: an
+// encoded part with no codec configured, or one that does not decode to
+// the floats expected, is a corruption Status naming it.
+//
+// The same push with float32 gradients (the message itself when nothing in
+// it is encoded). `codec` null: an encoded push is refused.
+Expected<caf::message> decodePush(const caf::message& msg, const std::vector<int64_t>& dims, size_t denseSlice,
+                                  const kernels::Codec* codec);
+// A part of `floats` values for the wire: float32 as it is, or encoded by
+// `codec` (null: float32) with `residual` (null or `floats` long).
+Expected<transport::Tensor> encodePart(std::vector<float> values, const kernels::Codec* codec, float* residual,
+                                       uint64_t step);
+// A received part that must hold exactly `floats` values: float32, or
+// encoded and decoded here by `codec`.
+Expected<transport::Tensor> decodePart(const transport::Tensor& part, size_t floats, const kernels::Codec* codec,
+                                       const char* what);
 
 // A shard's counters (stats reply).
 struct ShardStats {

@@ -58,7 +58,13 @@ struct Envelope {
   uint64_t linkSeq = 0;   // this frame's number on its link (0: not sequenced)
   uint64_t linkAck = 0;   // the sender has every frame of the reverse link before this number
   uint64_t linkSent = 0;  // the highest number the sender has sent on this link
+  // Traffic accounting (NodeStats::sentByTraffic): the label this frame's
+  // bytes are counted under, 0 for none. Local to the sender, never encoded.
+  uint8_t traffic = 0;
 };
+
+// Labels a node counts sent bytes under (Envelope::traffic, 1 to this - 1).
+inline constexpr size_t kTrafficLabels = 16;
 
 // A tensor buffer: borrowed, the caller keeps it alive.
 struct TensorView {
@@ -78,6 +84,7 @@ std::vector<std::byte> encodeEnvelope(const Envelope& envelope, const std::vecto
 struct DecodedFrame {
   Envelope envelope;
   std::vector<TensorView> tensors;  // point into the decoded buffer
+  uint64_t wireBytes = 0;           // the frame as it arrived (set by the node)
 };
 
 // Decodes a whole frame. The TensorViews point into `data`. With

@@ -71,15 +71,22 @@ class Station final : public std::enable_shared_from_this<Station> {
       std::lock_guard<std::mutex> lock(mu_);
       gone = down_.count(peer) != 0 || crashed_;
     }
+    std::vector<TensorView> views;
+    views.reserve(tensors.size());
+    for (const Tensor& t : tensors) views.push_back(TensorView{t.data, t.bytes, t.dtype});
+    if (envelope.traffic && envelope.traffic < kTrafficLabels && !gone) {
+      // As the UCX node counts: the envelope part and the padded tensors.
+      uint64_t total = encodeEnvelope(envelope, views).size();
+      for (const Tensor& t : tensors) total += paddedTensorBytes(t.bytes);
+      counters_.trafficFrames[envelope.traffic]++;
+      counters_.trafficBytes[envelope.traffic] += total;
+    }
     if (links_ && !gone) {  // (a frame for a peer that is gone is not kept)
       std::vector<Links::Wire> wires;
       links_->send(peer, std::move(envelope), tensors, true, Clock::now(), &wires);
       transmitWires(std::move(wires), true);
       return;
     }
-    std::vector<TensorView> views;
-    views.reserve(tensors.size());
-    for (const Tensor& t : tensors) views.push_back(TensorView{t.data, t.bytes, t.dtype});
     transmit(peer, std::make_shared<const std::vector<std::byte>>(encodeFrame(envelope, views)), true);
   }
   void sendRaw(uint64_t peer, std::vector<std::byte> frame) {
@@ -168,6 +175,10 @@ class Station final : public std::enable_shared_from_this<Station> {
     s.handshakesRefused = counters_.refused;
     s.heartbeatsSent = counters_.heartbeats;
     s.peersDown = counters_.peersDown;
+    for (size_t i = 0; i < kTrafficLabels; ++i) {
+      s.framesSentByTraffic[i] = counters_.trafficFrames[i];
+      s.bytesSentByTraffic[i] = counters_.trafficBytes[i];
+    }
     if (links_) addLinkStats(links_->stats(), &s);
     return s;
   }
@@ -284,6 +295,7 @@ class Station final : public std::enable_shared_from_this<Station> {
   struct Counters {
     std::atomic<uint64_t> framesSent{0}, framesReceived{0}, bytesSent{0}, bytesReceived{0}, malformed{0},
         unauthenticated{0}, refused{0}, heartbeats{0}, peersDown{0};
+    std::array<std::atomic<uint64_t>, kTrafficLabels> trafficFrames{}, trafficBytes{};
   } counters_;
 };
 
@@ -590,6 +602,7 @@ void Station::dispatch(uint64_t peer, DecodedFrame frame, const std::shared_ptr<
   }
   counters_.framesReceived++;
   counters_.bytesReceived += bytes;
+  frame.wireBytes = bytes;
   handler_->onFrame(peer, std::move(frame), owner);
 }
 

@@ -635,6 +635,10 @@ void UcxNode::Impl::sendRaw(Connection* c, Envelope envelope, std::vector<Tensor
   c->lastSent = Clock::now();
   counters_.framesSent++;
   counters_.bytesSent += total;
+  if (envelope.traffic && envelope.traffic < kTrafficLabels) {
+    counters_.trafficFrames[envelope.traffic]++;
+    counters_.trafficBytes[envelope.traffic] += total;
+  }
   if (r == nullptr) return;  // done; `out` goes now
   if (UCS_PTR_IS_ERR(r)) {
     closeConnection(c, Status::unavailable(fmt::format("send to node {:x} failed: {}", c->peerId,
@@ -904,6 +908,7 @@ void UcxNode::Impl::handleFrame(Connection* c, const std::shared_ptr<Incoming>& 
     return;
   }
   if (links_ && downPeers_.count(c->peerId)) return;  // a late frame of a peer given up
+  frame.wireBytes = in->bytes;
   if (!links_) {
     counters_.framesReceived++;
     counters_.bytesReceived += in->bytes;
@@ -1004,6 +1009,10 @@ NodeStats UcxNode::stats() const {
   s.handshakesRefused = k.refused;
   s.heartbeatsSent = k.heartbeats;
   s.peersDown = k.peersDown;
+  for (size_t i = 0; i < kTrafficLabels; ++i) {
+    s.framesSentByTraffic[i] = k.trafficFrames[i];
+    s.bytesSentByTraffic[i] = k.trafficBytes[i];
+  }
   if (impl_->links_) addLinkStats(impl_->links_->stats(), &s);
   return s;
 }

@@ -35,6 +35,7 @@
 #pragma once
 
 #include <atomic>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -128,6 +129,8 @@ struct NodeStats {
   uint64_t faultsDropped = 0, faultsDuplicated = 0, faultsDelayed = 0, faultsReordered = 0, faultsCorrupted = 0,
            faultsPartitioned = 0;
   uint64_t linksGivenUp = 0;  // a gap that never filled: the peer was declared down
+  // Frames and bytes sent by Envelope::traffic label (index 0: unlabelled).
+  std::array<uint64_t, kTrafficLabels> framesSentByTraffic{}, bytesSentByTraffic{};
 };
 
 // Receives what the node delivers. Runs on the progress thread or on a

@@ -1,5 +1,6 @@
 #include "transport/remote_actors.h"
 
+#include <array>
 #include <atomic>
 #include <map>
 #include <tuple>
@@ -167,10 +168,22 @@ class RemoteActors::Core final : public NodeHandler, public std::enable_shared_f
   // Requests sent through proxies and not yet answered, by (peer, requesting
   // actor, request id): request ids are per actor. Weak, so a requester that
   // gave up and died is not kept alive; swept when the table grows.
-  std::map<std::tuple<uint64_t, uint64_t, uint64_t>, caf::weak_actor_ptr> pending_;
+  struct Pending {
+    caf::weak_actor_ptr sender;
+    uint8_t traffic = 0;  // the request's label: its reply counts under label + "-reply"
+  };
+  std::map<std::tuple<uint64_t, uint64_t, uint64_t>, Pending> pending_;
   size_t pendingSweepAt_ = 4096;
   std::unordered_map<uint64_t, Departure> down_;  // and how each went
   std::atomic<bool> shuttingDown_{false};
+
+ public:
+  // Traffic labels: index -> name (index 0 unused), leading atoms -> index,
+  // and the replies received to labelled requests.
+  mutable std::mutex trafficMutex_;
+  std::vector<std::string> labels_{std::string()};
+  std::unordered_map<uint64_t, uint8_t> atomLabels_;
+  std::array<std::atomic<uint64_t>, kTrafficLabels> replyFrames_{}, replyBytes_{};
 };
 
 class RemoteActorProxy final : public caf::actor_proxy {
@@ -231,6 +244,12 @@ Status RemoteActors::Core::forward(uint64_t peer, uint64_t destId, const caf::st
   std::vector<Tensor> tensors;
   Status st = encodeMessage(msg, &e.body, &tensors, &types_);
   if (!st.isOk()) return st;
+  if (!mid.is_response() && !msg.empty() && msg.match_element<caf::atom_value>(0)) {
+    std::lock_guard<std::mutex> lock(trafficMutex_);
+    if (auto it = atomLabels_.find(uint64_t(msg.get_as<caf::atom_value>(0))); it != atomLabels_.end()) {
+      e.traffic = it->second;
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (sender && sender->node() == system_.node()) {
@@ -243,10 +262,10 @@ Status RemoteActors::Core::forward(uint64_t peer, uint64_t destId, const caf::st
         exportedSweepAt_ = std::max<size_t>(1024, exported_.size() * 2);
       }
       if (mid.is_request()) {
-        pending_[{peer, sender->id(), requestKey(mid)}] = caf::weak_actor_ptr(sender.get());
+        pending_[{peer, sender->id(), requestKey(mid)}] = Pending{caf::weak_actor_ptr(sender.get()), e.traffic};
         if (pending_.size() >= pendingSweepAt_) {
           for (auto it = pending_.begin(); it != pending_.end();) {
-            it = it->second.lock() ? std::next(it) : pending_.erase(it);
+            it = it->second.sender.lock() ? std::next(it) : pending_.erase(it);
           }
           pendingSweepAt_ = std::max<size_t>(4096, pending_.size() * 2);
         }
@@ -335,7 +354,15 @@ void RemoteActors::Core::onFrame(uint64_t peer, DecodedFrame frame, std::shared_
   {
     std::lock_guard<std::mutex> lock(mutex_);
     down_.erase(peer);
-    if (mid.is_response()) pending_.erase({peer, env.destActor, requestKey(mid)});
+    if (mid.is_response()) {
+      if (auto it = pending_.find({peer, env.destActor, requestKey(mid)}); it != pending_.end()) {
+        if (const uint8_t t = it->second.traffic; t != 0) {
+          replyFrames_[t]++;
+          replyBytes_[t] += frame.wireBytes;
+        }
+        pending_.erase(it);
+      }
+    }
   }
   if (env.sourceActor != 0) {
     bool bornDead = false;
@@ -357,7 +384,7 @@ void RemoteActors::Core::onPeerDown(uint64_t peer, Departure how, const Status& 
       it = proxies_.erase(it);
     }
     for (auto it = pending_.lower_bound({peer, 0, 0}); it != pending_.end() && std::get<0>(it->first) == peer;) {
-      if (auto sender = it->second.lock()) failed.emplace_back(std::get<2>(it->first), std::move(sender));
+      if (auto sender = it->second.sender.lock()) failed.emplace_back(std::get<2>(it->first), std::move(sender));
       it = pending_.erase(it);
     }
   }
@@ -450,6 +477,40 @@ void RemoteActors::sendFrame(uint64_t peer, Envelope envelope, std::vector<Tenso
 }
 
 bool RemoteActors::peerDown(uint64_t peer) const { return core_->isDown(peer); }
+
+uint8_t RemoteActors::trafficLabel(const std::string& label) {
+  std::lock_guard<std::mutex> lock(core_->trafficMutex_);
+  auto& labels = core_->labels_;
+  for (size_t i = 1; i < labels.size(); ++i) {
+    if (labels[i] == label) return uint8_t(i);
+  }
+  if (labels.size() >= kTrafficLabels) return 0;
+  labels.push_back(label);
+  return uint8_t(labels.size() - 1);
+}
+
+void RemoteActors::countMessages(caf::atom_value leading, const std::string& label) {
+  const uint8_t index = trafficLabel(label);
+  std::lock_guard<std::mutex> lock(core_->trafficMutex_);
+  core_->atomLabels_[uint64_t(leading)] = index;
+}
+
+std::map<std::string, RemoteActors::TrafficCount> RemoteActors::traffic() const {
+  NodeStats node;
+  {
+    std::lock_guard<std::mutex> lock(core_->nodeMutex_);
+    if (core_->node_) node = core_->node_->stats();
+  }
+  std::map<std::string, TrafficCount> out;
+  std::lock_guard<std::mutex> lock(core_->trafficMutex_);
+  const auto& labels = core_->labels_;
+  for (size_t i = 1; i < labels.size(); ++i) {
+    out[labels[i]] = TrafficCount{node.framesSentByTraffic[i], node.bytesSentByTraffic[i]};
+    const uint64_t frames = core_->replyFrames_[i];
+    if (frames) out[labels[i] + "-reply"] = TrafficCount{frames, core_->replyBytes_[i]};
+  }
+  return out;
+}
 
 RemoteActorsStats RemoteActors::stats() const {
   RemoteActorsStats s;

@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -121,6 +122,23 @@ class RemoteActors final {
   void detachSink(uint16_t kind, const FrameSink* sink);
   // Sends a raw frame (see Node::send); dropped once the node is shut down.
   void sendFrame(uint64_t peer, Envelope envelope, std::vector<Tensor> tensors);
+
+  // Traffic accounting: the bytes that crossed the wire, by label, as the
+  // node put frames on it (NodeStats::bytesSentByTraffic) and took replies
+  // off it. A label is registered on first use; at most kTrafficLabels - 1.
+  // The index to put in Envelope::traffic for `label` (0 when every index
+  // is taken: not counted).
+  uint8_t trafficLabel(const std::string& label);
+  // Actor messages sent from this process whose first element is `leading`
+  // count under `label`, and the replies this process receives to such
+  // requests under label + "-reply".
+  void countMessages(caf::atom_value leading, const std::string& label);
+  struct TrafficCount {
+    uint64_t frames = 0, bytes = 0;
+  };
+  // Every label used so far with its count (sent frames; "-reply" labels:
+  // replies received).
+  std::map<std::string, TrafficCount> traffic() const;
 
   class Core;
 

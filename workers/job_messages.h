@@ -60,6 +60,7 @@ namespace troupe::workers {
 struct Progress {
   int64_t rank = 0, epoch = 0, step = 0, epochRows = 0, rowsPerEpoch = 0;
   double loss = 0, samplesPerSec = 0;
+  double wireRatio = 1;  // compression: the worker's encoded / float32 tensor bytes so far
 };
 
 struct GateRequest {
@@ -89,7 +90,15 @@ struct WorkerReport {
   // checked against the counts, those wrong, the first few named.
   int64_t countChecked = 0, countWrong = 0;
   std::string countErrors;
+  // The bytes of each path this process's worker used ("push", "pull",
+  // "allreduce"), kWireFigures figures a path in wireFigures: frames and
+  // bytes as the transport counted them (pull: the replies received), the
+  // tensor bytes handed to it encoded and in float32, messages, and those
+  // of them compressed.
+  std::vector<std::string> wirePaths;
+  std::vector<double> wireFigures;
 };
+inline constexpr size_t kWireFigures = 6;
 
 struct CheckpointPause {
   int64_t id = 0;
@@ -213,7 +222,7 @@ typename Inspector::result_type inspect(Inspector& f, Regroup& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Progress& x) {
   return f(caf::meta::type_name("Progress"), x.rank, x.epoch, x.step, x.epochRows, x.rowsPerEpoch, x.loss,
-           x.samplesPerSec);
+           x.samplesPerSec, x.wireRatio);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, GateRequest& x) {
@@ -228,7 +237,7 @@ typename Inspector::result_type inspect(Inspector& f, WorkerReport& x) {
   return f(caf::meta::type_name("WorkerReport"), x.rank, x.steps, x.samples, x.pushesAcked, x.pulledRows,
            x.trainSeconds, x.evalSeconds, x.evaluated, x.auc, x.loss, x.accuracy, x.rows, x.labels, x.predictions,
            x.denseHash, x.datasetRows, x.resumedAt, x.stepsRedone, x.samplesApplied, x.pushesAcknowledged,
-           x.countChecked, x.countWrong, x.countErrors);
+           x.countChecked, x.countWrong, x.countErrors, x.wirePaths, x.wireFigures);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, CheckpointPause& x) {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "collectives/compressed_allreduce.h"
 #include "data/synthetic_cache.h"
 #include "common/check.h"
 #include "data/criteo_reader.h"
@@ -202,8 +203,63 @@ const char* trainModeName(TrainMode m) {
 
 std::string collectivesBackend(const Config& c) {
   const std::string b = c.getString("collectives.backend");
-  if (b == "ring" || b == "nccl" || b == "auto") return b;
-  TROUPE_SETUP_ERROR("config: collectives.backend must be ring, nccl or auto, not '{}'", b);
+  if (b != "ring" && b != "nccl" && b != "auto") {
+    TROUPE_SETUP_ERROR("config: collectives.backend must be ring, nccl or auto, not '{}'", b);
+  }
+  const kernels::CodecKind codec = compressionOf(c).allreduce.kind;
+  if (b == "ring" || trainMode(c) == TrainMode::kPs) return b;
+  const bool ncclCan = collectives::CompressedAllReduce::supports("nccl", codec).isOk();
+  if (b == "auto") return ncclCan ? b : "ring";
+  if (!ncclCan) TROUPE_SETUP_ERROR("config: {}", collectives::CompressedAllReduce::supports("nccl", codec).message());
+  return b;
+}
+
+bool CompressionConfig::any() const {
+  return push.kind != kernels::CodecKind::kNone || pull.kind != kernels::CodecKind::kNone ||
+         allreduce.kind != kernels::CodecKind::kNone;
+}
+
+CompressionConfig compressionOf(const Config& c) {
+  CompressionConfig out;
+  const double fraction = c.getFloat("compression.fraction");
+  const int64_t chunk = c.getInt("compression.chunk");
+  if (!(fraction > 0 && fraction <= 1)) {
+    TROUPE_SETUP_ERROR("config: compression.fraction must be in (0, 1], got {}", fraction);
+  }
+  if (chunk < 1 || chunk > (int64_t{1} << 20)) {
+    TROUPE_SETUP_ERROR("config: compression.chunk must be 1 to 1048576 values, got {}", chunk);
+  }
+  auto codec = [&](const char* key) {
+    const std::string name = c.getString(key);
+    auto kind = kernels::codecKindOf(name);
+    if (!kind) {
+      TROUPE_SETUP_ERROR("config: {} must be none, fp16, bf16, int8, onebit, topk or randomk, not '{}'", key, name);
+    }
+    kernels::CodecOptions o;
+    o.kind = *kind;
+    o.fraction = fraction;
+    o.chunk = chunk;
+    o.seed = uint64_t(c.getInt("run.seed"));
+    return o;
+  };
+  out.push = codec("compression.push");
+  out.pull = codec("compression.pull");
+  out.allreduce = codec("compression.allreduce");
+  if (out.pull.kind != kernels::CodecKind::kNone && out.pull.kind != kernels::CodecKind::kFp16 &&
+      out.pull.kind != kernels::CodecKind::kBf16) {
+    TROUPE_SETUP_ERROR("config: compression.pull carries weights, which only a cast keeps whole: none, fp16 or bf16, "
+                       "not {}",
+                       kernels::codecName(out.pull.kind));
+  }
+  out.warmupSteps = c.getInt("compression.warmup_steps");
+  if (out.warmupSteps < 0) {
+    TROUPE_SETUP_ERROR("config: compression.warmup_steps must be >= 0, got {}", out.warmupSteps);
+  }
+  if (out.any() && c.getString("model.kind") == "count") {
+    TROUPE_SETUP_ERROR("config: the count model checks every value exactly; compression would change them (set "
+                       "compression.push, .pull and .allreduce to none)");
+  }
+  return out;
 }
 
 std::chrono::seconds pullWaitBound(const Config& c) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "kernels/codec.h"
 #include "kernels/row_optimizer.h"
 #include "ps/embedding_table.h"
 #include "workers/batch_source.h"
@@ -42,8 +43,21 @@ enum class TrainMode { kPs, kAllReduce, kHybrid };
 // Throws SetupError naming the value when it is none of ps, allreduce, hybrid.
 TrainMode trainMode(const Config& c);
 const char* trainModeName(TrainMode m);
-// collectives.backend, checked: "ring", "nccl" or "auto".
+// collectives.backend, checked: "ring", "nccl" or "auto"; "auto" is "ring"
+// where compression.allreduce needs it, and "nccl" with such a codec is
+// refused (SetupError naming the pair).
 std::string collectivesBackend(const Config& c);
+
+// The compression.* keys (DESIGN.md, Compression), checked: each path's
+// codec (pull: none, fp16 or bf16; the count model: none anywhere, its
+// values must stay exact), fraction and chunk in range, warmup_steps >= 0.
+// Throws SetupError naming the key.
+struct CompressionConfig {
+  kernels::CodecOptions push, pull, allreduce;
+  int64_t warmupSteps = 0;
+  bool any() const;
+};
+CompressionConfig compressionOf(const Config& c);
 // Parameter-server processes the job runs: none in allreduce mode.
 int64_t serverCount(const Config& c);
 // ps.replicas, checked: 1, or 2 in ps and hybrid modes with at least two

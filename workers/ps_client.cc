@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <map>
+#include <unordered_map>
 
 #include <caf/all.hpp>
 
 #include "ps/shard.h"
 #include "ps/wire.h"
+#include "common/hash.h"
 #include "common/logging.h"
 #include "transport/remote_actors.h"
 
@@ -35,8 +37,19 @@ struct Call {
   std::function<void(const std::string&)> giveUp;
 };
 
+// Error feedback of compressed pushes: per table, a residual row for every
+// key pushed (what its encodings have not sent yet), and per shard one for
+// the dense slice.
+struct PushResiduals {
+  std::vector<std::unordered_map<uint64_t, size_t>> slot;  // [table] key -> offset in rows[table]
+  std::vector<std::vector<float>> rows;                    // [table]
+  std::vector<std::vector<float>> dense;                   // [shard]
+};
+
 struct PsClientState {
   PsClientOptions options;
+  std::unique_ptr<kernels::Codec> pushCodec, pullCodec;
+  PushResiduals residuals;
   std::vector<std::map<uint64_t, Call>> calls;  // by shard
   uint64_t nextCall = 0;
   bool ticking = false;
@@ -178,6 +191,14 @@ std::shared_ptr<Gather<Promise>> gatherOf(Promise promise, size_t shards) {
 caf::behavior psClient(Self* self, PsClientOptions options) {
   self->state.options = std::move(options);
   self->state.calls.resize(self->state.options.shards.size());
+  {
+    auto& st = self->state;
+    if (st.options.pushCodec.kind != kernels::CodecKind::kNone) st.pushCodec = kernels::makeCodec(st.options.pushCodec);
+    if (st.options.pullCodec.kind != kernels::CodecKind::kNone) st.pullCodec = kernels::makeCodec(st.options.pullCodec);
+    st.residuals.slot.resize(st.options.dims.size());
+    st.residuals.rows.resize(st.options.dims.size());
+    st.residuals.dense.resize(st.options.shards.size());
+  }
   self->set_error_handler([](caf::error&) {});  // a stray error must not stop the client
   return {
       [=](ps::pull_atom, const ps::PullRequestPtr& req) -> caf::typed_response_promise<ps::PullReplyPtr> {
@@ -209,9 +230,22 @@ caf::behavior psClient(Self* self, PsClientOptions options) {
           auto issue = [=](Token t) {
             self->request(self->state.options.shards[size_t(s)], self->state.options.requestTimeout, msg)
               .then(
-                  [=](const Tensor& rowsT, const Tensor& denseT) {
+                  [=](const Tensor& rowsIn, const Tensor& denseIn) {
                     if (!claim(self, t) || gather->failed) return;
-                    auto view = ps::pullReplyFromWire(caf::make_message(rowsT, denseT), rowFloats, denseFloats);
+                    const kernels::Codec* codec = self->state.pullCodec.get();
+                    auto rowsT = ps::decodePart(rowsIn, rowFloats, codec, "pull reply rows");
+                    auto denseT = ps::decodePart(denseIn, denseFloats, codec, "pull reply dense");
+                    if (!rowsT.hasValue() || !denseT.hasValue()) {
+                      return gather->fail(fmt::format(
+                          "shard {}: {}", s, (rowsT.hasValue() ? denseT.status() : rowsT.status()).message()));
+                    }
+                    if (auto& b = self->state.options.bytes) {
+                      b->pulls++;
+                      if (rowsIn.dtype == DType::kBytes || denseIn.dtype == DType::kBytes) b->pullsCompressed++;
+                      b->pullEncoded += rowsIn.bytes + denseIn.bytes;
+                      b->pullRaw += (rowFloats + denseFloats) * 4;
+                    }
+                    auto view = ps::pullReplyFromWire(caf::make_message(*rowsT, *denseT), rowFloats, denseFloats);
                     if (!view.hasValue()) return gather->fail(fmt::format("shard {}: {}", s, view.status().message()));
                     const auto& dims = self->state.options.dims;
                     const float* src = view->rows;
@@ -242,6 +276,7 @@ caf::behavior psClient(Self* self, PsClientOptions options) {
         Split split = splitKeys(req->keys, shards);
         auto gather = gatherOf(promise, o.shards.size());
         const int64_t sequence = req->sequence;
+        const kernels::Codec* codec = req->clock >= o.warmupSteps ? self->state.pushCodec.get() : nullptr;
         for (int s = 0; s < shards; ++s) {
           std::vector<float> grads;
           for (auto [t, i] : split.origin[size_t(s)]) {
@@ -254,11 +289,67 @@ caf::behavior psClient(Self* self, PsClientOptions options) {
             const auto slice = ps::denseSlice(o.denseSize, s, shards);
             dense.assign(req->denseGrads.begin() + slice.first, req->denseGrads.begin() + slice.second);
           }
+          const size_t rawBytes = (split.keys[size_t(s)].size() + split.counts[size_t(s)].size()) * 8 +
+                                  (grads.size() + dense.size()) * 4;
+          Tensor gradsT, denseT;
+          if (codec != nullptr) {
+            // Error feedback: each key's residual row joins its gradient and
+            // keeps what this encoding does not send.
+            auto& r = self->state.residuals;
+            std::vector<float> res(grads.size());
+            std::vector<size_t> back;  // each key's residual offset in rows[table]
+            back.reserve(split.origin[size_t(s)].size());
+            size_t at = 0;
+            for (auto [t, i] : split.origin[size_t(s)]) {
+              const size_t dim = size_t(o.dims[t]);
+              auto [it, fresh] = r.slot[t].try_emplace(req->keys[t][i], r.rows[t].size());
+              if (fresh) r.rows[t].resize(r.rows[t].size() + dim, 0.0f);
+              float* stored = r.rows[t].data() + it->second;
+              std::copy_n(stored, dim, res.data() + at);
+              std::fill_n(stored, dim, 0.0f);  // taken (a key twice in a push: the second takes 0)
+              back.push_back(it->second);
+              at += dim;
+            }
+            const uint64_t step = hashCombine(uint64_t(req->clock), uint64_t(o.worker), uint64_t(s));
+            auto g = ps::encodePart(std::move(grads), codec, res.data(), step);
+            if (!g.hasValue()) {
+              gather->fail(fmt::format("push to shard {}: {}", s, g.status().message()));
+              return promise;
+            }
+            at = 0;
+            for (size_t k = 0; k < back.size(); ++k) {
+              const auto [t, i] = split.origin[size_t(s)][k];
+              const size_t dim = size_t(o.dims[t]);
+              float* stored = r.rows[t].data() + back[k];
+              for (size_t d = 0; d < dim; ++d) stored[d] += res[at + d];
+              at += dim;
+            }
+            gradsT = std::move(*g);
+            if (dense.empty()) {
+              denseT = Tensor::adopt(std::move(dense), DType::kFloat32);
+            } else {
+              auto& dr = r.dense[size_t(s)];
+              dr.resize(dense.size(), 0.0f);
+              auto d = ps::encodePart(std::move(dense), codec, dr.data(), step);
+              if (!d.hasValue()) {
+                gather->fail(fmt::format("push to shard {}: {}", s, d.status().message()));
+                return promise;
+              }
+              denseT = std::move(*d);
+            }
+          } else {
+            gradsT = Tensor::adopt(std::move(grads), DType::kFloat32);
+            denseT = Tensor::adopt(std::move(dense), DType::kFloat32);
+          }
+          if (auto& b = o.bytes) {
+            b->pushEncoded += (split.keys[size_t(s)].size() + split.counts[size_t(s)].size()) * 8 + gradsT.bytes +
+                              denseT.bytes;
+            b->pushRaw += rawBytes;
+          }
           caf::message msg = ps::pushToWire(o.worker, sequence, req->clock, req->samples,
                                             Tensor::adopt(std::move(split.counts[size_t(s)]), DType::kUInt64),
                                             Tensor::adopt(std::move(split.keys[size_t(s)]), DType::kUInt64),
-                                            Tensor::adopt(std::move(grads), DType::kFloat32),
-                                            Tensor::adopt(std::move(dense), DType::kFloat32), o.generation);
+                                            std::move(gradsT), std::move(denseT), o.generation);
           auto issue = [=](Token t) {
             self->request(self->state.options.shards[size_t(s)], self->state.options.requestTimeout, msg)
                 .then(
@@ -270,6 +361,10 @@ caf::behavior psClient(Self* self, PsClientOptions options) {
                     });
           };
           startCall(self, s, issue, [gather](const std::string& why) { gather->fail(why); });
+        }
+        if (auto& b = o.bytes) {
+          b->pushes++;
+          if (codec != nullptr) b->pushesCompressed++;
         }
         return promise;
       },

@@ -26,7 +26,9 @@
 // at most PsClientOptions::rerouteTimeout.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <memory>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -35,7 +37,18 @@
 #include <caf/actor.hpp>
 #include <caf/fwd.hpp>
 
+#include "kernels/codec.h"
+
 namespace troupe::workers {
+
+// What a worker's compressed paths handed the transport, as tensor bytes:
+// encoded, and what the same tensors take in float32 (so encoded / raw is
+// the path's ratio). Pushes: counts, keys and gradients; pulls: the
+// replies' rows and dense weights. Read from any thread.
+struct PsPathBytes {
+  std::atomic<uint64_t> pushEncoded{0}, pushRaw{0}, pushes{0}, pushesCompressed{0};
+  std::atomic<uint64_t> pullEncoded{0}, pullRaw{0}, pulls{0}, pullsCompressed{0};
+};
 
 struct PsClientOptions {
   int64_t worker = 0;
@@ -52,6 +65,14 @@ struct PsClientOptions {
   std::function<caf::actor(uint64_t node, const std::string& name)> locate;
   caf::actor coordinator;
   std::chrono::seconds rerouteTimeout{30};
+  // Compression (ps/wire.h): pushes of steps from warmupSteps on go
+  // encoded with pushCodec, with error feedback (a residual per shard for
+  // the dense slice, and per key for embedding rows: the worker keeps a row
+  // of residual for every key it pushed); encoded pull replies are decoded
+  // with pullCodec.
+  kernels::CodecOptions pushCodec, pullCodec;
+  int64_t warmupSteps = 0;
+  std::shared_ptr<PsPathBytes> bytes;  // counted here when set
 };
 
 caf::actor spawnPsClient(caf::actor_system& system, const PsClientOptions& options);

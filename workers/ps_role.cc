@@ -46,6 +46,10 @@ void PsRole::prepare(actors::MemberContext& ctx) {
   so.groupTrains = trainMode(config) != TrainMode::kPs;
   so.undoWholeSteps = trainMode(config) == TrainMode::kHybrid && workerLossPolicy(config) == WorkerLoss::kShrink;
   so.kernels = kernels;
+  const CompressionConfig compression = compressionOf(config);
+  so.pushCodec = compression.push;
+  so.pullCodec = compression.pull;
+  so.warmupSteps = compression.warmupSteps;
   // ps.replicas = 2: this process holds a copy of its rank's shard and one
   // of the shard before it (copies of shard k live in processes k and
   // k+1). In a job's first processes both start from the same state, and

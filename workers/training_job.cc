@@ -1369,7 +1369,7 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
         }
         maybeCheckpoint(job);
         if (!onProgress_) return;
-        JobProgress out{p.rank, p.step, p.epoch, p.epochRows, p.rowsPerEpoch, p.loss, 0};
+        JobProgress out{p.rank, p.step, p.epoch, p.epochRows, p.rowsPerEpoch, p.loss, 0, p.wireRatio};
         const auto& members = job.members("worker");
         for (size_t w = 0; w < members.size() && w < rate_.size(); ++w) {
           if (members[w].live() && !reported_[w]) out.samplesPerSec += rate_[w];
@@ -1427,6 +1427,18 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
                                                   r.stepsRedone,  r.pushesAcknowledged};
         o.steps += r.steps;
         o.samples += r.samples;
+        for (size_t i = 0; i < r.wirePaths.size() && (i + 1) * kWireFigures <= r.wireFigures.size(); ++i) {
+          auto it = std::find_if(o.traffic.begin(), o.traffic.end(),
+                                 [&](const PathTraffic& t) { return t.path == r.wirePaths[i]; });
+          if (it == o.traffic.end()) it = o.traffic.insert(o.traffic.end(), PathTraffic{r.wirePaths[i]});
+          const double* f = r.wireFigures.data() + i * kWireFigures;
+          it->frames += f[0];
+          it->wireBytes += f[1];
+          it->encodedBytes += f[2];
+          it->rawBytes += f[3];
+          it->messages += f[4];
+          it->compressed += f[5];
+        }
         if (mode_ == TrainMode::kAllReduce && o.reportsCounted > 0 && o.samplesApplied != r.samplesApplied &&
             !o.samplesDiffer) {
           o.samplesDiffer = true;

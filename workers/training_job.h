@@ -57,6 +57,14 @@ namespace troupe::workers {
 struct JobProgress {
   int64_t worker = 0, step = 0, epoch = 0, epochRows = 0, rowsPerEpoch = 0;
   double loss = 0, samplesPerSec = 0;  // samplesPerSec: all workers together
+  double wireRatio = 1;                // the worker's compression so far (encoded / float32 bytes)
+};
+
+// One path's bytes over the workers' last processes (WorkerReport's wire
+// figures, summed).
+struct PathTraffic {
+  std::string path;
+  double frames = 0, wireBytes = 0, encodedBytes = 0, rawBytes = 0, messages = 0, compressed = 0;
 };
 
 // What the last process of a worker rank reported.
@@ -113,6 +121,7 @@ struct JobOutcome {
   std::vector<WorkerSummary> workers;
   std::vector<ShardSummary> shards;
   std::vector<actors::RecoveryEvent> events;  // every loss, in order
+  std::vector<PathTraffic> traffic;           // by path, in order of first report
   // The ledger: every sample of every epoch applied once on every shard
   // (ps and hybrid modes) makes each shard's samplesApplied equal this.
   int64_t datasetRows = 0;      // training rows per epoch

@@ -54,6 +54,7 @@ void WorkerCore::setCommunicator(std::shared_ptr<collectives::Communicator> comm
   for (const auto& [offset, count] : order) ranges.push_back({offset, count});
   buckets_ = std::make_unique<collectives::GradientBuckets>(options_.comm, dense().grads(), dense().size(), ranges,
                                                             options_.bucketBytes);
+  buckets_->setCompression(options_.compression);
   auto hook = [b = buckets_.get()](int64_t offset, int64_t count) { b->ready(offset, count); };
   if (dlrm_) {
     dlrm_->setGradReady(hook);
@@ -364,6 +365,7 @@ Expected<ps::PushRequestPtr> WorkerCore::trainStepOnce(const Batch& batch, const
   Status s = forward(batch, rows);
   if (!s.isOk()) return s;
   ++steps_;
+  if (buckets_) buckets_->setStep(steps_ - 1);
   if (options_.kind == ModelKind::kCount) return countStep(batch);
   dLogits_.resize(logits_.size());
   if (dlrm_) {

@@ -32,6 +32,7 @@ class Kernels;
 namespace troupe::collectives {
 class Communicator;
 class GradientBuckets;
+class CompressedAllReduce;
 }
 
 namespace troupe::workers {
@@ -83,6 +84,10 @@ struct WorkerCoreOptions {
   // pushes are averaged over the ranks (BSP, allreduce, hybrid: the ranks
   // of the job) still adds the counts.
   double countScale = 1;
+  // compression.allreduce: the dense gradients' buckets go through this
+  // (collectives/compressed_allreduce.h); null: plain float32. Kept across
+  // setCommunicator (its residuals start again when the group changes).
+  std::shared_ptr<collectives::CompressedAllReduce> compression;
 };
 
 // Metrics of one pass over an evaluation set.

@@ -7,6 +7,7 @@
 
 #include <caf/all.hpp>
 
+#include "collectives/compressed_allreduce.h"
 #include "collectives/nccl_communicator.h"
 #include "collectives/peer_watch.h"
 #include "collectives/ring_communicator.h"
@@ -52,7 +53,56 @@ struct ReportFacts {
   int64_t rank = 0;
   int64_t datasetRows = 0;             // training rows per epoch
   int64_t resumedAt = 0, redone = 0;   // a replacement: where it resumed, steps it redid
+  std::function<void(WorkerReport*)> traffic;  // fills the wire figures
 };
+
+// The bytes of each path this worker uses (WorkerReport::wirePaths): the
+// transport's counts of the path's frames, and what the path's code handed
+// it (tensor bytes encoded and in float32).
+struct PathSources {
+  transport::RemoteActors* remote = nullptr;
+  std::shared_ptr<PsPathBytes> ps;  // ps and hybrid modes
+  std::shared_ptr<collectives::CompressedAllReduce> allreduce;
+  bool pushes = false, allreduces = false;
+};
+
+void addTraffic(const PathSources& src, WorkerReport* r) {
+  const auto wire = src.remote->traffic();
+  auto count = [&](const char* label) {
+    auto it = wire.find(label);
+    return it == wire.end() ? transport::RemoteActors::TrafficCount{} : it->second;
+  };
+  auto add = [&](const char* path, transport::RemoteActors::TrafficCount c, double encoded, double raw, double messages,
+                 double compressed) {
+    r->wirePaths.push_back(path);
+    for (double f : {double(c.frames), double(c.bytes), encoded, raw, messages, compressed}) r->wireFigures.push_back(f);
+  };
+  if (src.pushes && src.ps) {
+    const PsPathBytes& b = *src.ps;
+    add("push", count("push"), double(b.pushEncoded), double(b.pushRaw), double(b.pushes), double(b.pushesCompressed));
+    add("pull", count("pull-reply"), double(b.pullEncoded), double(b.pullRaw), double(b.pulls),
+        double(b.pullsCompressed));
+  }
+  if (src.allreduces) {
+    const auto st = src.allreduce ? src.allreduce->stats() : collectives::CompressionStats{};
+    add("allreduce", count("allreduce"), st.encodedBytes, st.rawBytes, double(st.reductions), double(st.compressed));
+  }
+}
+
+// Encoded / float32 over every path so far (1 with nothing sent).
+double wireRatio(const PathSources& src) {
+  double encoded = 0, raw = 0;
+  if (src.ps) {
+    encoded += double(src.ps->pushEncoded) + double(src.ps->pullEncoded);
+    raw += double(src.ps->pushRaw) + double(src.ps->pullRaw);
+  }
+  if (src.allreduce) {
+    const auto st = src.allreduce->stats();
+    encoded += st.encodedBytes;
+    raw += st.rawBytes;
+  }
+  return raw > 0 ? encoded / raw : 1.0;
+}
 
 struct DriverState {
   caf::actor worker;
@@ -125,6 +175,7 @@ caf::behavior driver(caf::stateful_actor<DriverState>* self, std::function<caf::
         r.countChecked = eval.countChecked;
         r.countWrong = eval.countWrong;
         r.countErrors = eval.countErrors;
+        if (st.facts.traffic) st.facts.traffic(&r);
         r.denseHash = hashBytes(std::string_view(reinterpret_cast<const char*>(report->denseWeights.data()),
                                                  report->denseWeights.size() * 4),
                                 0);
@@ -253,9 +304,17 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
       }
     }
   }
+  const CompressionConfig compression = compressionOf(config);
+  // The transport counts each path's bytes (summary: wire bytes by path).
+  ctx.remote.countMessages(ps::push_atom::value, "push");
+  ctx.remote.countMessages(ps::pull_atom::value, "pull");
   if (mode != TrainMode::kPs) {
     model.comm = comm_;
     model.bucketBytes = positive(config, "train.bucket_kb") << 10;
+    if (compression.allreduce.kind != kernels::CodecKind::kNone) {
+      model.compression =
+          std::make_shared<collectives::CompressedAllReduce>(compression.allreduce, compression.warmupSteps);
+    }
     model.replicatedTables = mode == TrainMode::kAllReduce && model.kind != ModelKind::kMlp;
     model.keepPrevious = mode == TrainMode::kHybrid;
   }
@@ -378,6 +437,10 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
     co.denseSize = mode == TrainMode::kPs ? (*core)->denseParameters() : 0;
     co.requestTimeout = pullWaitBound(config) + std::chrono::seconds(20);
     co.generation = config.getInt("cluster.generation");
+    co.pushCodec = compression.push;
+    co.pullCodec = compression.pull;
+    co.warmupSteps = compression.warmupSteps;
+    co.bytes = psBytes_;
     client = spawnPsClient(ctx.system, co);
     // The coordinator names a shard's new primary here (route_atom).
     if (replicated) ctx.remote.publish(client, psClientName(rank));
@@ -466,9 +529,11 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
     wo.regroup.incarnation = ctx.welcome.incarnation;
     wo.regroup.shardClock = mode == TrainMode::kHybrid && rejoin ? resumeAt : -1;
   }
-  wo.onEvent = [coord = ctx.coordinator, rank](const WorkerEvent& e) {
+  PathSources paths{&ctx.remote, psBytes_, model.compression, mode != TrainMode::kAllReduce, mode != TrainMode::kPs};
+  wo.onEvent = [coord = ctx.coordinator, rank, paths](const WorkerEvent& e) {
     if (e.kind != WorkerEvent::Kind::kProgress) return;
-    caf::anon_send(coord, Progress{rank, e.epoch, e.step, e.epochRows, e.rowsPerEpoch, e.meanLoss, e.samplesPerSec});
+    caf::anon_send(coord, Progress{rank, e.epoch, e.step, e.epochRows, e.rowsPerEpoch, e.meanLoss, e.samplesPerSec,
+                                   wireRatio(paths)});
   };
   std::vector<actors::ChildSpec> children = {existing("train-loader", trainLoader),
                                              existing("test-loader", testLoader)};
@@ -480,7 +545,9 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   };
   children.push_back(actors::ChildSpec{"worker",
                                        [spawnWorker, coord = ctx.coordinator,
-                                        facts = ReportFacts{rank, datasetRows, resumeAt, redo}](caf::actor_system& sys) {
+                                        facts = ReportFacts{rank, datasetRows, resumeAt, redo,
+                                                            [paths](WorkerReport* r) { addTraffic(paths, r); }}](
+                                           caf::actor_system& sys) {
                                          return sys.spawn(driver, spawnWorker, coord, facts);
                                        },
                                        false});

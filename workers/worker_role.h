@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "actors/node_agent.h"
+#include "workers/ps_client.h"
 
 namespace troupe::collectives {
 class Communicator;
@@ -35,6 +36,7 @@ class WorkerRole final : public actors::Role {
   int threads_;
   std::unique_ptr<collectives::PeerWatch> peerWatch_;  // the NCCL communicator's health; outlives it
   std::shared_ptr<collectives::Communicator> comm_;
+  std::shared_ptr<PsPathBytes> psBytes_ = std::make_shared<PsPathBytes>();  // the ps client's counts
 };
 
 }  // namespace troupe::workers

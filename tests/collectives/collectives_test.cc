@@ -18,6 +18,7 @@
 #include <caf/all.hpp>
 #include <gtest/gtest.h>
 
+#include "collectives/compressed_allreduce.h"
 #include "collectives/gradient_buckets.h"
 #include "collectives/peer_watch.h"
 #include "collectives/reduce.h"
@@ -134,9 +135,157 @@ std::string runCorrectness(Communicator& comm, const PeerArgs& a, uint64_t* hash
       }
     }
   }
+  for (size_t bytes : {size_t(0), size_t(1), size_t(5000), a.chunk * 3 + 1}) {
+    // Block j of rank r holds (r, j, i); rank r's out gets block r of every rank.
+    std::vector<uint8_t> in(bytes * size_t(n)), out(bytes * size_t(n), 0xEE);
+    for (int j = 0; j < n; ++j) {
+      for (size_t i = 0; i < bytes; ++i) in[size_t(j) * bytes + i] = uint8_t(r * 53 + j * 7 + int(i));
+    }
+    Status s = comm.allToAll(in.data(), out.data(), bytes);
+    if (!s.isOk()) return "allToAll: " + s.toString();
+    for (int k = 0; k < n; ++k) {
+      for (size_t i = 0; i < bytes; ++i) {
+        if (out[size_t(k) * bytes + i] != uint8_t(k * 53 + r * 7 + int(i))) {
+          return fmt::format("allToAll {} bytes: block from rank {} byte {} wrong", bytes, k, i);
+        }
+      }
+    }
+  }
   for (int i = 0; i < 5; ++i) {
     Status s = comm.barrier();
     if (!s.isOk()) return "barrier: " + s.toString();
+  }
+  return "";
+}
+
+// A rank's gradient in the compression runs: smooth, signed, of varied
+// magnitude, different on every rank.
+float gradientValue(int rank, int64_t i) {
+  return float(std::sin(0.37 * double(i) + 1.3 * rank) * (1.0 + 0.5 * std::cos(0.011 * double(i))));
+}
+
+// Every codec through CompressedAllReduce: the same gradient on every rank
+// each step for `steps` steps. Error feedback loses nothing, it only
+// delays: the mean of the results must approach the exact mean of the
+// ranks' gradients within a bound of each codec (what a residual can hold
+// back, divided by the steps), every rank must hold the same bits, the
+// tensor bytes must be the codec's share of a float32 ring's, and the
+// transport must have counted at least those bytes under the label.
+std::string runCompressed(Communicator& comm, transport::RemoteActors& remote, uint64_t* hash) {
+  const int n = comm.size(), r = comm.rank();
+  const int steps = 60;
+  struct Case {
+    kernels::CodecKind kind;
+    double fraction;
+    double meanTolerance;  // |mean of results - exact mean|, max over elements
+  };
+  const std::vector<Case> cases = {
+      // Exact but for float sums: none, int8, onebit, topk, randomk. The
+      // casts are summed in the ring as halves, rounded once per addition
+      // (what no residual sees): 2^-11 (fp16) and 2^-8 (bf16) of |sum| <= 3.
+      {kernels::CodecKind::kNone, 1.0, 1e-5},    {kernels::CodecKind::kFp16, 1.0, 3.0 / 2048},
+      {kernels::CodecKind::kBf16, 1.0, 3.0 / 256}, {kernels::CodecKind::kInt8, 1.0, 1e-5},
+      {kernels::CodecKind::kOneBit, 1.0, 1e-5},  {kernels::CodecKind::kTopK, 0.25, 1e-5},
+      {kernels::CodecKind::kRandomK, 0.25, 1e-5},
+  };
+  for (const Case& c : cases) {
+    for (int64_t count : {int64_t(1), int64_t(7), int64_t(1000), int64_t(20011)}) {
+      kernels::CodecOptions o;
+      o.kind = c.kind;
+      o.fraction = c.fraction;
+      o.chunk = 64;
+      o.seed = 5;
+      CompressedAllReduce reducer(o, /*warmupSteps=*/1);
+      const std::string label = std::string("test-") + kernels::codecName(c.kind);
+      comm.setTrafficLabel(label);
+      auto countedUnder = [&remote](const std::string& l) {
+        const auto wire = remote.traffic();
+        const auto it = wire.find(l);
+        return it == wire.end() ? transport::RemoteActors::TrafficCount{} : it->second;
+      };
+      const auto before = countedUnder(label);
+      std::vector<double> sum(size_t(count), 0.0);
+      std::vector<float> g(static_cast<size_t>(count));
+      for (int step = 0; step < steps; ++step) {
+        for (int64_t i = 0; i < count; ++i) g[size_t(i)] = gradientValue(r, i);
+        Status s = reducer.reduce(comm, 3, g.data(), count, step);
+        if (!s.isOk()) return fmt::format("{} count {} step {}: {}", kernels::codecName(c.kind), count, step, s.toString());
+        for (int64_t i = 0; i < count; ++i) sum[size_t(i)] += g[size_t(i)];
+        *hash = hashBytes(std::string_view(reinterpret_cast<const char*>(g.data()), g.size() * 4), *hash);
+        if (step == 0) {
+          // The warm-up step goes uncompressed: the exact mean (float32 ring).
+          for (int64_t i = 0; i < count; ++i) {
+            double exact = 0;
+            for (int k = 0; k < n; ++k) exact += gradientValue(k, i);
+            exact /= n;
+            if (std::fabs(g[size_t(i)] - exact) > 1e-5) {
+              return fmt::format("{} count {}: the warm-up step gave {} at {}, the mean is {}", kernels::codecName(c.kind),
+                                 count, g[size_t(i)], i, exact);
+            }
+          }
+        }
+      }
+      const auto after = countedUnder(label);  // (the checks' own reductions are not the codec's)
+      comm.setTrafficLabel("collective");
+      // What the residuals still hold: the ranks' (averaged) and the
+      // segment owners' (int8, onebit), each where it belongs.
+      std::vector<float> held = reducer.residuals(3), owned(static_cast<size_t>(count), 0.0f);
+      if (held.empty()) held.assign(size_t(count), 0.0f);
+      const std::vector<float> mine = reducer.ownerResiduals(3);
+      if (!mine.empty()) std::copy(mine.begin(), mine.end(), owned.begin() + count * r / n);
+      Status s = comm.allReduce(held.data(), size_t(count), DType::kFloat32, ReduceOp::kAverage);
+      if (s.isOk()) s = comm.allReduce(owned.data(), size_t(count), DType::kFloat32, ReduceOp::kSum);
+      if (!s.isOk()) return "gathering the residuals: " + s.toString();
+      double worst = 0;
+      int64_t at = 0;
+      for (int64_t i = 0; i < count; ++i) {
+        double exact = 0;
+        for (int k = 0; k < n; ++k) exact += gradientValue(k, i);
+        exact /= n;
+        // Sent plus held back is every step's mean: nothing was lost.
+        const double err = std::fabs((sum[size_t(i)] + double(held[size_t(i)]) + double(owned[size_t(i)])) / steps - exact);
+        if (err > worst) worst = err, at = i;
+      }
+      if (worst > c.meanTolerance) {
+        return fmt::format("{} count {}: over {} steps, what was sent and what the residuals hold is off the mean by "
+                           "{} at element {} (bound {})",
+                           kernels::codecName(c.kind), count, steps, worst, at, c.meanTolerance);
+      }
+      // The bytes: (steps - 1) compressed reductions and one plain.
+      const auto st = reducer.stats();
+      if (st.reductions != steps || st.compressed != (c.kind == kernels::CodecKind::kNone ? 0 : steps - 1)) {
+        return fmt::format("{}: {} reductions, {} compressed", kernels::codecName(c.kind), st.reductions, st.compressed);
+      }
+      const double ring = n > 1 ? 2.0 * (n - 1) / n * 4.0 * double(count) : 0.0;
+      const auto k = std::max<int64_t>(1, int64_t(std::ceil(c.fraction * double(count))));
+      double encoded = ring;  // a compressed step's bytes from this rank
+      size_t longest = 0;     // int8, onebit: the longest segment's encoding sets the block
+      for (int j = 0; j < n; ++j) {
+        const int64_t len = count * (j + 1) / n - count * j / n;
+        const int64_t chunks = (len + 63) / 64;
+        longest = std::max(longest, c.kind == kernels::CodecKind::kInt8 ? size_t(32 + chunks * 4 + len)
+                                                                           : size_t(32 + chunks * 4 + (len + 7) / 8));
+      }
+      switch (c.kind) {
+        case kernels::CodecKind::kNone: break;
+        case kernels::CodecKind::kFp16:
+        case kernels::CodecKind::kBf16: encoded = ring / 2; break;
+        case kernels::CodecKind::kInt8:
+        case kernels::CodecKind::kOneBit: encoded = 2.0 * (n - 1) * double(longest); break;
+        case kernels::CodecKind::kTopK: encoded = (n - 1) * double(32 + 8 * k); break;
+        case kernels::CodecKind::kRandomK: encoded = n > 1 ? 2.0 * (n - 1) / n * 4.0 * double(k) : 0.0; break;
+      }
+      const double wantEncoded = ring + (steps - 1) * encoded, wantRaw = steps * ring;
+      if (std::fabs(st.encodedBytes - wantEncoded) > 1e-6 * wantEncoded + 1 || std::fabs(st.rawBytes - wantRaw) > 1e-6 * wantRaw + 1) {
+        return fmt::format("{} count {}: {} encoded and {} float32 bytes counted, {} and {} expected",
+                           kernels::codecName(c.kind), count, st.encodedBytes, st.rawBytes, wantEncoded, wantRaw);
+      }
+      const double counted = double(after.bytes - before.bytes), frames = double(after.frames - before.frames);
+      if (n > 1 && (counted < wantEncoded || counted > wantEncoded + 512.0 * frames + 1)) {
+        return fmt::format("{} count {}: the transport counted {} bytes in {} frames under '{}', the tensors were {}",
+                           kernels::codecName(c.kind), count, counted, frames, label, wantEncoded);
+      }
+    }
   }
   return "";
 }
@@ -274,6 +423,15 @@ int peerMain(const PeerArgs& a) {
     } else {
       std::printf("hash %016llx\n", (unsigned long long)hash);
     }
+  } else if (a.scenario == "compressed") {
+    uint64_t hash = 0;
+    std::string err = runCompressed(**comm, **remote, &hash);
+    if (!err.empty()) {
+      std::printf("mismatch %s\n", err.c_str());
+      rc = 1;
+    } else {
+      std::printf("hash %016llx\n", (unsigned long long)hash);
+    }
   } else if (a.scenario == "determinism") {
     std::string err;
     const uint64_t hash = runDeterminism(**comm, a, &err);
@@ -392,6 +550,17 @@ TEST_P(CollectivesGroups, LatencyPathAndRingAgreeOnExactSums) {
   auto ring = runGroup(n, "correct", {"--small", "0"});
   auto mixed = runGroup(n, "correct");
   EXPECT_EQ(ring[0], mixed[0]);
+}
+
+TEST_P(CollectivesGroups, EveryCodecLosesNothingOverStepsAndSendsItsShareOfTheBytes) {
+  const int n = GetParam();
+  // (smallBytes 0: the plain reductions take the ring, whose bytes the
+  // reducer counts as the float32 reference)
+  auto hashes = runGroup(n, "compressed", {"--small", "0"});
+  for (int r = 0; r < n; ++r) {
+    EXPECT_FALSE(hashes[size_t(r)].empty()) << "rank " << r;
+    EXPECT_EQ(hashes[size_t(r)], hashes[0]) << "rank " << r << " holds other bits than rank 0";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, CollectivesGroups, ::testing::Values(1, 2, 3, 4));
