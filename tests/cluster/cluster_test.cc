@@ -1731,6 +1731,146 @@ TEST_F(ClusterTest, AShortChaosCampaignEndsWithEveryRunFinishedAndEveryLedgerExa
   EXPECT_NE(mode.err.find("--modes sync: not a mode"), std::string::npos) << mode.err;
 }
 
+// compression.*: one job per path and codec, on the MLP (dense gradients
+// only, so a path's bytes are the codec's share of them: what the codec's
+// format says, independent of the code), and the DLRM in hybrid mode with
+// every path compressed at once. Each model still learns, and the bytes the
+// transport counted fall by the codec's ratio against the uncompressed job.
+struct CompressedRun {
+  nlohmann::json summary;
+  double wire(const std::string& path) const {
+    for (const auto& w : summary.at("wire")) {
+      if (w.at("path") == path) return w.at("wire_bytes").get<double>();
+    }
+    return std::nan("");
+  }
+  const nlohmann::json& pathOf(const std::string& path) const {
+    for (const auto& w : summary.at("wire")) {
+      if (w.at("path") == path) return w;
+    }
+    throw std::runtime_error("no path " + path);
+  }
+};
+
+CompressedRun mlpRun(const TempDir& dir, const std::string& name, std::vector<std::string> extra) {
+  std::vector<std::string> args = {"train", "--config", std::string(TROUPE_SOURCE_ROOT) + "/configs/mlp-fashion-mnist.toml",
+                                   "--set", "train.epochs=1", "--set", "cluster.workers=2", "--set",
+                                   "run.dir=" + dir.file("runs"), "--set", "run.name=" + name, "--summary-json",
+                                   dir.file(name + ".json")};
+  auto r = troupe(plus(args, extra));
+  EXPECT_EQ(r.exitCode, 0) << name << ": " << r.err;
+  CompressedRun out;
+  if (r.exitCode == 0) out.summary = nlohmann::json::parse(readFile(dir.file(name + ".json")));
+  return out;
+}
+
+TEST_F(ClusterTest, CompressionOnEveryPathLearnsAndSendsTheCodecsShareOfTheBytes) {
+  sharedMemoryFifo();
+  TempDir dir;
+  // All-reduce (two ranks: each sends 2 (n - 1) / n = 1 x the float32
+  // gradient uncompressed). fp16: 2 of 4 bytes; int8 (chunks of 256): 1
+  // byte and a 4-byte scale per 256, twice (to the segment's owner, then
+  // all-gathered); onebit: 1 bit and a scale per 256; topk 1%: an index and
+  // a value (8 bytes) for 1 in 100.
+  const CompressedRun plain = mlpRun(dir, "ar-none", {"--set", "train.mode=allreduce"});
+  ASSERT_FALSE(plain.summary.is_null());
+  const double accuracy = plain.summary.at("test_accuracy").get<double>();
+  EXPECT_GT(accuracy, 0.80);
+  const double bytes = plain.wire("allreduce");
+  ASSERT_GT(bytes, 0);
+  EXPECT_EQ(plain.pathOf("allreduce").at("codec"), "none");
+  struct Case {
+    std::string codec;
+    double ratio, minAccuracy;
+  };
+  for (const Case& c : {Case{"fp16", 2.0 / 4, accuracy - 0.005}, Case{"int8", (1 + 4.0 / 256) / 4, accuracy - 0.01},
+                        Case{"onebit", (1.0 / 8 + 4.0 / 256) / 4, 0.70}, Case{"topk", 0.01 * 8 / 4, 0.70}}) {
+    SCOPED_TRACE(c.codec);
+    const CompressedRun run = mlpRun(dir, "ar-" + c.codec, {"--set", "train.mode=allreduce", "--set",
+                                                            "compression.allreduce=" + c.codec});
+    ASSERT_FALSE(run.summary.is_null());
+    EXPECT_GT(run.summary.at("test_accuracy").get<double>(), c.minAccuracy);
+    const double ratio = run.wire("allreduce") / bytes;
+    // (frames' envelopes and the codec's 32-byte headers: within 5% of the share)
+    EXPECT_NEAR(ratio, c.ratio, 0.05 * c.ratio) << run.summary.at("wire").dump();
+    const auto& path = run.pathOf("allreduce");
+    EXPECT_EQ(path.at("codec"), c.codec);
+    EXPECT_EQ(path.at("compressed").get<double>(), path.at("messages").get<double>());
+    EXPECT_NEAR(path.at("ratio").get<double>(), c.ratio, 0.05 * c.ratio);
+  }
+  // Parameter servers (BSP): pushes int8, training pulls fp16 (the
+  // evaluation's pulls go whole: the model is evaluated exactly).
+  const CompressedRun ps = mlpRun(dir, "ps-none", {"--set", "train.mode=ps", "--set", "cluster.servers=2", "--set",
+                                                   "ps.consistency=bsp"});
+  const CompressedRun psc = mlpRun(dir, "ps-int8", {"--set", "train.mode=ps", "--set", "cluster.servers=2", "--set",
+                                                    "ps.consistency=bsp", "--set", "compression.push=int8", "--set",
+                                                    "compression.pull=fp16"});
+  ASSERT_FALSE(ps.summary.is_null());
+  ASSERT_FALSE(psc.summary.is_null());
+  EXPECT_GT(psc.summary.at("test_accuracy").get<double>(), ps.summary.at("test_accuracy").get<double>() - 0.01);
+  EXPECT_NEAR(psc.wire("push") / ps.wire("push"), (1 + 4.0 / 256) / 4, 0.05 * 0.254) << psc.summary.at("wire").dump();
+  const auto& pull = psc.pathOf("pull");
+  const double pulls = pull.at("messages").get<double>(), cast = pull.at("compressed").get<double>();
+  EXPECT_GT(cast, 0);
+  EXPECT_LT(cast, pulls);  // the evaluation's
+  EXPECT_EQ(ps.pathOf("pull").at("messages").get<double>(), pulls);
+  // Every pull of the MLP carries the whole dense slice: half the bytes for a cast one.
+  EXPECT_NEAR(psc.wire("pull") / ps.wire("pull"), (cast * 0.5 + (pulls - cast)) / pulls, 0.02) << psc.summary.at("wire").dump();
+  // The DLRM in hybrid mode, every path at once, after 20 steps of warm-up.
+  auto r = troupe(plus({"train"}, plus(smallJob(dir, "hybrid"),
+                                       {"--set", "cluster.workers=2", "--set", "cluster.servers=2", "--set",
+                                        "train.mode=hybrid", "--set", "ps.consistency=bsp", "--set",
+                                        "compression.push=onebit", "--set", "compression.pull=bf16", "--set",
+                                        "compression.allreduce=randomk", "--set", "compression.fraction=0.1", "--set",
+                                        "compression.warmup_steps=20", "--summary-json", dir.file("hybrid.json")})));
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  const auto hybrid = nlohmann::json::parse(readFile(dir.file("hybrid.json")));
+  EXPECT_GT(hybrid.at("test_auc").get<double>(), 0.70) << hybrid.dump();
+  EXPECT_EQ(hybrid.at("compression_warmup_steps").get<int64_t>(), 20);
+  EXPECT_EQ(hybrid.at("wire").size(), 3u) << hybrid.at("wire").dump();
+  for (const auto& w : hybrid.at("wire")) {
+    SCOPED_TRACE(w.dump());
+    // Each worker's first 20 steps go whole (156 steps each: 40000 rows, batches of 128).
+    EXPECT_GT(w.at("wire_bytes").get<double>(), 0);
+    EXPECT_LT(w.at("ratio").get<double>(), 1.0);
+    const double messages = w.at("messages").get<double>(), compressed = w.at("compressed").get<double>();
+    EXPECT_GT(compressed, 0);
+    EXPECT_LT(compressed, messages);
+  }
+  // The progress line shows the ratio.
+  EXPECT_NE(r.err.find("wire x0."), std::string::npos) << r.err;
+}
+
+// A compression setting that cannot work is refused before the job starts,
+// naming the key.
+TEST_F(ClusterTest, CompressionABadSettingIsRefusedBeforeTheJobStarts) {
+  TempDir dir;
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"cluster.workers=2", "train.mode=allreduce", "compression.allreduce=int8", "collectives.backend=nccl"},
+       "compression.allreduce = int8 needs collectives.backend = ring"},
+      {{"cluster.workers=2", "cluster.servers=1", "compression.pull=int8"}, "compression.pull carries weights"},
+      {{"cluster.workers=2", "cluster.servers=1", "compression.push=zip"}, "compression.push must be none, fp16"},
+      {{"cluster.workers=2", "cluster.servers=1", "compression.push=topk", "compression.fraction=0"},
+       "compression.fraction must be in (0, 1]"},
+      {{"cluster.workers=2", "cluster.servers=1", "compression.push=int8", "compression.chunk=0"},
+       "compression.chunk must be 1 to"},
+      {{"cluster.workers=2", "cluster.servers=1", "compression.push=fp16", "compression.warmup_steps=-1"},
+       "compression.warmup_steps must be >= 0"},
+      {{"cluster.workers=2", "cluster.servers=1", "model.kind=count", "data.max_train_rows=39936",
+        "compression.push=fp16"},
+       "the count model checks every value exactly"},
+      {{"compression.push=fp16"}, "a run in one process sends nothing"},
+  };
+  for (const auto& [sets, message] : cases) {
+    std::vector<std::string> args = plus({"train"}, smallJob(dir, "bad"));
+    for (const auto& s : sets) args = plus(args, {"--set", s});
+    auto r = troupe(args, 60s);
+    EXPECT_NE(r.exitCode, 0) << message;
+    EXPECT_NE(r.err.find(message), std::string::npos) << message << "\n" << r.err;
+    EXPECT_EQ(r.err.find("joined"), std::string::npos) << "no process may start\n" << r.err;
+  }
+}
+
 // A bad fault plan is refused before any process starts, naming the fault
 // and the field; so is a plan for a job of one process.
 TEST_F(ClusterTest, ABadFaultPlanIsRefusedBeforeTheJobStarts) {

@@ -1,5 +1,8 @@
 #include "ps/wire.h"
 
+#include <cmath>
+#include <cstring>
+
 #include <caf/all.hpp>
 #include <gtest/gtest.h>
 
@@ -102,6 +105,85 @@ TEST(PsWire, InconsistentMessagesAreRefused) {
                    .hasValue());
   EXPECT_FALSE(pullFromWire(caf::make_message(pull_atom::value), {1}).hasValue());
   EXPECT_FALSE(pullReplyFromWire(caf::make_message(int64_t(1)), 0, 0).hasValue());
+}
+
+// compression.push: a push whose gradients travel encoded decodes to the
+// floats the codec's decode gives (for int8: within a chunk's step), and an
+// encoding the shard cannot read is refused, naming the part.
+TEST(PsWire, EncodedPushesDecodeAndBadEncodingsAreRefused) {
+  kernels::CodecOptions o;
+  o.kind = kernels::CodecKind::kInt8;
+  o.chunk = 4;
+  auto codec = kernels::makeCodec(o);
+  const std::vector<float> grads = {0.5f, -1.0f, 0.25f, 2.0f, -0.125f, 1.5f};  // 3 keys of dim 2
+  const std::vector<float> dense = {3.0f, -4.0f};
+  std::vector<float> residual(grads.size(), 0.0f), denseResidual(dense.size(), 0.0f);
+  auto g = encodePart(grads, codec.get(), residual.data(), 11);
+  auto d = encodePart(dense, codec.get(), denseResidual.data(), 11);
+  ASSERT_TRUE(g.hasValue() && d.hasValue());
+  EXPECT_EQ(g->dtype, transport::DType::kBytes);
+  auto wire = acrossProcesses(pushToWire(1, 1, 0, 4, u64({3}), u64({5, 6, 7}), *g, *d));
+  auto decoded = decodePush(wire, {2}, 2, codec.get());
+  ASSERT_TRUE(decoded.hasValue()) << decoded.status().message();
+  auto v = pushFromWire(*decoded, {2}, 2);
+  ASSERT_TRUE(v.hasValue()) << v.status().message();
+  ASSERT_EQ(v->gradFloats, grads.size());
+  ASSERT_EQ(v->denseFloats, dense.size());
+  // What was sent plus what the residual kept is the gradient, to the bit.
+  for (size_t i = 0; i < grads.size(); ++i) EXPECT_EQ(v->grads[i] + residual[i], grads[i]) << i;
+  for (size_t i = 0; i < dense.size(); ++i) EXPECT_EQ(v->denseGrads[i] + denseResidual[i], dense[i]) << i;
+  // int8 with chunks of 4: each value within one step (max |x| / 127) of its chunk.
+  EXPECT_LE(std::fabs(v->grads[3] - 2.0f), 2.0f / 127 + 1e-6f);
+  // A float32 push passes through unchanged, with or without a codec.
+  auto plain = pushToWire(1, 2, 0, 4, u64({3}), u64({5, 6, 7}), f32(grads), f32({}));
+  ASSERT_TRUE(decodePush(plain, {2}, 2, nullptr).hasValue());
+  // An encoded push to a shard without a codec, with another codec, with a
+  // cut payload, or claiming other shapes: refused, naming what.
+  auto noCodec = decodePush(wire, {2}, 2, nullptr);
+  ASSERT_FALSE(noCodec.hasValue());
+  EXPECT_NE(noCodec.status().message().find("no codec"), std::string::npos) << noCodec.status().message();
+  o.kind = kernels::CodecKind::kOneBit;
+  auto other = decodePush(wire, {2}, 2, kernels::makeCodec(o).get());
+  ASSERT_FALSE(other.hasValue());
+  EXPECT_NE(other.status().message().find("push gradients"), std::string::npos) << other.status().message();
+  Tensor cut = *g;
+  cut.bytes -= 1;
+  EXPECT_FALSE(decodePush(pushToWire(1, 1, 0, 4, u64({3}), u64({5, 6, 7}), cut, *d), {2}, 2, codec.get()).hasValue());
+  EXPECT_FALSE(decodePush(pushToWire(1, 1, 0, 4, u64({2}), u64({5, 6}), *g, *d), {2}, 2, codec.get()).hasValue());
+  EXPECT_FALSE(decodePush(pushToWire(1, 1, 0, 4, u64({3}), u64({5, 6, 7}), *g, *d), {2}, 3, codec.get()).hasValue());
+  // Random bytes where an encoding should be never crash.
+  Rng rng(3);
+  for (int i = 0; i < 500; ++i) {
+    std::vector<uint8_t> junk(rng.next() % 96);
+    for (auto& b : junk) b = uint8_t(rng.next());
+    if (junk.size() >= 4 && rng.next() % 2) std::memcpy(junk.data(), g->data, 4);  // the magic, sometimes
+    Tensor t = Tensor::copyOf(junk.data(), junk.size(), transport::DType::kBytes);
+    EXPECT_FALSE(decodePush(pushToWire(1, 1, 0, 4, u64({3}), u64({5, 6, 7}), t, f32({})), {2}, 2, codec.get()).hasValue());
+  }
+}
+
+// compression.pull: a cast reply part decodes to the weights rounded to
+// half precision; float32 parts pass; a part of the wrong length is refused.
+TEST(PsWire, CastPullRepliesDecode) {
+  kernels::CodecOptions o;
+  o.kind = kernels::CodecKind::kBf16;
+  auto codec = kernels::makeCodec(o);
+  const std::vector<float> rows = {1.0f, 1.00390625f, -3.14159f, 0.0f};
+  auto part = encodePart(rows, codec.get(), nullptr, 0);
+  ASSERT_TRUE(part.hasValue());
+  EXPECT_EQ(part->bytes, kernels::kCodecHeaderBytes + rows.size() * 2);
+  auto back = decodePart(*part, rows.size(), codec.get(), "rows");
+  ASSERT_TRUE(back.hasValue()) << back.status().message();
+  const float* f = back->as<float>();
+  EXPECT_EQ(f[0], 1.0f);
+  EXPECT_EQ(f[1], 1.0f);  // 1 + 2^-8 rounds to even: 1
+  EXPECT_NEAR(f[2], -3.14159f, 3.14159f / 256);
+  EXPECT_EQ(f[3], 0.0f);
+  EXPECT_FALSE(decodePart(*part, rows.size() + 1, codec.get(), "rows").hasValue());
+  EXPECT_FALSE(decodePart(*part, rows.size(), nullptr, "rows").hasValue());
+  auto plain = decodePart(f32(rows), rows.size(), nullptr, "rows");
+  ASSERT_TRUE(plain.hasValue());
+  EXPECT_EQ(plain->dtype, transport::DType::kFloat32);
 }
 
 TEST(PsWire, RandomCountsNeverCrash) {
