@@ -382,9 +382,22 @@ int runTrain(const TrainFlags& flags) {
                        trainModeName(trainMode(config)));
   }
   collectivesBackend(config);  // a bad value fails here, before any process starts
-  if (workers::compressionOf(config).any() && clusterWorkers <= 0) {
-    TROUPE_SETUP_ERROR("config: compression.* compresses what crosses between processes; a run in one process sends "
-                       "nothing (--set cluster.workers=W, W >= 1)");
+  {
+    const workers::CompressionConfig c = workers::compressionOf(config);
+    if (c.any() && clusterWorkers <= 0) {
+      TROUPE_SETUP_ERROR("config: compression.* compresses what crosses between processes; a run in one process "
+                         "sends nothing (--set cluster.workers=W, W >= 1)");
+    }
+    // A codec on a path this mode does not have would be silently idle.
+    const TrainMode m = trainMode(config);
+    if (m == TrainMode::kAllReduce && (c.push.kind != kernels::CodecKind::kNone || c.pull.kind != kernels::CodecKind::kNone)) {
+      TROUPE_SETUP_ERROR("config: compression.push and compression.pull are paths to parameter servers; train.mode = "
+                         "allreduce has none (use compression.allreduce)");
+    }
+    if (m == TrainMode::kPs && c.allreduce.kind != kernels::CodecKind::kNone) {
+      TROUPE_SETUP_ERROR("config: compression.allreduce compresses the workers' all-reduce; train.mode = ps has none "
+                         "(use compression.push and compression.pull)");
+    }
   }
   if (trainMode(config) == TrainMode::kHybrid && worker.core.kind == workers::ModelKind::kMlp) {
     TROUPE_SETUP_ERROR("config: train.mode = hybrid keeps the embedding tables on the parameter servers and the "

@@ -33,6 +33,9 @@ using transport::DType;
 
 enum class ReduceOp { kSum, kAverage };
 
+// Bytes of one element of an all-reduce type; 0 for a type it does not take.
+size_t reduceElementBytes(DType dtype);
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -60,13 +63,21 @@ class Communicator {
     (void)in, (void)out, (void)bytes;
     return Status::invalidArgument(fmt::format("the {} backend has no all-to-all", backend()));
   }
+  // Fails the group with `why` from this rank (a failure of its own
+  // between collectives): every later call fails, and the other ranks are
+  // told, so that none waits for this one. Returns `why`.
+  virtual Status abort(Status why) { return why; }
+  // The tensor bytes this rank sends in allReduce of `count` elements of
+  // `dtype` (the algorithm's share: 2 (n - 1) / n of the buffer for a ring).
+  virtual double allReduceBytesSent(size_t count, DType dtype) const {
+    const int n = size();
+    return n <= 1 ? 0.0 : 2.0 * double(n - 1) / double(n) * double(count) * double(reduceElementBytes(dtype));
+  }
   // The label the transport counts this communicator's bytes under from
   // now on (transport/remote_actors.h, traffic): "collective" at first.
   virtual void setTrafficLabel(const std::string& label) { (void)label; }
 };
 
-// Bytes of one element of an all-reduce type; 0 for a type it does not take.
-size_t reduceElementBytes(DType dtype);
 const char* reduceOpName(ReduceOp op);
 
 }  // namespace troupe::collectives

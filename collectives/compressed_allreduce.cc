@@ -12,10 +12,9 @@ namespace {
 using kernels::CodecKind;
 using kernels::kCodecHeaderBytes;
 
-// The tensor bytes a plain ring all-reduce of `count` floats sends from
-// one rank: 2 (n - 1) / n of the buffer.
-double ringBytes(int64_t count, int n, size_t elementBytes) {
-  return n <= 1 ? 0.0 : 2.0 * double(n - 1) / double(n) * double(count) * double(elementBytes);
+// The tensor bytes one rank sends in comm's all-reduce of `count` elements.
+double ringBytes(const Communicator& comm, int64_t count, DType dtype) {
+  return comm.allReduceBytesSent(size_t(count), dtype);
 }
 
 int64_t segBegin(int64_t count, int seg, int n) { return count * seg / n; }
@@ -72,32 +71,43 @@ void CompressedAllReduce::count(bool compressed, double encoded, double raw) {
 
 Status CompressedAllReduce::reduce(Communicator& comm, int key, float* data, int64_t count, int64_t step) {
   const int n = comm.size();
-  if (options_.kind == CodecKind::kNone || step < warmupSteps_ || count == 0) {
-    const double raw = ringBytes(count, n, 4);
+  if (options_.kind == CodecKind::kNone || step < warmupSteps_ || count == 0 || n == 1) {
+    const double raw = ringBytes(comm, count, DType::kFloat32);
     this->count(false, raw, raw);
     return comm.allReduce(data, size_t(count), DType::kFloat32, ReduceOp::kAverage);
   }
   Tensor& t = stateOf(key, count, n, comm.rank());
   // The same on every rank: random-k's indices.
   const uint64_t seed = hashCombine(uint64_t(step), uint64_t(key));
+  Status s = Status::internal("compressed all-reduce: no codec");
   switch (options_.kind) {
     case CodecKind::kFp16:
-    case CodecKind::kBf16: return reduceCast(comm, t, data, count, seed);
+    case CodecKind::kBf16: s = reduceCast(comm, t, data, count, seed); break;
     case CodecKind::kInt8:
-    case CodecKind::kOneBit: return reduceScattered(comm, t, data, count, seed);
-    case CodecKind::kTopK: return reduceTopK(comm, t, data, count, seed);
-    case CodecKind::kRandomK: return reduceRandomK(comm, t, data, count, seed);
+    case CodecKind::kOneBit: s = reduceScattered(comm, t, data, count, seed); break;
+    case CodecKind::kTopK: s = reduceTopK(comm, t, data, count, seed); break;
+    case CodecKind::kRandomK: s = reduceRandomK(comm, t, data, count, seed); break;
     case CodecKind::kNone: break;
   }
-  return Status::internal("compressed all-reduce: no codec");
+  // A failure of this rank's own (a peer's block that does not decode, a
+  // value that does not encode) between collectives: the others are told,
+  // or they would wait for its next one until their timeout.
+  if (!s.isOk()) return comm.abort(s);
+  return s;
 }
 
 Status CompressedAllReduce::reduceCast(Communicator& comm, Tensor& t, float* data, int64_t count, uint64_t seed) {
+  // Each rank's share of the mean is encoded and the shares summed: the
+  // ring's partial sums then stay within the mean's range (summing first
+  // and scaling at the end can overflow fp16's 65504). The residual is in
+  // those units too (it starts again when the group's size changes).
+  const float inv = 1.0f / float(comm.size());
+  for (int64_t i = 0; i < count; ++i) data[i] *= inv;
   Status s = codec_->encode(data, count, t.residual.data(), seed, &a_);
   if (!s.isOk()) return s;
-  this->count(true, ringBytes(count, comm.size(), 2), ringBytes(count, comm.size(), 4));
+  this->count(true, ringBytes(comm, count, DType::kFloat16), ringBytes(comm, count, DType::kFloat32));
   const DType dtype = options_.kind == CodecKind::kFp16 ? DType::kFloat16 : DType::kBFloat16;
-  s = comm.allReduce(a_.data() + kCodecHeaderBytes, size_t(count), dtype, ReduceOp::kAverage);
+  s = comm.allReduce(a_.data() + kCodecHeaderBytes, size_t(count), dtype, ReduceOp::kSum);
   if (!s.isOk()) return s;
   return codec_->decode(a_.data(), a_.size(), count, data, false);
 }
@@ -106,7 +116,7 @@ Status CompressedAllReduce::reduceRandomK(Communicator& comm, Tensor& t, float* 
   Status s = codec_->encode(data, count, t.residual.data(), seed, &a_);
   if (!s.isOk()) return s;
   const size_t k = (a_.size() - kCodecHeaderBytes) / 4;
-  this->count(true, ringBytes(int64_t(k), comm.size(), 4), ringBytes(count, comm.size(), 4));
+  this->count(true, ringBytes(comm, int64_t(k), DType::kFloat32), ringBytes(comm, count, DType::kFloat32));
   s = comm.allReduce(a_.data() + kCodecHeaderBytes, k, DType::kFloat32, ReduceOp::kAverage);
   if (!s.isOk()) return s;
   return codec_->decode(a_.data(), a_.size(), count, data, false);
@@ -120,7 +130,7 @@ Status CompressedAllReduce::reduceTopK(Communicator& comm, Tensor& t, float* dat
   if (block != codec_->encodedBytes(count)) {
     return Status::internal(fmt::format("topk: {} bytes encoded, {} expected", block, codec_->encodedBytes(count)));
   }
-  this->count(true, double(n - 1) * double(block), ringBytes(count, n, 4));
+  this->count(true, double(n - 1) * double(block), ringBytes(comm, count, DType::kFloat32));
   b_.resize(block * size_t(n));
   s = comm.allGather(a_.data(), b_.data(), block);
   if (!s.isOk()) return s;
@@ -152,7 +162,7 @@ Status CompressedAllReduce::reduceScattered(Communicator& comm, Tensor& t, float
     std::memcpy(a_.data() + size_t(j) * block, enc.data(), enc.size());
   }
   b_.resize(block * size_t(n));
-  this->count(true, 2.0 * double(n - 1) * double(block), ringBytes(count, n, 4));
+  this->count(true, 2.0 * double(n - 1) * double(block), ringBytes(comm, count, DType::kFloat32));
   Status s = comm.allToAll(a_.data(), b_.data(), block);
   if (!s.isOk()) return s;
   // This rank's segment: the ranks' encodings decoded and summed in rank

@@ -19,7 +19,9 @@
 // Every rank ends with the same bits (decode is deterministic and sums run
 // in rank order). Error feedback: the residuals keep what was not sent; a
 // tensor (its key) whose length, group size or rank changes starts again
-// with zeros. The first `warmupSteps` steps go uncompressed.
+// with zeros. The first `warmupSteps` steps go uncompressed, and so does a
+// group of one (nothing crosses). A rank whose decode fails aborts the
+// group (Communicator::abort), so that no peer waits for it.
 //
 // Threading: one caller at a time (a GradientBuckets thread).
 #pragma once
@@ -53,6 +55,10 @@ class CompressedAllReduce final {
   // names the tensor (its residuals); `step` is the training step, the same
   // on every rank (it seeds random-k's indices and int8's rounding).
   Status reduce(Communicator& comm, int key, float* data, int64_t count, int64_t step);
+
+  // Forgets every residual (a step undone, a group formed again: what the
+  // aborted encodings held back must not be sent twice). Between steps.
+  void reset() { tensors_.clear(); }
 
   // The rank's residual of `key` (empty before its first compressed
   // reduction).

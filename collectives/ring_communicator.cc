@@ -553,6 +553,32 @@ Expected<std::vector<std::vector<std::byte>>> RingCommunicator::allGatherV(const
   return out;
 }
 
+Status RingCommunicator::abort(Status why) {
+  if (why.isOk()) why = Status::internal("aborted with no reason");
+  ++op_;
+  return finish(std::move(why));
+}
+
+double RingCommunicator::allReduceBytesSent(size_t count, DType dtype) const {
+  const int n = size();
+  const double bytes = double(count) * double(reduceElementBytes(dtype));
+  if (n <= 1 || count == 0) return 0.0;
+  if ((n & (n - 1)) == 0 && bytes <= double(options_.smallBytes)) {
+    int steps = 0;
+    for (int m = 1; m < n; m <<= 1) ++steps;
+    return double(steps) * bytes;
+  }
+  // The ring: segment s of n, sent by its n - 1 ... steps in each half.
+  double sent = 0;
+  for (int step = 0; step + 1 < n; ++step) {
+    const int r = rank();
+    const int scatter = ((r - step) % n + n) % n, gather = ((r + 1 - step) % n + n) % n;
+    auto seg = [&](int s) { return double(count * size_t(s + 1) / size_t(n) - count * size_t(s) / size_t(n)); };
+    sent += seg(scatter) + seg(gather);
+  }
+  return sent * double(reduceElementBytes(dtype));
+}
+
 Status RingCommunicator::allToAll(const void* in, void* out, size_t bytes) {
   if (bytes > 0 && (in == nullptr || out == nullptr)) return Status::invalidArgument("allToAll: null buffer");
   Status s = begin();

@@ -74,6 +74,10 @@ class RingCommunicator final : public Communicator {
   // Direct sends to every rank (the endpoints are all up), in chunks.
   Status allToAll(const void* in, void* out, size_t bytes) override;
   void setTrafficLabel(const std::string& label) override { traffic_ = remote_.trafficLabel(label); }
+  Status abort(Status why) override;
+  // Recursive doubling (log2 n x the buffer) where allReduce takes it, else
+  // the ring's 2 (n - 1) / n.
+  double allReduceBytesSent(size_t count, DType dtype) const override;
 
   struct Inbox;
 

@@ -158,6 +158,9 @@ std::vector<Config::Key> troupeConfigSchema() {
       {"compression.warmup_steps", T::kInt, int64_t{0}, "the first steps of every worker go uncompressed"},
       {"compression.fraction", T::kFloat, 0.01, "topk, randomk: the share of the values sent, in (0, 1]"},
       {"compression.chunk", T::kInt, int64_t{256}, "int8, onebit: values per scale"},
+      {"compression.residual_rows", T::kInt, int64_t{2000000},
+       "compression.push: a worker keeps a residual row for every embedding key it pushed, at most this many (all "
+       "tables; 0 = no bound); one more drops them all (logged)"},
       {"collectives.chunk_kb", T::kInt, int64_t{512}, "ring all-reduce: pieces of a segment in flight at once"},
       {"collectives.small_kb", T::kInt, int64_t{32},
        "all-reduces up to this size use recursive doubling (latency) on power-of-two groups"},

@@ -120,6 +120,10 @@ Expected<Tensor> encodePart(std::vector<float> values, const kernels::Codec* cod
   if (codec == nullptr || codec->kind() == kernels::CodecKind::kNone) {
     return Tensor::adopt(std::move(values), DType::kFloat32);
   }
+  if (values.size() > UINT32_MAX) {
+    return Status::invalidArgument(fmt::format("{} values in one part: more than an encoding holds (2^32 - 1)",
+                                               values.size()));
+  }
   std::vector<std::byte> out;
   Status s = codec->encode(values.data(), int64_t(values.size()), residual, step, &out);
   if (!s.isOk()) return s;

@@ -255,6 +255,10 @@ CompressionConfig compressionOf(const Config& c) {
   if (out.warmupSteps < 0) {
     TROUPE_SETUP_ERROR("config: compression.warmup_steps must be >= 0, got {}", out.warmupSteps);
   }
+  out.residualRows = c.getInt("compression.residual_rows");
+  if (out.residualRows < 0) {
+    TROUPE_SETUP_ERROR("config: compression.residual_rows must be >= 0, got {}", out.residualRows);
+  }
   if (out.any() && c.getString("model.kind") == "count") {
     TROUPE_SETUP_ERROR("config: the count model checks every value exactly; compression would change them (set "
                        "compression.push, .pull and .allreduce to none)");

@@ -55,6 +55,7 @@ std::string collectivesBackend(const Config& c);
 struct CompressionConfig {
   kernels::CodecOptions push, pull, allreduce;
   int64_t warmupSteps = 0;
+  int64_t residualRows = 0;  // a worker's bound on push residual rows (0: none)
   bool any() const;
 };
 CompressionConfig compressionOf(const Config& c);

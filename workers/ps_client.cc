@@ -44,6 +44,14 @@ struct PushResiduals {
   std::vector<std::unordered_map<uint64_t, size_t>> slot;  // [table] key -> offset in rows[table]
   std::vector<std::vector<float>> rows;                    // [table]
   std::vector<std::vector<float>> dense;                   // [shard]
+  int64_t slotCount = 0;  // keys with a residual row, all tables
+  int64_t dropped = 0;    // times the rows were dropped for the bound
+  void clear() {
+    for (auto& m : slot) m.clear();
+    for (auto& v : rows) v.clear();
+    for (auto& v : dense) v.clear();
+    slotCount = 0;
+  }
 };
 
 struct PsClientState {
@@ -302,7 +310,19 @@ caf::behavior psClient(Self* self, PsClientOptions options) {
             size_t at = 0;
             for (auto [t, i] : split.origin[size_t(s)]) {
               const size_t dim = size_t(o.dims[t]);
+              if (o.maxResidualRows > 0 && r.slotCount >= o.maxResidualRows && !r.slot[t].count(req->keys[t][i])) {
+                // Full: every leftover goes (a bounded loss, logged), and
+                // the rows start again.
+                logger("job")->info("worker {}: {} residual rows of compressed pushes held; they are dropped "
+                                    "(compression.residual_rows)",
+                                    o.worker, r.slotCount);
+                for (auto& m : r.slot) m.clear();
+                for (auto& v : r.rows) v.clear();
+                r.slotCount = 0;
+                ++r.dropped;
+              }
               auto [it, fresh] = r.slot[t].try_emplace(req->keys[t][i], r.rows[t].size());
+              r.slotCount += fresh ? 1 : 0;
               if (fresh) r.rows[t].resize(r.rows[t].size() + dim, 0.0f);
               float* stored = r.rows[t].data() + it->second;
               std::copy_n(stored, dim, res.data() + at);
@@ -395,6 +415,10 @@ caf::behavior psClient(Self* self, PsClientOptions options) {
       },
       [=](ps::generation_atom, int64_t generation) -> int64_t {
         self->state.options.generation = generation;
+        // The shards moved on (a rollback, or a hybrid step undone): what
+        // the residuals held back of pushes now undone must not be sent
+        // again with the steps redone.
+        self->state.residuals.clear();
         return generation;
       },
       [=](ps::leave_atom) -> caf::typed_response_promise<int64_t> {

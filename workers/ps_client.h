@@ -72,6 +72,9 @@ struct PsClientOptions {
   // with pullCodec.
   kernels::CodecOptions pushCodec, pullCodec;
   int64_t warmupSteps = 0;
+  // At most this many residual rows (all tables; 0: no bound). A push that
+  // needs one more drops them all first: a bounded loss, logged.
+  int64_t maxResidualRows = 0;
   std::shared_ptr<PsPathBytes> bytes;  // counted here when set
 };
 

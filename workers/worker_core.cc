@@ -7,6 +7,7 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "collectives/compressed_allreduce.h"
 #include "collectives/gradient_buckets.h"
 #include "common/check.h"
 #include "kernels/kernels.h"
@@ -45,6 +46,7 @@ void WorkerCore::setCommunicator(std::shared_ptr<collectives::Communicator> comm
   }
   buckets_.reset();  // its thread ends, and its reference to the old communicator goes
   options_.comm = std::move(comm);
+  if (options_.compression) options_.compression->reset();  // a new group: what it owes starts again
   collectiveFailed_ = false;
   if (!options_.comm) return;
   // The count model has one gradient, made all at once (countStep).
@@ -88,6 +90,7 @@ float* WorkerCore::denseState() { return dense().block(); }
 
 Status WorkerCore::revertLastStep() {
   if (!hasPrevious_) return Status::internal("there is no step to go back from");
+  if (options_.compression) options_.compression->reset();  // (as a failed step's Undo)
   std::copy(previous_.begin(), previous_.end(), dense().block());
   steps_ -= 1;
   sequence_ -= 1;
@@ -340,6 +343,10 @@ Expected<ps::PushRequestPtr> WorkerCore::trainStep(const Batch& batch, const ps:
     bool armed = true;
     ~Undo() {
       if (!armed) return;
+      // The step's encodings moved gradient into the residuals, and the
+      // step is not applied: the leftovers go (a step's worth at most),
+      // rather than be sent twice when the step is redone.
+      if (core.options_.compression) core.options_.compression->reset();
       core.steps_ = steps;
       core.sequence_ = sequence;
       core.lossSum_ = lossSum;

@@ -440,6 +440,7 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
     co.pushCodec = compression.push;
     co.pullCodec = compression.pull;
     co.warmupSteps = compression.warmupSteps;
+    co.maxResidualRows = compression.residualRows;
     co.bytes = psBytes_;
     client = spawnPsClient(ctx.system, co);
     // The coordinator names a shard's new primary here (route_atom).

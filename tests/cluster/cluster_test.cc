@@ -1860,6 +1860,10 @@ TEST_F(ClusterTest, CompressionABadSettingIsRefusedBeforeTheJobStarts) {
         "compression.push=fp16"},
        "the count model checks every value exactly"},
       {{"compression.push=fp16"}, "a run in one process sends nothing"},
+      {{"cluster.workers=2", "train.mode=allreduce", "compression.push=int8"}, "train.mode = allreduce has none"},
+      {{"cluster.workers=2", "cluster.servers=1", "compression.allreduce=int8"}, "train.mode = ps has none"},
+      {{"cluster.workers=2", "cluster.servers=1", "compression.push=int8", "compression.residual_rows=-1"},
+       "compression.residual_rows must be >= 0"},
   };
   for (const auto& [sets, message] : cases) {
     std::vector<std::string> args = plus({"train"}, smallJob(dir, "bad"));

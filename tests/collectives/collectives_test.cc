@@ -233,7 +233,9 @@ std::string runCompressed(Communicator& comm, transport::RemoteActors& remote, u
       if (held.empty()) held.assign(size_t(count), 0.0f);
       const std::vector<float> mine = reducer.ownerResiduals(3);
       if (!mine.empty()) std::copy(mine.begin(), mine.end(), owned.begin() + count * r / n);
-      Status s = comm.allReduce(held.data(), size_t(count), DType::kFloat32, ReduceOp::kAverage);
+      // (the casts encode each rank's share of the mean: their residuals add up)
+      const bool cast = c.kind == kernels::CodecKind::kFp16 || c.kind == kernels::CodecKind::kBf16;
+      Status s = comm.allReduce(held.data(), size_t(count), DType::kFloat32, cast ? ReduceOp::kSum : ReduceOp::kAverage);
       if (s.isOk()) s = comm.allReduce(owned.data(), size_t(count), DType::kFloat32, ReduceOp::kSum);
       if (!s.isOk()) return "gathering the residuals: " + s.toString();
       double worst = 0;
@@ -253,10 +255,20 @@ std::string runCompressed(Communicator& comm, transport::RemoteActors& remote, u
       }
       // The bytes: (steps - 1) compressed reductions and one plain.
       const auto st = reducer.stats();
-      if (st.reductions != steps || st.compressed != (c.kind == kernels::CodecKind::kNone ? 0 : steps - 1)) {
+      if (st.reductions != steps || st.compressed != (c.kind == kernels::CodecKind::kNone || n == 1 ? 0 : steps - 1)) {
         return fmt::format("{}: {} reductions, {} compressed", kernels::codecName(c.kind), st.reductions, st.compressed);
       }
-      const double ring = n > 1 ? 2.0 * (n - 1) / n * 4.0 * double(count) : 0.0;
+      // A ring all-reduce of m elements sends every segment once and
+      // segments r, r - 1, ..., r - (n - 3) again (the all-gather's
+      // forwards); nothing with one rank.
+      auto ringOf = [&](int64_t m) {
+        if (n == 1) return 0.0;
+        auto seg = [&](int j) { return double(m * (j + 1) / n - m * j / n); };
+        double elems = double(m);
+        for (int t = 0; t + 2 < n; ++t) elems += seg(((r - t) % n + n) % n);
+        return elems * 4.0;
+      };
+      const double ring = ringOf(count);
       const auto k = std::max<int64_t>(1, int64_t(std::ceil(c.fraction * double(count))));
       double encoded = ring;  // a compressed step's bytes from this rank
       size_t longest = 0;     // int8, onebit: the longest segment's encoding sets the block
@@ -273,8 +285,9 @@ std::string runCompressed(Communicator& comm, transport::RemoteActors& remote, u
         case kernels::CodecKind::kInt8:
         case kernels::CodecKind::kOneBit: encoded = 2.0 * (n - 1) * double(longest); break;
         case kernels::CodecKind::kTopK: encoded = (n - 1) * double(32 + 8 * k); break;
-        case kernels::CodecKind::kRandomK: encoded = n > 1 ? 2.0 * (n - 1) / n * 4.0 * double(k) : 0.0; break;
+        case kernels::CodecKind::kRandomK: encoded = ringOf(k); break;
       }
+      // (one rank sends nothing and compresses nothing)
       const double wantEncoded = ring + (steps - 1) * encoded, wantRaw = steps * ring;
       if (std::fabs(st.encodedBytes - wantEncoded) > 1e-6 * wantEncoded + 1 || std::fabs(st.rawBytes - wantRaw) > 1e-6 * wantRaw + 1) {
         return fmt::format("{} count {}: {} encoded and {} float32 bytes counted, {} and {} expected",
@@ -432,6 +445,25 @@ int peerMain(const PeerArgs& a) {
     } else {
       std::printf("hash %016llx\n", (unsigned long long)hash);
     }
+  } else if (a.scenario == "abort") {
+    // The last rank fails on its own between collectives and aborts; the
+    // others, waiting in their next all-reduce, hear it at once.
+    s = (*comm)->barrier();
+    if (!s.isOk()) {
+      std::printf("error barrier: %s\n", s.toString().c_str());
+      return 2;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    if (a.rank == a.n - 1) {
+      s = (*comm)->abort(Status::corruption("rank's own decode failed"));
+    } else {
+      std::vector<float> buf(1000, 1.0f);
+      s = (*comm)->allReduce(buf.data(), buf.size(), DType::kFloat32, ReduceOp::kSum);
+    }
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    Status again = (*comm)->barrier();
+    std::printf("failed %s | again %s | took %.3f\n", s.toString().c_str(), again.toString().c_str(), took);
+    rc = s.isOk() || again.isOk() ? 1 : 3;
   } else if (a.scenario == "determinism") {
     std::string err;
     const uint64_t hash = runDeterminism(**comm, a, &err);
@@ -564,6 +596,62 @@ TEST_P(CollectivesGroups, EveryCodecLosesNothingOverStepsAndSendsItsShareOfTheBy
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, CollectivesGroups, ::testing::Values(1, 2, 3, 4));
+
+// A rank that fails on its own between collectives (a peer's block that
+// does not decode) aborts: the others' next collective fails at once with
+// its reason, not after the collective timeout (60 s here).
+TEST(Collectives, ARankThatAbortsFailsTheOthersNextCollectiveAtOnce) {
+  TempDir dir;
+  Group g = startGroup(dir, 3, "abort");
+  for (int r = 0; r < 3; ++r) {
+    auto res = g.children[size_t(r)]->wait(60s);
+    const std::string log = slurp(g.logs[size_t(r)]);
+    EXPECT_EQ(res.exitCode, 3) << "rank " << r << ":\n" << log;
+    EXPECT_NE(log.find("rank's own decode failed"), std::string::npos) << "rank " << r << ":\n" << log;
+    const double took = std::strtod(lineWith(log, "failed ").substr(lineWith(log, "failed ").rfind("took ") + 5).c_str(), nullptr);
+    EXPECT_LT(took, 5.0) << "rank " << r << ":\n" << log;
+  }
+}
+
+// The compressed all-reduce calls abort when a block it received does not
+// decode (here: a peer's encoding of another codec), naming the block.
+class CorruptingComm final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  const char* backend() const override { return "corrupting"; }
+  Status allReduce(void*, size_t, DType, ReduceOp) override { return Status::ok(); }
+  Status broadcast(void*, size_t, int) override { return Status::ok(); }
+  Status allGather(const void* in, void* out, size_t bytes) override {
+    // Rank 1's block: this rank's with the codec kind byte changed.
+    std::memcpy(out, in, bytes);
+    std::memcpy(static_cast<std::byte*>(out) + bytes, in, bytes);
+    static_cast<uint8_t*>(out)[bytes + 4] ^= 0x7;
+    return Status::ok();
+  }
+  Expected<std::vector<std::vector<std::byte>>> allGatherV(const void*, size_t) override {
+    return std::vector<std::vector<std::byte>>{};
+  }
+  Status barrier() override { return Status::ok(); }
+  Status abort(Status why) override {
+    aborted = why;
+    return why;
+  }
+  Status aborted;
+};
+
+TEST(CompressedAllReduce, ABlockThatDoesNotDecodeAbortsTheGroup) {
+  CorruptingComm comm;
+  kernels::CodecOptions o;
+  o.kind = kernels::CodecKind::kTopK;
+  o.fraction = 0.5;
+  CompressedAllReduce reducer(o, 0);
+  std::vector<float> g(100, 1.0f);
+  Status s = reducer.reduce(comm, 0, g.data(), int64_t(g.size()), 0);
+  EXPECT_FALSE(s.isOk());
+  EXPECT_FALSE(comm.aborted.isOk()) << "abort was not called";
+  EXPECT_NE(comm.aborted.message().find("rank 1's block"), std::string::npos) << comm.aborted.message();
+}
 
 TEST(Collectives, RoundingSensitiveResultsAreBitIdenticalAcrossRanksAndRuns) {
   auto first = runGroup(4, "determinism", {"--seed", "11"});
