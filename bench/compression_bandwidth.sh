@@ -2,7 +2,8 @@
 # Gradient compression where bandwidth is the limit (issue 15): a job across
 # two network namespaces made here (ip netns + veth), the veth capped in
 # both directions by a token bucket (tc qdisc tbf; netem is not in this
-# machine's kernel), the transport over TCP. Each job runs uncompressed and
+# machine's kernel), the transport over TCP only (UCX_TLS=tcp: UCX would
+# reach the other namespace's processes by shared memory otherwise). Each job runs uncompressed and
 # compressed at each rate, and uncompressed on loopback with shared memory
 # as the baseline of "no slower where bandwidth is plenty".
 #
@@ -27,6 +28,7 @@ tag=$$
 A=trbwA$tag B=trbwB$tag VA=tbwa$tag VB=tbwb$tag
 addrA=10.233.$((tag % 200 + 16)).1 addrB=10.233.$((tag % 200 + 16)).2
 pids=()
+runs=0
 cleanup() {
   for p in "${pids[@]:-}"; do [ -n "$p" ] && kill -9 "$p" 2>/dev/null || true; done
   ip netns del "$A" 2>/dev/null || true
@@ -80,11 +82,15 @@ EOF
 }
 
 netnsRun() {  # netnsRun JOB CODEC: the job across the namespaces
-  local job=$1 codec=$2 name="$1-$2-$RATE" port=$((21000 + tag % 20000))
+  runs=$((runs + 1))  # a port of its own: the last run's may still be in TIME_WAIT
+  local job=$1 codec=$2 name="$1-$2-$RATE" port=$((21000 + (tag * 7 + runs) % 20000))
   local summary="$out/$name.json" args
   read -r -a args <<<"$(settings "$job" "$codec")"
-  args+=(--set transport.shared_memory=false --set run.dir="$out/runs" --set run.name="$name" --summary-json "$summary")
+  args+=(--set run.dir="$out/runs" --set run.name="$name" --summary-json "$summary")
   export TROUPE_JOB_TOKEN="bandwidth-bench-$tag-0123456789abcdef"
+  # TCP only: UCX would otherwise reach a process of the other namespace by
+  # shared memory (one host), past the capped veth.
+  export UCX_TLS=tcp
   local start=$(date +%s.%N)
   ip netns exec "$A" "$troupe" launch --role coordinator --coordinator "$addrA:$port" "${args[@]}" \
     >"$out/$name.coordinator.log" 2>&1 &
@@ -125,6 +131,7 @@ netnsRun() {  # netnsRun JOB CODEC: the job across the namespaces
 
 localRun() {  # localRun JOB CODEC: one host, shared memory
   local job=$1 codec=$2 name="$1-$2-local"
+  unset UCX_TLS
   local summary="$out/$name.json" args
   read -r -a args <<<"$(settings "$job" "$codec")"
   args+=(--set run.dir="$out/runs" --set run.name="$name" --summary-json "$summary")
