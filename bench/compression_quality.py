@@ -102,6 +102,43 @@ def table(rows):
     return "\n".join(out)
 
 
+def seeds_table(dirs, warmup):
+    """The mean over seeds (one --out directory each) of each cell, with the
+    seeds' spread (max - min) of the uncompressed runs beside."""
+    runs = {}
+    for d in dirs:
+        with open(os.path.join(d, "quality.jsonl")) as f:
+            for l in f:
+                r = json.loads(l)
+                if "error" in r or r.get("warmup", 0) != warmup:
+                    continue
+                metric = r["auc"] if r["model"] == "dlrm" else r["accuracy"]
+                runs.setdefault((r["model"], r["mode"], r["codec"]), []).append(metric)
+    out = []
+    for model in ("dlrm", "mlp"):
+        modes = [m for m in MODES[model] if (model, m, "none") in runs]
+        if not modes:
+            continue
+        scale = 1000 if model == "dlrm" else 100
+        out.append("\n%s, mean of %s seeds: the change against uncompressed (%s); uncompressed: mean and spread\n"
+                   % (model.upper(), "/".join(sorted({str(len(v)) for v in runs.values()})),
+                      "x 1000 AUC" if model == "dlrm" else "points"))
+        out.append("| codec | " + " | ".join(modes) + " |")
+        out.append("|---" * (len(modes) + 1) + "|")
+        for c in CODECS:
+            cells = []
+            for m in modes:
+                v, base = runs.get((model, m, c)), runs.get((model, m, "none"))
+                if not v:
+                    cells.append("")
+                elif c == "none":
+                    cells.append("%.4f (spread %.2f)" % (sum(v) / len(v), (max(v) - min(v)) * scale))
+                else:
+                    cells.append("%+.2f (n=%d)" % ((sum(v) / len(v) - sum(base) / len(base)) * scale, len(v)))
+            out.append("| %s | %s |" % (c, " | ".join(cells)))
+    return "\n".join(out)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dlrm-rows", type=int, default=1000000)
@@ -113,7 +150,11 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default=os.path.join(HERE, "runs/compression-quality"))
     ap.add_argument("--table-only", action="store_true")
+    ap.add_argument("--seeds", default="", help="DIR,DIR,...: the mean over these runs' directories, one a seed")
     args = ap.parse_args()
+    if args.seeds:
+        print(seeds_table(args.seeds.split(","), args.warmup))
+        return
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "quality.jsonl")
     rows = []
