@@ -126,7 +126,14 @@ netnsRun() {  # netnsRun JOB CODEC: the job across the namespaces
   done
   wait "$coord" || { echo "$name failed:" >&2; tail -5 "$out/$name.coordinator.log" >&2; exit 1; }
   local wall=$(python3 -c "import sys; print(float(sys.argv[1]) - float(sys.argv[2]))" "$(date +%s.%N)" "$start")
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  # The others end with the job; any still there after 60 s is killed.
+  for i in $(seq 1 600); do
+    local alive=0
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && break
+    sleep 0.1
+  done
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
   pids=()
   record "$job" "$codec" "$RATE" "$wall" "$summary"
   tail -n 1 "$out/bandwidth.jsonl"
@@ -139,7 +146,7 @@ localRun() {  # localRun JOB CODEC: one host, shared memory
   read -r -a args <<<"$(settings "$job" "$codec")"
   args+=(--set run.dir="$out/runs" --set run.name="$name" --summary-json "$summary")
   local start=$(date +%s.%N)
-  "$troupe" train "${args[@]}" >/dev/null 2>"$out/$name.log"
+  timeout 1800 "$troupe" train "${args[@]}" >/dev/null 2>"$out/$name.log"
   record "$job" "$codec" local "$(python3 -c "import sys; print(float(sys.argv[1]) - float(sys.argv[2]))" "$(date +%s.%N)" "$start")" "$summary"
   tail -n 1 "$out/bandwidth.jsonl"
 }

@@ -53,7 +53,12 @@ def run(model, mode, codec, args):
     for s in settings(model, mode, codec, args):
         cmd += ["--set", s]
     start = time.time()
-    p = subprocess.run(cmd, cwd=HERE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        p = subprocess.run(cmd, cwd=HERE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                           timeout=3600)
+    except subprocess.TimeoutExpired:
+        return {"model": model, "mode": mode, "codec": codec, "warmup": args.warmup, "seed": args.seed,
+                "error": "no end in an hour"}
     if p.returncode != 0:
         sys.stderr.write(p.stderr[-2000:])
         return {"model": model, "mode": mode, "codec": codec, "warmup": args.warmup, "error": p.returncode}
@@ -161,20 +166,21 @@ def main():
     if os.path.exists(path):
         with open(path) as f:
             rows = [json.loads(l) for l in f if l.strip()]
-    done = {(r["model"], r["mode"], r["codec"], r.get("warmup", 0)) for r in rows if "error" not in r}
+    done = {(r["model"], r["mode"], r["codec"], r.get("warmup", 0), r.get("seed", 1)) for r in rows
+            if "error" not in r}
     if not args.table_only:
         for model in args.models.split(","):
             modes = [m for m in MODES[model] if not args.modes or m in args.modes.split(",")]
             for mode in modes:
                 for codec in args.codecs.split(","):
-                    if (model, mode, codec, args.warmup) in done:
+                    if (model, mode, codec, args.warmup, args.seed) in done:
                         continue
                     r = run(model, mode, codec, args)
                     print(json.dumps(r), flush=True)
                     rows.append(r)
                     with open(path, "a") as f:
                         f.write(json.dumps(r) + "\n")
-    print(table([r for r in rows if r.get("warmup", 0) == args.warmup]))
+    print(table([r for r in rows if r.get("warmup", 0) == args.warmup and r.get("seed", 1) == args.seed]))
 
 
 if __name__ == "__main__":

@@ -65,7 +65,8 @@ class Communicator {
   }
   // Fails the group with `why` from this rank (a failure of its own
   // between collectives): every later call fails, and the other ranks are
-  // told, so that none waits for this one. Returns `why`.
+  // told, so that none waits for this one. Returns the group's failure
+  // (`why`, or an earlier one that already ended it).
   virtual Status abort(Status why) { return why; }
   // The tensor bytes this rank sends in allReduce of `count` elements of
   // `dtype` (the algorithm's share: 2 (n - 1) / n of the buffer for a ring).

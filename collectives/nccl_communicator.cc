@@ -168,6 +168,13 @@ class NcclCommunicator final : public Communicator {
     return allReduce(&one, 1, DType::kFloat32, ReduceOp::kSum);
   }
 
+  // A failure of this rank's own: NCCL's communicator is aborted (peers
+  // blocked with it get an error) and the failure sticks.
+  Status abort(Status why) override {
+    if (why.isOk()) why = Status::internal("aborted with no reason");
+    return finish(std::move(why));
+  }
+
   // Waits for the group to form (ncclCommInitRankConfig returned
   // ncclInProgress).
   Status waitInit() { return finish(wait("joining the group", options_.connectTimeout)); }

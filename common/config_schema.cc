@@ -160,7 +160,8 @@ std::vector<Config::Key> troupeConfigSchema() {
       {"compression.chunk", T::kInt, int64_t{256}, "int8, onebit: values per scale"},
       {"compression.residual_rows", T::kInt, int64_t{2000000},
        "compression.push: a worker keeps a residual row for every embedding key it pushed, at most this many (all "
-       "tables; 0 = no bound); one more drops them all (logged)"},
+       "tables; 0 = no bound; a single push larger than it still gets its rows); a push whose new keys would pass "
+       "it drops them all first (logged: a bounded loss of what they held back)"},
       {"collectives.chunk_kb", T::kInt, int64_t{512}, "ring all-reduce: pieces of a segment in flight at once"},
       {"collectives.small_kb", T::kInt, int64_t{32},
        "all-reduces up to this size use recursive doubling (latency) on power-of-two groups"},

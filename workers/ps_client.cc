@@ -285,6 +285,29 @@ caf::behavior psClient(Self* self, PsClientOptions options) {
         auto gather = gatherOf(promise, o.shards.size());
         const int64_t sequence = req->sequence;
         const kernels::Codec* codec = req->clock >= o.warmupSteps ? self->state.pushCodec.get() : nullptr;
+        if (codec != nullptr && o.maxResidualRows > 0) {
+          // The bound, before any row is taken (the offsets taken below
+          // must stay valid to the end of this push): if the keys of this
+          // push that have no residual row yet would take the rows past
+          // it, every leftover row goes first (a bounded loss, logged) and
+          // the rows start again.
+          auto& r = self->state.residuals;
+          int64_t fresh = 0;
+          for (size_t t = 0; t < req->keys.size(); ++t) {
+            for (uint64_t key : req->keys[t]) fresh += r.slot[t].count(key) ? 0 : 1;
+          }
+          if (r.slotCount > 0 && r.slotCount + fresh > o.maxResidualRows) {
+            ++r.dropped;
+            if (r.dropped == 1 || r.dropped % 100 == 0) {  // (the first time, then every 100th)
+              logger("job")->info("worker {}: {} residual rows of compressed pushes held and {} more needed; the rows "
+                                  "are dropped (compression.residual_rows = {}; {} times so far)",
+                                  o.worker, r.slotCount, fresh, o.maxResidualRows, r.dropped);
+            }
+            for (auto& m : r.slot) m.clear();
+            for (auto& v : r.rows) v.clear();
+            r.slotCount = 0;
+          }
+        }
         for (int s = 0; s < shards; ++s) {
           std::vector<float> grads;
           for (auto [t, i] : split.origin[size_t(s)]) {
@@ -310,17 +333,6 @@ caf::behavior psClient(Self* self, PsClientOptions options) {
             size_t at = 0;
             for (auto [t, i] : split.origin[size_t(s)]) {
               const size_t dim = size_t(o.dims[t]);
-              if (o.maxResidualRows > 0 && r.slotCount >= o.maxResidualRows && !r.slot[t].count(req->keys[t][i])) {
-                // Full: every leftover goes (a bounded loss, logged), and
-                // the rows start again.
-                logger("job")->info("worker {}: {} residual rows of compressed pushes held; they are dropped "
-                                    "(compression.residual_rows)",
-                                    o.worker, r.slotCount);
-                for (auto& m : r.slot) m.clear();
-                for (auto& v : r.rows) v.clear();
-                r.slotCount = 0;
-                ++r.dropped;
-              }
               auto [it, fresh] = r.slot[t].try_emplace(req->keys[t][i], r.rows[t].size());
               r.slotCount += fresh ? 1 : 0;
               if (fresh) r.rows[t].resize(r.rows[t].size() + dim, 0.0f);

@@ -344,8 +344,9 @@ Expected<ps::PushRequestPtr> WorkerCore::trainStep(const Batch& batch, const ps:
     ~Undo() {
       if (!armed) return;
       // The step's encodings moved gradient into the residuals, and the
-      // step is not applied: the leftovers go (a step's worth at most),
-      // rather than be sent twice when the step is redone.
+      // step is not applied: the residuals go (the whole backlog of what
+      // the encodings held back, a one-off loss after a failure), rather
+      // than be sent twice when the step is redone.
       if (core.options_.compression) core.options_.compression->reset();
       core.steps_ = steps;
       core.sequence_ = sequence;

@@ -1822,7 +1822,8 @@ TEST_F(ClusterTest, CompressionOnEveryPathLearnsAndSendsTheCodecsShareOfTheBytes
                                         "train.mode=hybrid", "--set", "ps.consistency=bsp", "--set",
                                         "compression.push=onebit", "--set", "compression.pull=bf16", "--set",
                                         "compression.allreduce=randomk", "--set", "compression.fraction=0.1", "--set",
-                                        "compression.warmup_steps=20", "--summary-json", dir.file("hybrid.json")})));
+                                        "compression.warmup_steps=20", "--set", "compression.residual_rows=500",
+                                        "--summary-json", dir.file("hybrid.json")})));
   ASSERT_EQ(r.exitCode, 0) << r.err;
   const auto hybrid = nlohmann::json::parse(readFile(dir.file("hybrid.json")));
   EXPECT_GT(hybrid.at("test_auc").get<double>(), 0.70) << hybrid.dump();
@@ -1839,6 +1840,14 @@ TEST_F(ClusterTest, CompressionOnEveryPathLearnsAndSendsTheCodecsShareOfTheBytes
   }
   // The progress line shows the ratio.
   EXPECT_NE(r.err.find("wire x0."), std::string::npos) << r.err;
+  // 4 tables of 10 to 2000 values (about 2400 keys): more rows than the
+  // bound of 500, so the workers dropped their residual rows at least
+  // once, said so, and still learned (above).
+  for (const std::string w : {"worker-0", "worker-1"}) {
+    EXPECT_NE(readFile(dir.file("runs/hybrid/" + w + ".log")).find("the rows are dropped (compression.residual_rows = 500; 1 times so far)"),
+              std::string::npos)
+        << w;
+  }
 }
 
 // A compression setting that cannot work is refused before the job starts,

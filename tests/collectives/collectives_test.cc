@@ -455,6 +455,9 @@ int peerMain(const PeerArgs& a) {
     }
     const auto start = std::chrono::steady_clock::now();
     if (a.rank == a.n - 1) {
+      // (after the others' barrier sends are done: they are waiting in
+      // their all-reduce when the abort comes)
+      std::this_thread::sleep_for(200ms);
       s = (*comm)->abort(Status::corruption("rank's own decode failed"));
     } else {
       std::vector<float> buf(1000, 1.0f);
