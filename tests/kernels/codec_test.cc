@@ -4,6 +4,7 @@
 // values are worked out by hand or from the definitions.
 #include "kernels/codec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <set>
@@ -158,6 +159,30 @@ TEST(Codec, TopKSendsTheLargestMagnitudesExactlyAndKeepsTheRest) {
   std::vector<float> sum = {1, 1, 1, 1};
   ASSERT_TRUE(c->decode(bytes.data(), bytes.size(), 4, sum.data(), true).isOk());
   EXPECT_EQ(sum, (std::vector<float>{2, 0, 1, 1}));
+}
+
+// Against a reference written out here (sort every index by magnitude,
+// larger first, ties to the lower index; keep k; in index order), on
+// values with many ties, for several fractions and lengths.
+TEST(Codec, TopKChoosesWhatSortingEveryValueWouldChoose) {
+  Rng rng(21);
+  for (double fraction : {0.01, 0.1, 0.37, 0.9}) {
+    for (int64_t n : {int64_t(1), int64_t(9), int64_t(100), int64_t(4097)}) {
+      auto c = codec(CodecKind::kTopK, fraction);
+      std::vector<float> x(static_cast<size_t>(n));
+      for (auto& v : x) v = float(int(rng.next() % 7) - 3) * 0.5f;  // -1.5 .. 1.5: ties everywhere
+      std::vector<std::byte> bytes;
+      ASSERT_TRUE(c->encode(x.data(), n, nullptr, 0, &bytes).isOk());
+      const int64_t k = std::max<int64_t>(1, int64_t(std::ceil(fraction * double(n))));
+      std::vector<uint32_t> order(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) order[size_t(i)] = uint32_t(i);
+      std::stable_sort(order.begin(), order.end(),
+                       [&](uint32_t a, uint32_t b) { return std::fabs(x[a]) > std::fabs(x[b]); });
+      std::vector<float> want(static_cast<size_t>(n), 0.0f);
+      for (int64_t j = 0; j < std::min(k, n); ++j) want[order[size_t(j)]] = x[order[size_t(j)]];
+      EXPECT_EQ(decoded(*c, bytes, n), want) << "fraction " << fraction << " n " << n;
+    }
+  }
 }
 
 TEST(Codec, RandomKDrawsTheSameIndicesOnEveryRankForAStep) {
