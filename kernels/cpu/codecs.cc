@@ -352,27 +352,28 @@ class OneBitCodec final : public CodecBase {
     bool bad = false;
     for (int64_t c = 0; c < nc; ++c) {
       const int64_t b = c * o_.chunk, e = std::min(n, b + o_.chunk);
-      // The mean magnitude, summed in 8 float lanes (then in a fixed
-      // order): the loop vectorises and the result is the same every time.
-      float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      // The mean magnitude, summed in 8 double lanes (then in a fixed
+      // order): the loop vectorises, the result is the same every time, and
+      // no sum of finite floats overflows.
+      double lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       uint32_t exps = 0;  // notFinite, per value, folded (vectorises)
       int64_t i = b;
       for (; i + 8 <= e; i += 8) {
         for (int j = 0; j < 8; ++j) {
           const float v = values[i + j] + (residual ? residual[i + j] : 0.0f);
           exps |= ((std::bit_cast<uint32_t>(v) & kExponent) == kExponent) ? 1u : 0u;
-          lanes[j] += std::fabs(v);
+          lanes[j] += double(std::fabs(v));
         }
       }
       for (; i < e; ++i) {
         const float v = values[i] + (residual ? residual[i] : 0.0f);
         exps |= notFinite(v) ? 1u : 0u;
-        lanes[0] += std::fabs(v);
+        lanes[0] += double(std::fabs(v));
       }
       bad = exps != 0;
       if (bad) return notFiniteAt(values, residual, n, "onebit");
-      const float sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
-      const float scale = sum / float(e - b);  // the mean magnitude
+      const double sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+      const float scale = float(sum / double(e - b));  // the mean magnitude
       std::memcpy(p + c * 4, &scale, 4);
       i = b;
       if (b % 8 == 0) {
@@ -476,7 +477,7 @@ class SparseCodec : public CodecBase {
 // selection then runs over those only (a filtering pass instead of a
 // selection over all n), and over all of them when the sample was unlucky
 // and fewer than k pass. Magnitudes are worked out where they are needed
-// (no n-long copy).
+// (no n-long copy but in that last case).
 float kthLargest(const float* values, const float* residual, int64_t n, int64_t k) {
   auto mag = [&](int64_t i) { return std::fabs(values[i] + (residual ? residual[i] : 0.0f)); };
   std::vector<float> sel;
@@ -489,16 +490,21 @@ float kthLargest(const float* values, const float* residual, int64_t n, int64_t 
     const float bound = sel[size_t(rank)];
     sel.clear();
     sel.reserve(size_t(std::min<int64_t>(n, 4 * k + 1024)));
+    int64_t equal = 0;  // (many values may share the bound: exact zeros)
     for (int64_t i = 0; i < n; ++i) {
       const float m = mag(i);
-      if (m >= bound) sel.push_back(m);
+      if (m > bound) sel.push_back(m);
+      equal += m == bound ? 1 : 0;
     }
     if (int64_t(sel.size()) >= k) {
-      // Every value left out is below `bound`, and k values are at least
+      // Every value left out is at most `bound`, and k values are above
       // it: the k-th largest is among these.
       std::nth_element(sel.begin(), sel.begin() + (k - 1), sel.end(), std::greater<float>());
       return sel[size_t(k - 1)];
     }
+    // Fewer than k above the bound, but with those equal to it k or more:
+    // the k-th largest is the bound itself.
+    if (int64_t(sel.size()) + equal >= k) return bound;
   }
   sel.resize(size_t(n));
   for (int64_t i = 0; i < n; ++i) sel[size_t(i)] = mag(i);
@@ -512,6 +518,9 @@ class TopKCodec final : public SparseCodec {
   size_t encodedBytes(int64_t n) const override { return kCodecHeaderBytes + size_t(sparseK(n)) * 8; }
 
   Status encode(const float* values, int64_t n, float* residual, uint64_t step, std::vector<std::byte>* out) const override {
+    if (n < 0 || uint64_t(n) > UINT32_MAX) {
+      return Status::invalidArgument(fmt::format("topk: {} values: an encoding holds 0 to 2^32 - 1", n));
+    }
     const int64_t k = sparseK(n);
     bool bad = false;
     for (int64_t i = 0; i < n; ++i) bad |= notFinite(values[i] + (residual ? residual[i] : 0.0f));
@@ -519,8 +528,7 @@ class TopKCodec final : public SparseCodec {
     auto mag = [&](int64_t i) { return std::fabs(values[i] + (residual ? residual[i] : 0.0f)); };
     // The k largest magnitudes, ties to the lower index: the same choice
     // for the same values on every host. The k-th largest magnitude t
-    // comes from a selection over a copy of the magnitudes (contiguous
-    // floats, no indirection); then one pass in index order takes every
+    // comes from kthLargest; then one pass in index order takes every
     // value above t and the first of those equal to it until there are k,
     // so the indices come out sorted.
     std::vector<uint32_t> idx;

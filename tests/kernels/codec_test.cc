@@ -178,9 +178,67 @@ TEST(Codec, TopKChoosesWhatSortingEveryValueWouldChoose) {
       for (int64_t i = 0; i < n; ++i) order[size_t(i)] = uint32_t(i);
       std::stable_sort(order.begin(), order.end(),
                        [&](uint32_t a, uint32_t b) { return std::fabs(x[a]) > std::fabs(x[b]); });
-      std::vector<float> want(static_cast<size_t>(n), 0.0f);
-      for (int64_t j = 0; j < std::min(k, n); ++j) want[order[size_t(j)]] = x[order[size_t(j)]];
-      EXPECT_EQ(decoded(*c, bytes, n), want) << "fraction " << fraction << " n " << n;
+      std::vector<uint32_t> want(order.begin(), order.begin() + std::min(k, n));
+      std::sort(want.begin(), want.end());
+      // The indices sent, as the encoding holds them (after the header).
+      std::vector<uint32_t> sent(want.size());
+      ASSERT_EQ(bytes.size(), kCodecHeaderBytes + want.size() * 8);
+      std::memcpy(sent.data(), bytes.data() + kCodecHeaderBytes, sent.size() * 4);
+      EXPECT_EQ(sent, want) << "fraction " << fraction << " n " << n;
+    }
+  }
+  // Large values only where a strided sample does not look (the sample's
+  // bound lets fewer than k through: the selection over every value), and
+  // half the values exactly zero (the bound is 0: k or more at it).
+  for (int pattern = 0; pattern < 2; ++pattern) {
+    const int64_t n = 262144, k = 5000;
+    auto c = codec(CodecKind::kTopK, double(k) / double(n));
+    std::vector<float> x(static_cast<size_t>(n), 0.0f), r(static_cast<size_t>(n), 0.0f);
+    for (int64_t i = 0; i < n; ++i) {
+      if (pattern == 0) x[size_t(i)] = i % 64 == 1 ? float(i % 977) + 10.0f : float(i % 5) * 0.01f;
+      if (pattern == 1) x[size_t(i)] = i % 2 ? float(i % 13) * 0.1f : 0.0f;
+    }
+    std::vector<std::byte> bytes;
+    ASSERT_TRUE(c->encode(x.data(), n, r.data(), 0, &bytes).isOk());
+    std::vector<uint32_t> order(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) order[size_t(i)] = uint32_t(i);
+    std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return std::fabs(x[a]) > std::fabs(x[b]); });
+    std::vector<uint32_t> want(order.begin(), order.begin() + k), sent(static_cast<size_t>(k));
+    std::sort(want.begin(), want.end());
+    std::memcpy(sent.data(), bytes.data() + kCodecHeaderBytes, sent.size() * 4);
+    EXPECT_EQ(sent, want) << "pattern " << pattern;
+    // What was not sent is in the residual, what was is not.
+    std::vector<bool> isSent(static_cast<size_t>(n), false);
+    for (uint32_t i : want) isSent[i] = true;
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < n; ++i) wrong += r[size_t(i)] != (isSent[size_t(i)] ? 0.0f : x[size_t(i)]) ? 1 : 0;
+    EXPECT_EQ(wrong, 0) << "pattern " << pattern;
+  }
+}
+
+// Chunks that are not a multiple of 8 values: a chunk ends inside a byte
+// of signs and the next starts there (bit by bit), or on a byte (eight at
+// a time): every value decodes to its chunk's mean magnitude with its sign.
+TEST(Codec, OneBitChunksThatEndInsideAByteOfSigns) {
+  for (int64_t chunk : {int64_t(12), int64_t(20), int64_t(3), int64_t(8)}) {
+    CodecOptions o;
+    o.kind = CodecKind::kOneBit;
+    o.chunk = chunk;
+    auto c = makeCodec(o);
+    const int64_t n = 103;
+    std::vector<float> x(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) x[size_t(i)] = (i % 3 == 0 ? -1.0f : 1.0f) * float(1 + i % 7);
+    std::vector<std::byte> bytes;
+    ASSERT_TRUE(c->encode(x.data(), n, nullptr, 0, &bytes).isOk());
+    const std::vector<float> got = decoded(*c, bytes, n);
+    for (int64_t b = 0; b < n; b += chunk) {
+      const int64_t e = std::min(n, b + chunk);
+      double sum = 0;
+      for (int64_t i = b; i < e; ++i) sum += std::fabs(x[size_t(i)]);
+      const float scale = float(sum / double(e - b));
+      for (int64_t i = b; i < e; ++i) {
+        EXPECT_EQ(got[size_t(i)], x[size_t(i)] < 0 ? -scale : scale) << "chunk " << chunk << " value " << i;
+      }
     }
   }
 }
