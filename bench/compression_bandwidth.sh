@@ -24,7 +24,7 @@ out="${OUT:-$here/runs/compression-bandwidth}"
 mkdir -p "$out"
 troupe="$here/build/bin/troupe"
 [ "$(id -u)" = 0 ] || { echo "needs root (ip netns)" >&2; exit 2; }
-rates="${RATES:-1gbit 100mbit}"
+rates="${RATES-1gbit 100mbit}"  # RATES="" runs the shared-memory jobs only
 jobs="${JOBS:-mlp dlrm}"
 tag=$$
 A=trbwA$tag B=trbwB$tag VA=tbwa$tag VB=tbwb$tag
