@@ -12,10 +12,6 @@ namespace {
 using kernels::CodecKind;
 using kernels::kCodecHeaderBytes;
 
-// The tensor bytes one rank sends in comm's all-reduce of `count` elements.
-double ringBytes(const Communicator& comm, int64_t count, DType dtype) {
-  return comm.allReduceBytesSent(size_t(count), dtype);
-}
 
 int64_t segBegin(int64_t count, int seg, int n) { return count * seg / n; }
 
@@ -61,7 +57,7 @@ CompressionStats CompressedAllReduce::stats() const {
   return stats_;
 }
 
-void CompressedAllReduce::count(bool compressed, double encoded, double raw) {
+void CompressedAllReduce::tally(bool compressed, double encoded, double raw) {
   std::lock_guard<std::mutex> lock(statsMutex_);
   ++stats_.reductions;
   if (compressed) ++stats_.compressed;
@@ -72,8 +68,8 @@ void CompressedAllReduce::count(bool compressed, double encoded, double raw) {
 Status CompressedAllReduce::reduce(Communicator& comm, int key, float* data, int64_t count, int64_t step) {
   const int n = comm.size();
   if (options_.kind == CodecKind::kNone || step < warmupSteps_ || count == 0 || n == 1) {
-    const double raw = ringBytes(comm, count, DType::kFloat32);
-    this->count(false, raw, raw);
+    const double raw = comm.allReduceBytesSent(size_t(count), DType::kFloat32);
+    tally(false, raw, raw);
     return comm.allReduce(data, size_t(count), DType::kFloat32, ReduceOp::kAverage);
   }
   Tensor& t = stateOf(key, count, n, comm.rank());
@@ -105,7 +101,7 @@ Status CompressedAllReduce::reduceCast(Communicator& comm, Tensor& t, float* dat
   for (int64_t i = 0; i < count; ++i) data[i] *= inv;
   Status s = codec_->encode(data, count, t.residual.data(), seed, &a_);
   if (!s.isOk()) return s;
-  this->count(true, ringBytes(comm, count, DType::kFloat16), ringBytes(comm, count, DType::kFloat32));
+  tally(true, comm.allReduceBytesSent(size_t(count), DType::kFloat16), comm.allReduceBytesSent(size_t(count), DType::kFloat32));
   const DType dtype = options_.kind == CodecKind::kFp16 ? DType::kFloat16 : DType::kBFloat16;
   s = comm.allReduce(a_.data() + kCodecHeaderBytes, size_t(count), dtype, ReduceOp::kSum);
   if (!s.isOk()) return s;
@@ -116,7 +112,7 @@ Status CompressedAllReduce::reduceRandomK(Communicator& comm, Tensor& t, float* 
   Status s = codec_->encode(data, count, t.residual.data(), seed, &a_);
   if (!s.isOk()) return s;
   const size_t k = (a_.size() - kCodecHeaderBytes) / 4;
-  this->count(true, ringBytes(comm, int64_t(k), DType::kFloat32), ringBytes(comm, count, DType::kFloat32));
+  tally(true, comm.allReduceBytesSent(k, DType::kFloat32), comm.allReduceBytesSent(size_t(count), DType::kFloat32));
   s = comm.allReduce(a_.data() + kCodecHeaderBytes, k, DType::kFloat32, ReduceOp::kAverage);
   if (!s.isOk()) return s;
   return codec_->decode(a_.data(), a_.size(), count, data, false);
@@ -130,7 +126,7 @@ Status CompressedAllReduce::reduceTopK(Communicator& comm, Tensor& t, float* dat
   if (block != codec_->encodedBytes(count)) {
     return Status::internal(fmt::format("topk: {} bytes encoded, {} expected", block, codec_->encodedBytes(count)));
   }
-  this->count(true, double(n - 1) * double(block), ringBytes(comm, count, DType::kFloat32));
+  tally(true, double(n - 1) * double(block), comm.allReduceBytesSent(size_t(count), DType::kFloat32));
   b_.resize(block * size_t(n));
   s = comm.allGather(a_.data(), b_.data(), block);
   if (!s.isOk()) return s;
@@ -162,7 +158,7 @@ Status CompressedAllReduce::reduceScattered(Communicator& comm, Tensor& t, float
     std::memcpy(a_.data() + size_t(j) * block, enc.data(), enc.size());
   }
   b_.resize(block * size_t(n));
-  this->count(true, 2.0 * double(n - 1) * double(block), ringBytes(comm, count, DType::kFloat32));
+  tally(true, 2.0 * double(n - 1) * double(block), comm.allReduceBytesSent(size_t(count), DType::kFloat32));
   Status s = comm.allToAll(a_.data(), b_.data(), block);
   if (!s.isOk()) return s;
   // This rank's segment: the ranks' encodings decoded and summed in rank

@@ -95,7 +95,7 @@ class CompressedAllReduce final {
   std::vector<float> sum_;
   mutable std::mutex statsMutex_;
   CompressionStats stats_;  // guarded by statsMutex_
-  void count(bool compressed, double encoded, double raw);
+  void tally(bool compressed, double encoded, double raw);  // into stats_
 };
 
 }  // namespace troupe::collectives

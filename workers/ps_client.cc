@@ -46,11 +46,14 @@ struct PushResiduals {
   std::vector<std::vector<float>> dense;                   // [shard]
   int64_t slotCount = 0;  // keys with a residual row, all tables
   int64_t dropped = 0;    // times the rows were dropped for the bound
-  void clear() {
+  void clearRows() {
     for (auto& m : slot) m.clear();
     for (auto& v : rows) v.clear();
-    for (auto& v : dense) v.clear();
     slotCount = 0;
+  }
+  void clear() {
+    clearRows();
+    for (auto& v : dense) v.clear();
   }
 };
 
@@ -303,9 +306,7 @@ caf::behavior psClient(Self* self, PsClientOptions options) {
                                   "are dropped (compression.residual_rows = {}; {} times so far)",
                                   o.worker, r.slotCount, fresh, o.maxResidualRows, r.dropped);
             }
-            for (auto& m : r.slot) m.clear();
-            for (auto& v : r.rows) v.clear();
-            r.slotCount = 0;
+            r.clearRows();
           }
         }
         for (int s = 0; s < shards; ++s) {
@@ -320,8 +321,8 @@ caf::behavior psClient(Self* self, PsClientOptions options) {
             const auto slice = ps::denseSlice(o.denseSize, s, shards);
             dense.assign(req->denseGrads.begin() + slice.first, req->denseGrads.begin() + slice.second);
           }
-          const size_t rawBytes = (split.keys[size_t(s)].size() + split.counts[size_t(s)].size()) * 8 +
-                                  (grads.size() + dense.size()) * 4;
+          const size_t keyBytes = (split.keys[size_t(s)].size() + split.counts[size_t(s)].size()) * 8;
+          const size_t rawBytes = keyBytes + (grads.size() + dense.size()) * 4;
           Tensor gradsT, denseT;
           if (codec != nullptr) {
             // Error feedback: each key's residual row joins its gradient and
@@ -374,8 +375,7 @@ caf::behavior psClient(Self* self, PsClientOptions options) {
             denseT = Tensor::adopt(std::move(dense), DType::kFloat32);
           }
           if (auto& b = o.bytes) {
-            b->pushEncoded += (split.keys[size_t(s)].size() + split.counts[size_t(s)].size()) * 8 + gradsT.bytes +
-                              denseT.bytes;
+            b->pushEncoded += keyBytes + gradsT.bytes + denseT.bytes;
             b->pushRaw += rawBytes;
           }
           caf::message msg = ps::pushToWire(o.worker, sequence, req->clock, req->samples,
