@@ -12,6 +12,7 @@
 #include "ps/shard_image.h"
 #include "workers/checkpoint.h"
 #include "workers/model_image.h"
+#include "workers/residual_image.h"
 
 namespace troupe::apps {
 namespace {
@@ -71,8 +72,30 @@ int runInspect(const std::string& path) {
                 static_cast<long long>(img->samplesApplied));
     total += f.bytes;
   }
-  std::printf("files      %zu, %.2f MB, every size and checksum verified\n", m->shards.size() + m->models.size() + 2,
-              double(total) / 1e6);
+  size_t residualFiles = 0;
+  for (size_t r = 0; r < m->residuals.size(); ++r) {
+    const auto& f = m->residuals[r];
+    if (f.file.empty()) continue;
+    auto img = workers::readResidualImage(*dir + "/" + f.file);
+    if (!img.hasValue()) TROUPE_SETUP_ERROR("inspect: {}", img.status().message());
+    if (img->worker != int64_t(r)) {
+      TROUPE_SETUP_ERROR("inspect: {}/{}: holds worker {}'s residuals; the manifest lists it for worker {}", *dir,
+                         f.file, img->worker, r);
+    }
+    int64_t rows = 0, dense = 0, reduced = 0;
+    for (const auto& t : img->pushRows) rows += int64_t(t.keys.size());
+    for (const auto& d : img->pushDense) dense += int64_t(d.size());
+    for (const auto& t : img->allreduce) reduced += int64_t(t.residual.size() + t.owned.size());
+    std::printf("residuals  %s  %.2f MB  xxh3 %016llx  worker %zu at step %lld: push residuals of %lld rows and %lld "
+                "dense values, all-reduce residuals of %lld values in %zu tensors\n",
+                f.file.c_str(), double(f.bytes) / 1e6, static_cast<unsigned long long>(f.checksum), r,
+                static_cast<long long>(img->step), static_cast<long long>(rows), static_cast<long long>(dense),
+                static_cast<long long>(reduced), img->allreduce.size());
+    total += f.bytes;
+    ++residualFiles;
+  }
+  std::printf("files      %zu, %.2f MB, every size and checksum verified\n",
+              m->shards.size() + m->models.size() + residualFiles + 2, double(total) / 1e6);
   return kExitOk;
 }
 

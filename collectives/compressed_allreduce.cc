@@ -40,6 +40,33 @@ std::vector<float> CompressedAllReduce::ownerResiduals(int key) const {
   return it == tensors_.end() ? std::vector<float>{} : it->second.owned;
 }
 
+std::vector<TensorResiduals> CompressedAllReduce::saveResiduals() const {
+  std::vector<TensorResiduals> out;
+  for (const auto& [key, t] : tensors_) {
+    if (t.count < 0) continue;
+    out.push_back(TensorResiduals{int32_t(key), t.count, int32_t(t.size), int32_t(t.rank), t.residual, t.owned});
+  }
+  return out;
+}
+
+Status CompressedAllReduce::restoreResiduals(const std::vector<TensorResiduals>& saved) {
+  std::map<int, Tensor> tensors;
+  for (const TensorResiduals& r : saved) {
+    // (the count checked against what was read before it is multiplied)
+    const bool shaped = r.count >= 0 && int64_t(r.residual.size()) == r.count && r.size >= 1 && r.rank >= 0 &&
+                        r.rank < r.size;
+    const int64_t segment = shaped ? segBegin(r.count, r.rank + 1, r.size) - segBegin(r.count, r.rank, r.size) : -1;
+    if (!shaped || int64_t(r.owned.size()) != segment || tensors.count(r.key)) {
+      return Status::corruption(fmt::format("all-reduce residuals of tensor {}: {} and {} floats for {} values as rank {} "
+                                            "of {} (or the tensor twice)",
+                                            r.key, r.residual.size(), r.owned.size(), r.count, r.rank, r.size));
+    }
+    tensors[r.key] = Tensor{r.count, r.size, r.rank, r.residual, r.owned};
+  }
+  tensors_ = std::move(tensors);
+  return Status::ok();
+}
+
 CompressedAllReduce::Tensor& CompressedAllReduce::stateOf(int key, int64_t count, int size, int rank) {
   Tensor& t = tensors_[key];
   if (t.count != count || t.size != size || t.rank != rank) {

@@ -46,6 +46,16 @@ struct CompressionStats {
   double encodedBytes = 0, rawBytes = 0;
 };
 
+// One tensor's residuals as a checkpoint holds them: for the group of
+// `size` ranks it was reduced in, as rank `rank`; `owned` is the owner's
+// residual of its segment (used by int8 and onebit; zeros otherwise).
+struct TensorResiduals {
+  int32_t key = 0;
+  int64_t count = 0;
+  int32_t size = 0, rank = 0;
+  std::vector<float> residual, owned;
+};
+
 class CompressedAllReduce final {
  public:
   // Throws SetupError for options makeCodec refuses.
@@ -66,6 +76,13 @@ class CompressedAllReduce final {
   // int8, onebit: the owner's residual of this rank's segment of `key`
   // (count x rank / size to count x (rank + 1) / size).
   std::vector<float> ownerResiduals(int key) const;
+  // Every tensor's residuals (a checkpoint's cut), and putting them back
+  // (a job resumed from it): between steps, like reset. restoreResiduals
+  // refuses lengths that do not fit the tensor, naming it; a tensor whose
+  // group differs from the one it is next reduced in starts again with
+  // zeros (as after reset).
+  std::vector<TensorResiduals> saveResiduals() const;
+  Status restoreResiduals(const std::vector<TensorResiduals>& saved);
   // A snapshot; safe from any thread.
   CompressionStats stats() const;
   kernels::CodecKind kind() const { return options_.kind; }

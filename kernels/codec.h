@@ -18,6 +18,8 @@
 // With one it encodes gradient + residual and leaves in the residual
 // exactly what was not sent (what it encoded minus what decode will give),
 // to be added before the next encode: nothing is lost, only delayed.
+// An encode that fails (a value not finite: a bug upstream) may have
+// updated part of the residual: the caller drops the step's residuals.
 //
 // The encoded bytes are a 32-byte header (magic "TRCD", the kind, a
 // version, n, the chunk or k, the step) and the payload. decode checks every
@@ -39,6 +41,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "kernels/kernels.h"
 
 namespace troupe::kernels {
 
@@ -81,12 +84,17 @@ class Codec {
   Codec() = default;
 };
 
-// The CPU codec for `options`. Throws SetupError naming the option that is
+// The codec for `options`. Throws SetupError naming the option that is
 // out of range (a fraction not in (0, 1], a chunk not in [1, 2^20]).
-std::unique_ptr<Codec> makeCodec(const CodecOptions& options);
+//
+// On Device::kCuda (kernels/cuda/cuda_codec.h: a build with CUDA and a
+// machine with a GPU, else SetupError) the float arrays encode and decode
+// take are device memory and the encoded bytes host memory; the bytes and
+// the residuals are the CPU codec's, bit for bit.
+std::unique_ptr<Codec> makeCodec(const CodecOptions& options, Device device = Device::kCpu);
 
-// For randomk: the k indices (sorted) of n that step `step` of `seed`
-// draws; the same on every host.
+// For randomk: the k indices (sorted) of n (at most 2^32 - 1) that step
+// `step` of `seed` draws; the same on every host.
 std::vector<uint32_t> randomIndices(uint64_t seed, uint64_t step, int64_t n, int64_t k);
 
 }  // namespace troupe::kernels

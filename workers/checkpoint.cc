@@ -139,6 +139,9 @@ Status writeManifest(const std::string& dir, const CheckpointManifest& m) {
   file("config", m.config, -1);
   for (size_t r = 0; r < m.shards.size(); ++r) file("shard", m.shards[r], int64_t(r));
   for (const auto& f : m.models) file("model_file", f, -1);
+  for (size_t r = 0; r < m.residuals.size(); ++r) {
+    if (!m.residuals[r].file.empty()) file("residuals", m.residuals[r], int64_t(r));
+  }
   t += fmt::format("\n{}{}\"\n", kChecksumKey, hex(xxh3(t.data(), t.size())));
   Status s2 = writeWhole((fs::path(dir) / kManifestFile).string(), t);
   if (!s2.isOk()) return s2;
@@ -274,6 +277,18 @@ Expected<CheckpointManifest> readManifest(const std::string& dir) {
       TROUPE_SETUP_ERROR("{}: {} shard files and {} worker steps for {} servers and {} workers", path, m.shards.size(),
                          m.workerSteps.size(), m.shape.servers, m.shape.workers);
     }
+    if (const toml::array* residuals = tbl["residuals"].as_array()) {
+      m.residuals.assign(size_t(m.workerSteps.size()), CheckpointFile{});
+      for (const auto& e : *residuals) {
+        const toml::table* f = e.as_table();
+        auto rank = f ? (*f)["rank"].value<int64_t>() : std::nullopt;
+        if (!rank || *rank < 0 || *rank >= m.shape.workers || !m.residuals[size_t(*rank)].file.empty()) {
+          TROUPE_SETUP_ERROR("{}: a [[residuals]] entry has no rank of the job's {} workers, or one named twice", path,
+                             m.shape.workers);
+        }
+        m.residuals[size_t(*rank)] = fileOf(*f);
+      }
+    }
   } catch (const toml::parse_error& e) {
     return Status::corruption(fmt::format("{}: {}", path, e.description()));
   } catch (const SetupError& e) {
@@ -287,6 +302,9 @@ Expected<CheckpointManifest> readManifest(const std::string& dir) {
 Status verifyCheckpoint(const std::string& dir, const CheckpointManifest& m) {
   std::vector<CheckpointFile> files = m.shards;
   files.insert(files.end(), m.models.begin(), m.models.end());
+  for (const auto& f : m.residuals) {
+    if (!f.file.empty()) files.push_back(f);
+  }
   files.push_back(m.config);
   for (const auto& f : files) {
     const std::string path = (fs::path(dir) / f.file).string();

@@ -11,6 +11,8 @@
 //     shard-0.ckpt ... shard-{S-1}.ckpt   each checksummed (XXH3), fsynced, renamed
 //     model.ckpt                          sync modes: the group's dense state
 //                                         (allreduce: and its tables), step, place in the data
+//     residuals-0.ckpt ...                compression with error feedback: what each
+//                                         worker's codecs held back (workers/residual_image.h)
 //     config.toml                         the job's config
 //     manifest.toml                       what the job was, the cut, every file with
 //                                         its size and checksum; a checksum of its own
@@ -70,6 +72,10 @@ struct CheckpointManifest {
   // Sync modes (allreduce, hybrid): the group's model (workers/model_image.h),
   // one file; none in ps mode.
   std::vector<CheckpointFile> models;
+  // Compression with error feedback (workers/residual_image.h): by worker,
+  // what its codecs held back at the cut; an entry's file is empty for a
+  // worker that wrote none (one that trained no more).
+  std::vector<CheckpointFile> residuals;
 };
 
 // The directory of checkpoint `id` under `base`.

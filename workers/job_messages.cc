@@ -21,7 +21,9 @@ transport::WireTypes trainingWireTypes() {
       .add<RegroupNow>("troupe.RegroupNow")
       .add<ModelSnapshot>("troupe.ModelSnapshot")
       .add<ModelCut>("troupe.ModelCut")
-      .add<ModelWritten>("troupe.ModelWritten");
+      .add<ModelWritten>("troupe.ModelWritten")
+      .add<ResidualSnapshot>("troupe.ResidualSnapshot")
+      .add<ResidualWritten>("troupe.ResidualWritten");
   return t;
 }
 

@@ -21,6 +21,11 @@
 //                  the same step, the lowest live one copies the group's
 //                  model (-> ModelCut: step, place in the data, ledger) and
 //                  writes it beside training (-> ModelWritten)
+//   ResidualSnapshot / ResidualWritten
+//                  compression with error feedback, a checkpoint: every
+//                  paused worker copies what its codecs held back (-> the
+//                  step it is paused at) and writes it beside training
+//                  (-> ResidualWritten)
 //   CommOffer      worker -> coordinator, sync modes whose
 //                  collectives.backend is not "ring": whether it can use
 //                  NCCL (and worker 0's NCCL id) -> CommChoice once every
@@ -151,6 +156,30 @@ typename Inspector::result_type inspect(Inspector& f, ModelCut& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ModelWritten& x) {
   return f(caf::meta::type_name("ModelWritten"), x.rank, x.id, x.path, x.bytes, x.checksum, x.error);
+}
+
+// Compression with error feedback: coordinator -> each paused worker: copy
+// the codecs' residuals (-> int64_t, the steps taken), then write them to
+// `path` beside training (-> ResidualWritten, to the sender).
+struct ResidualSnapshot {
+  int64_t id = 0;
+  std::string path;
+};
+
+struct ResidualWritten {
+  int64_t rank = 0, id = 0;
+  std::string path;
+  uint64_t bytes = 0, checksum = 0;
+  std::string error;  // "" when written
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ResidualSnapshot& x) {
+  return f(caf::meta::type_name("ResidualSnapshot"), x.id, x.path);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ResidualWritten& x) {
+  return f(caf::meta::type_name("ResidualWritten"), x.rank, x.id, x.path, x.bytes, x.checksum, x.error);
 }
 
 struct CommOffer {
@@ -284,4 +313,6 @@ CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::RegroupNow))
 CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::ModelSnapshot))
 CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::ModelCut))
 CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::ModelWritten))
+CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::ResidualSnapshot))
+CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::ResidualWritten))
 CAF_END_TYPE_ID_BLOCK(troupe_workers)

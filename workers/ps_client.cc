@@ -209,6 +209,17 @@ caf::behavior psClient(Self* self, PsClientOptions options) {
     st.residuals.slot.resize(st.options.dims.size());
     st.residuals.rows.resize(st.options.dims.size());
     st.residuals.dense.resize(st.options.shards.size());
+    if (const auto& img = st.options.resumedResiduals) {
+      auto& r = st.residuals;
+      for (size_t k = 0; k < img->pushDense.size() && k < r.dense.size(); ++k) r.dense[k] = img->pushDense[k];
+      for (size_t t = 0; t < img->pushRows.size() && t < r.rows.size(); ++t) {
+        const auto& rows = img->pushRows[t];
+        for (uint64_t key : rows.keys) r.slot[t].emplace(key, r.slot[t].size() * size_t(st.options.dims[t]));
+        r.rows[t] = rows.values;
+        r.slotCount += int64_t(rows.keys.size());
+      }
+      st.options.resumedResiduals.reset();
+    }
   }
   self->set_error_handler([](caf::error&) {});  // a stray error must not stop the client
   return {
@@ -424,6 +435,27 @@ caf::behavior psClient(Self* self, PsClientOptions options) {
           }
         }
         if (waiting) askRoutes(self);
+      },
+      [=](residuals_atom) -> ResidualImagePtr {
+        const auto& r = self->state.residuals;
+        const auto& dims = self->state.options.dims;
+        auto img = std::make_shared<ResidualImage>();
+        if (self->state.pushCodec) {
+          img->pushCodec = uint8_t(self->state.pushCodec->kind());
+          img->pushDense = r.dense;
+          img->pushRows.resize(r.rows.size());
+          for (size_t t = 0; t < r.rows.size(); ++t) {
+            auto& out = img->pushRows[t];
+            const size_t dim = size_t(dims[t]);
+            out.keys.reserve(r.slot[t].size());
+            out.values.reserve(r.slot[t].size() * dim);
+            for (const auto& [key, at] : r.slot[t]) {
+              out.keys.push_back(key);
+              out.values.insert(out.values.end(), r.rows[t].begin() + int64_t(at), r.rows[t].begin() + int64_t(at + dim));
+            }
+          }
+        }
+        return img;
       },
       [=](ps::generation_atom, int64_t generation) -> int64_t {
         self->state.options.generation = generation;

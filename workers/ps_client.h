@@ -14,6 +14,10 @@
 //        from now on (the shards moved on: a rollback, or a hybrid group
 //        that went on without a lost rank)
 //
+//   (residuals_atom) -> ResidualImagePtr: a copy of the residuals of its
+//        compressed pushes (pushDense and pushRows filled), for a
+//        checkpoint's cut (asked between steps, every push acknowledged)
+//
 //   (route_atom, vector<i64> nodes): ps.replicas = 2: the node of every
 //        shard's primary (from the coordinator, when it promoted a backup);
 //        a shard whose primary moved is reached there from now on, and
@@ -35,11 +39,15 @@
 #include <vector>
 
 #include <caf/actor.hpp>
+#include <caf/atom.hpp>
 #include <caf/fwd.hpp>
 
 #include "kernels/codec.h"
+#include "workers/residual_image.h"
 
 namespace troupe::workers {
+
+using residuals_atom = caf::atom_constant<caf::atom("residuals")>;
 
 // What a worker's compressed paths handed the transport, as tensor bytes:
 // encoded, and what the same tensors take in float32 (so encoded / raw is
@@ -76,6 +84,9 @@ struct PsClientOptions {
   // needs one more drops them all first: a bounded loss, logged.
   int64_t maxResidualRows = 0;
   std::shared_ptr<PsPathBytes> bytes;  // counted here when set
+  // A job resumed from a checkpoint: the residuals of this worker's
+  // compressed pushes at the cut (checked already: checkResidualImage).
+  std::shared_ptr<const ResidualImage> resumedResiduals;
 };
 
 caf::actor spawnPsClient(caf::actor_system& system, const PsClientOptions& options);

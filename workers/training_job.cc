@@ -18,6 +18,7 @@
 #include "ps/wire.h"
 #include "transport/remote_actors.h"
 #include "workers/model_image.h"
+#include "workers/residual_image.h"
 
 namespace troupe::workers {
 namespace {
@@ -113,6 +114,11 @@ TrainingJob::TrainingJob(const Config& config, TrainingJobOptions options)
   if (!consistency.hasValue()) TROUPE_SETUP_ERROR("config: ps.consistency: {}", consistency.status().message());
   consistency_ = *consistency;
   backend_ = collectivesBackend(config);
+  {
+    const CompressionConfig compression = compressionOf(config);
+    residuals_ = (mode_ != TrainMode::kAllReduce && compression.push.kind != kernels::CodecKind::kNone) ||
+                 (mode_ != TrainMode::kPs && compression.allreduce.kind != kernels::CodecKind::kNone);
+  }
   onWorkerLoss_ = workerLossPolicy(config);
   epochs_ = config.getInt("train.epochs");
   maxSteps_ = config.getInt("train.max_steps");
@@ -815,6 +821,17 @@ void TrainingJob::takeCut(actors::JobContext& job) {
   ckpt_.manifest.shards.assign(shards.size(), CheckpointFile{});
   ckpt_.manifest.samplesApplied.assign(shards.size(), 0);
   ckpt_.manifest.models.assign(model ? 1 : 0, CheckpointFile{});
+  // Compression: every paused worker that still trains copies its codecs'
+  // residuals and writes its own file.
+  std::vector<int64_t> holdsResiduals;
+  if (residuals_) {
+    for (int64_t w : ckpt_.paused) {
+      if (!ckpt_.over.count(w)) holdsResiduals.push_back(w);
+    }
+    ckpt_.manifest.residuals.assign(size_t(workers_), CheckpointFile{});
+  }
+  ckpt_.snapshotsLeft += int64_t(holdsResiduals.size());
+  ckpt_.writesLeft += int64_t(holdsResiduals.size());
   const int64_t id = ckpt_.id;
   // The cut of every worker: each shard's, and the model's (all alike).
   auto agreeOnCut = [this, &job](const std::vector<int64_t>& steps, const std::string& who) {
@@ -842,6 +859,32 @@ void TrainingJob::takeCut(actors::JobContext& job) {
             [this, &job, id, rank](caf::error& err) {
               if (ckpt_.active && ckpt_.id == id) {
                 abandonCheckpoint(job, fmt::format("shard {} did not copy its state: {}", rank, actors::describe(err)));
+              }
+            });
+  }
+  for (int64_t rank : holdsResiduals) {
+    const actors::Member* member = nullptr;
+    for (const auto& w : job.members("worker")) {
+      if (w.rank == rank && w.live()) member = &w;
+    }
+    if (!member) return abandonCheckpoint(job, fmt::format("worker {} went before it copied its residuals", rank));
+    job.self()
+        ->request(job.actorOf(*member, trainerName(rank)), 60s,
+                  ResidualSnapshot{id, fmt::format("{}/{}", ckpt_.dir, residualFileName(rank))})
+        .then(
+            [this, &job, id, rank](int64_t step) {
+              if (!ckpt_.active || ckpt_.id != id) return;
+              ckpt_.residualSteps[rank] = step;
+              if (step != ckpt_.pausedAt[rank]) {
+                return abandonCheckpoint(job, fmt::format("worker {} copied its residuals at step {}, not {}", rank,
+                                                          step, ckpt_.pausedAt[rank]));
+              }
+              cutTaken(job);
+            },
+            [this, &job, id, rank](caf::error& err) {
+              if (ckpt_.active && ckpt_.id == id) {
+                abandonCheckpoint(job, fmt::format("worker {} did not copy its residuals: {}", rank,
+                                                   actors::describe(err)));
               }
             });
   }
@@ -905,6 +948,13 @@ void TrainingJob::cutTaken(actors::JobContext& job) {
 
 void TrainingJob::checkpointWritten(actors::JobContext& job) {
   auto& m = ckpt_.manifest;
+  // Each worker's residuals are of the step the cut resumes it at.
+  for (const auto& [rank, step] : ckpt_.residualSteps) {
+    if (size_t(rank) < m.workerSteps.size() && m.workerSteps[size_t(rank)] != step) {
+      return abandonCheckpoint(job, fmt::format("worker {}'s residuals are of step {}, the cut resumes it at {}", rank,
+                                                step, m.workerSteps[size_t(rank)]));
+    }
+  }
   m.id = ckpt_.id;
   m.shape = shape_;
   const std::time_t now = std::time(nullptr);
@@ -924,6 +974,7 @@ void TrainingJob::checkpointWritten(actors::JobContext& job) {
   r.writtenSeconds = std::chrono::duration<double>(Clock::now() - ckpt_.firstPaused.value_or(ckpt_.started)).count();
   for (const auto& f : m.shards) r.bytes += f.bytes;
   for (const auto& f : m.models) r.bytes += f.bytes;
+  for (const auto& f : m.residuals) r.bytes += f.bytes;
   outcome_.checkpoints.push_back(r);
   lastCheckpointStep_ = r.step;
   lastCheckpoint_ = Clock::now();
@@ -1286,6 +1337,7 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
         }
         if (!ckpt_.waiting.erase(p.rank)) return;
         ckpt_.paused.insert(p.rank);
+        if (p.over) ckpt_.over.insert(p.rank);
         ckpt_.pausedAt[p.rank] = p.step;
         if (!ckpt_.firstPaused) ckpt_.firstPaused = Clock::now();
         if (ckpt_.waiting.empty() && !ckpt_.snapshotting) takeCut(job);
@@ -1307,6 +1359,14 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
         if (!error.empty()) return abandonCheckpoint(job, fmt::format("shard {}: {}", shard, error));
         ckpt_.manifest.shards[size_t(shard)] =
             CheckpointFile{std::filesystem::path(path).filename().string(), bytes, checksum};
+        if (--ckpt_.writesLeft == 0 && ckpt_.snapshotsLeft == 0) checkpointWritten(job);
+      },
+      [this, &job](const ResidualWritten& w) {
+        if (!ckpt_.active || ckpt_.id != w.id || w.rank < 0 || size_t(w.rank) >= ckpt_.manifest.residuals.size()) return;
+        if (!ckpt_.manifest.residuals[size_t(w.rank)].file.empty()) return;  // said twice
+        if (!w.error.empty()) return abandonCheckpoint(job, fmt::format("worker {}: {}", w.rank, w.error));
+        ckpt_.manifest.residuals[size_t(w.rank)] =
+            CheckpointFile{std::filesystem::path(w.path).filename().string(), w.bytes, w.checksum};
         if (--ckpt_.writesLeft == 0 && ckpt_.snapshotsLeft == 0) checkpointWritten(job);
       },
       [this, &job](const ModelWritten& w) {

@@ -281,6 +281,9 @@ class TrainingJob final : public actors::JobPolicy {
   std::chrono::steady_clock::time_point lastCheckpoint_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point notBefore_{};  // no new checkpoint before (backing off)
   int64_t lateTries_ = 0;  // checkpoints given up in a row because a worker was past the step
+  // Compression with error feedback (push or all-reduce): each paused
+  // worker's codec residuals are part of the cut (workers/residual_image.h).
+  bool residuals_ = false;
   struct Checkpointing {
     bool active = false;
     int64_t id = 0;
@@ -289,9 +292,11 @@ class TrainingJob final : public actors::JobPolicy {
     std::optional<std::chrono::steady_clock::time_point> firstPaused;  // when the first worker stopped
     std::set<int64_t> waiting;          // workers asked to pause, not yet paused
     std::set<int64_t> paused;           // workers paused (to resume)
+    std::set<int64_t> over;             // of those, ones that train no more (no residuals to copy)
     int64_t snapshotsLeft = 0, writesLeft = 0;
     bool snapshotting = false;  // the shards (and the model's rank) were asked for their copies
-    std::map<int64_t, int64_t> pausedAt;  // sync modes: the step each worker paused at
+    std::map<int64_t, int64_t> pausedAt;  // the step each worker paused at
+    std::map<int64_t, int64_t> residualSteps;  // compression: the step of each worker's residuals
     int64_t atStep = -1;                  // the step asked for (-1: each worker's next)
     CheckpointManifest manifest;
   } ckpt_;

@@ -19,6 +19,8 @@
 #include "workers/job_messages.h"
 #include "workers/messages.h"
 #include "workers/model_image.h"
+#include "workers/ps_client.h"
+#include "workers/residual_image.h"
 #include "workers/regroup.h"
 
 namespace troupe::workers {
@@ -80,8 +82,11 @@ struct WorkerState {
   bool running = false;    // run_atom came
   // Sync modes: writes the model of a checkpoint beside training.
   std::unique_ptr<std::thread> writer;
+  // Compression: writes the codecs' residuals of a checkpoint beside training.
+  std::unique_ptr<std::thread> residualWriter;
   ~WorkerState() {
     if (writer && writer->joinable()) writer->join();
+    if (residualWriter && residualWriter->joinable()) residualWriter->join();
   }
   static inline const char* name = "worker";
 };
@@ -769,6 +774,44 @@ caf::behavior worker(Self* self, WorkerOptions options, std::shared_ptr<WorkerCo
           }
         });
         return cut;
+      },
+      [=](const ResidualSnapshot& m) -> caf::result<int64_t> {
+        auto& st = self->state;
+        WorkerCore& core = *st.core;
+        const int64_t rank = core.options().worker;
+        if (!st.paused || m.id != st.pauseId) {
+          return caf::make_error(caf::sec::runtime_error,
+                                 fmt::format("worker {} is not paused for checkpoint {}", rank, m.id));
+        }
+        ResidualImagePtr img = std::make_shared<ResidualImage>();
+        if (st.options.pushResiduals && st.tables) {
+          caf::scoped_actor ask{self->system()};
+          std::string error;
+          ask->request(st.tables, st.options.requestTimeout, residuals_atom::value)
+              .receive([&](ResidualImagePtr& p) { img = std::move(p); },
+                       [&](caf::error& e) { error = caf::to_string(e); });
+          if (!error.empty()) {
+            return caf::make_error(caf::sec::runtime_error,
+                                   fmt::format("worker {} could not copy its push residuals: {}", rank, error));
+          }
+        }
+        img->worker = rank;
+        img->step = core.steps();
+        if (const auto& c = core.options().compression) {
+          img->allreduceCodec = uint8_t(c->kind());
+          img->allreduce = c->saveResiduals();
+        }
+        if (st.residualWriter && st.residualWriter->joinable()) st.residualWriter->join();  // one checkpoint at a time
+        auto requester = caf::actor_cast<caf::actor>(self->current_sender());
+        st.residualWriter = std::make_unique<std::thread>([img, path = m.path, id = m.id, rank, requester] {
+          uint64_t checksum = 0, bytes = 0;
+          Status s = writeResidualImage(*img, path, &checksum, &bytes);
+          if (requester) {
+            caf::anon_send(requester,
+                           ResidualWritten{rank, id, path, bytes, checksum, s.isOk() ? std::string() : s.message()});
+          }
+        });
+        return img->step;
       },
       [=](const CheckpointResume& r) {
         auto& st = self->state;

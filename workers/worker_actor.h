@@ -79,6 +79,9 @@ struct TrainReport {
 
 struct WorkerOptions {
   WorkerCoreOptions core;
+  // Its tables are a PS client (workers/ps_client.h) whose pushes are
+  // compressed: a checkpoint copies their residuals (residuals_atom).
+  bool pushResiduals = false;
   int64_t epochs = 1;
   int64_t maxSteps = 0;          // 0: no limit
   int64_t progressEverySteps = 50;
@@ -123,6 +126,9 @@ struct WorkerOptions {
   // CheckpointResume. A worker that trains no more answers at once. In a
   // sync mode, paused, it answers ModelSnapshot with the group's model
   // (ModelCut), then writes it on a thread of its own (ModelWritten).
+  // With compression, paused, it answers ResidualSnapshot with its step,
+  // then writes its codecs' residuals (ResidualWritten): the all-reduce's
+  // (core.compression) and, with pushResiduals, its PS client's.
   std::function<void(const WorkerEvent&)> onEvent;
   // Synchronous modes: forming the group again after a rank was lost (see
   // above). Without `join`, a failed collective ends the worker.

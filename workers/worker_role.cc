@@ -19,6 +19,7 @@
 #include "ps/wire.h"
 #include "transport/remote_actors.h"
 #include "workers/checkpoint.h"
+#include "workers/residual_image.h"
 #include "workers/job_messages.h"
 #include "workers/job_setup.h"
 #include "workers/loader_actor.h"
@@ -421,6 +422,70 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
     std::copy(resumedModel->dense.begin(), resumedModel->dense.end(), c.denseState());
     c.setPosition(resumedModel->step, resumedModel->samplesApplied);
   }
+  // Compression with error feedback, resumed from a checkpoint: what this
+  // rank's codecs held back at the cut (its own file), so that it sends
+  // what the uninterrupted job would have. The first process of a rank
+  // refuses a file that does not fit; a later one (a sync group's rollback
+  // names the checkpoint it goes back to) starts with no residuals instead,
+  // saying why, and so does a ps-mode replacement (its config names the
+  // checkpoint the job was resumed from, which may be gone by now).
+  std::shared_ptr<const ResidualImage> residuals;
+  const bool pushCompressed = mode != TrainMode::kAllReduce && compression.push.kind != kernels::CodecKind::kNone;
+  const bool reduceCompressed = model.compression != nullptr;
+  if (!resume.empty() && !rejoin && (pushCompressed || reduceCompressed) &&
+      (mode != TrainMode::kPs || ctx.welcome.incarnation == 0)) {
+    auto load = [&]() -> Expected<std::shared_ptr<const ResidualImage>> {
+      auto manifest = readManifest(resume);
+      if (!manifest.hasValue()) return manifest.status();
+      const size_t r = size_t(rank);
+      if (r >= manifest->residuals.size() || manifest->residuals[r].file.empty()) {
+        return std::shared_ptr<const ResidualImage>();
+      }
+      const std::string path = resume + "/" + manifest->residuals[r].file;
+      auto image = readResidualImage(path);
+      if (!image.hasValue()) return image.status();
+      std::vector<int64_t> dims, slices;
+      for (const auto& t : tableOptions(config, model)) dims.push_back(t.dim);
+      const int64_t denseOnShards = mode == TrainMode::kPs ? (*core)->denseParameters() : 0;
+      for (int64_t k = 0; k < servers; ++k) {
+        const auto slice = ps::denseSlice(denseOnShards, int(k), int(servers));
+        slices.push_back(slice.second - slice.first);
+      }
+      Status fits = checkResidualImage(*image, path, rank, resumeAt, dims, slices);
+      if (!fits.isOk()) return fits;
+      // Residuals mean something only to the codec that kept them.
+      if (image->pushCodec != uint8_t(compression.push.kind)) {
+        logger("job")->info("worker {}: {} holds push residuals of codec {}; this job's is {}: its pushes start with "
+                            "none", rank, path, kernels::codecName(kernels::CodecKind(image->pushCodec)),
+                            kernels::codecName(compression.push.kind));
+        image->pushDense.clear();
+        image->pushRows.clear();
+      }
+      const auto reduceKind = reduceCompressed ? model.compression->kind() : kernels::CodecKind::kNone;
+      if (image->allreduceCodec != uint8_t(reduceKind)) {
+        logger("job")->info("worker {}: {} holds all-reduce residuals of codec {}; this job's is {}: its all-reduce "
+                            "starts with none", rank, path,
+                            kernels::codecName(kernels::CodecKind(image->allreduceCodec)), kernels::codecName(reduceKind));
+        image->allreduce.clear();
+      }
+      if (reduceCompressed) {
+        Status s = model.compression->restoreResiduals(image->allreduce);
+        if (!s.isOk()) return Status::corruption(fmt::format("{}: {}", path, s.message()));
+      }
+      logger("job")->info("worker {}: its codecs go on with the residuals of {}", rank, path);
+      return std::shared_ptr<const ResidualImage>(std::make_shared<ResidualImage>(std::move(*image)));
+    };
+    auto loaded = load();
+    if (loaded.hasValue() && *loaded) {
+      residuals = std::move(*loaded);
+    } else if (loaded.hasValue()) {
+      logger("job")->info("worker {}: {} holds no residuals for it: its codecs start with none", rank, resume);
+    } else if (ctx.welcome.incarnation == 0) {
+      TROUPE_SETUP_ERROR("{}", loaded.status().message());
+    } else {
+      logger("job")->warn("worker {}: its codecs start with no residuals: {}", rank, loaded.status().message());
+    }
+  }
   caf::actor client;
   if (mode != TrainMode::kAllReduce) {
     PsClientOptions co;
@@ -442,6 +507,7 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
     co.warmupSteps = compression.warmupSteps;
     co.maxResidualRows = compression.residualRows;
     co.bytes = psBytes_;
+    co.resumedResiduals = residuals;
     client = spawnPsClient(ctx.system, co);
     // The coordinator names a shard's new primary here (route_atom).
     if (replicated) ctx.remote.publish(client, psClientName(rank));
@@ -473,6 +539,7 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   auto testLoader = spawnLoader(ctx.system, data.test, prefetch);
   WorkerOptions wo;
   wo.core = model;
+  wo.pushResiduals = mode != TrainMode::kAllReduce && compression.push.kind != kernels::CodecKind::kNone;
   wo.epochs = positive(config, "train.epochs");
   wo.maxSteps = config.getInt("train.max_steps");
   wo.progressEverySteps = positive(config, "train.progress_every");

@@ -16,24 +16,12 @@
 
 #include "common/check.h"
 #include "common/hash.h"
+#include "kernels/codec_format.h"
 
 namespace troupe::kernels::cpu {
 namespace {
 
-constexpr uint32_t kMagic = 0x44435254;  // "TRCD", little-endian
-constexpr uint8_t kVersion = 1;
-
-struct Header {
-  uint32_t magic = kMagic;
-  uint8_t kind = 0;
-  uint8_t version = kVersion;
-  uint16_t reserved = 0;
-  uint64_t n = 0;
-  uint32_t param = 0;  // int8, onebit: the chunk; topk, randomk: k
-  uint32_t reserved2 = 0;
-  uint64_t step = 0;
-};
-static_assert(sizeof(Header) == kCodecHeaderBytes);
+using format::Header;
 
 // A value that is not a finite float (NaN or infinite) makes the whole
 // encoding fail: a gradient like that is a bug upstream, not data.
@@ -61,58 +49,17 @@ class CodecBase : public Codec {
  public:
   explicit CodecBase(const CodecOptions& o) : o_(o) {}
   CodecKind kind() const override { return o_.kind; }
+  size_t encodedBytes(int64_t n) const override { return kCodecHeaderBytes + format::payloadBytes(o_, n); }
 
  protected:
-  std::byte* start(std::vector<std::byte>* out, int64_t n, uint32_t param, uint64_t step, size_t payload) const {
-    TROUPE_CHECK(n >= 0 && uint64_t(n) <= UINT32_MAX, "codec {}: {} values to encode", codecName(o_.kind), n);
-    Header h;
-    h.kind = uint8_t(o_.kind);
-    h.n = uint64_t(n);
-    h.param = param;
-    h.step = step;
-    out->resize(kCodecHeaderBytes + payload);
-    std::memcpy(out->data(), &h, sizeof h);
-    return out->data() + kCodecHeaderBytes;
+  std::byte* start(std::vector<std::byte>* out, int64_t n, uint64_t step) const {
+    return format::start(o_, out, n, step);
   }
-  // The header of `data`, checked against this codec and n; the payload
-  // must be `payload` bytes.
-  Status check(const std::byte* data, size_t bytes, int64_t n, uint32_t param, size_t payload, Header* h) const {
-    const char* name = codecName(o_.kind);
-    if (n < 0) return Status::invalidArgument(fmt::format("{}: {} values expected", name, n));
-    if (bytes < kCodecHeaderBytes) {
-      return Status::corruption(fmt::format("{}: {} bytes, fewer than the {}-byte header of an encoding", name,
-                                            bytes, kCodecHeaderBytes));
-    }
-    std::memcpy(h, data, sizeof *h);
-    if (h->magic != kMagic) return Status::corruption(fmt::format("{}: not an encoded gradient (magic {:08x})", name, h->magic));
-    if (h->version != kVersion) {
-      return Status::corruption(fmt::format("{}: encoding version {}, this build reads {}", name, h->version, kVersion));
-    }
-    if (h->kind != uint8_t(o_.kind)) {
-      return Status::corruption(fmt::format("{}: encoded by codec {} ({})", name,
-                                            h->kind <= uint8_t(CodecKind::kRandomK) ? codecName(CodecKind(h->kind)) : "unknown",
-                                            h->kind));
-    }
-    if (h->reserved != 0 || h->reserved2 != 0) return Status::corruption(fmt::format("{}: reserved header fields set", name));
-    if (h->n != uint64_t(n)) {
-      return Status::corruption(fmt::format("{}: the encoding holds {} values, {} expected", name, h->n, n));
-    }
-    if (h->param != param) {
-      return Status::corruption(fmt::format("{}: the encoding's {} is {}, {} expected", name,
-                                            o_.kind == CodecKind::kTopK || o_.kind == CodecKind::kRandomK ? "k" : "chunk",
-                                            h->param, param));
-    }
-    if (bytes - kCodecHeaderBytes != payload) {
-      return Status::corruption(fmt::format("{}: {} bytes of payload, {} expected for {} values", name,
-                                            bytes - kCodecHeaderBytes, payload, n));
-    }
-    return Status::ok();
+  Status check(const std::byte* data, size_t bytes, int64_t n, Header* h) const {
+    return format::check(o_, data, bytes, n, h);
   }
-  int64_t chunks(int64_t n) const { return (n + o_.chunk - 1) / o_.chunk; }
-  int64_t sparseK(int64_t n) const {
-    if (n <= 0) return 0;
-    return std::clamp<int64_t>(int64_t(std::ceil(o_.fraction * double(n))), 1, n);
-  }
+  int64_t chunks(int64_t n) const { return format::chunks(o_, n); }
+  int64_t sparseK(int64_t n) const { return format::sparseK(o_, n); }
 
   const CodecOptions o_;
 };
@@ -135,10 +82,9 @@ template <bool kBf16>
 class CastCodec final : public CodecBase {
  public:
   using CodecBase::CodecBase;
-  size_t encodedBytes(int64_t n) const override { return kCodecHeaderBytes + size_t(n) * 2; }
 
   Status encode(const float* values, int64_t n, float* residual, uint64_t step, std::vector<std::byte>* out) const override {
-    uint16_t* dst = reinterpret_cast<uint16_t*>(start(out, n, 0, step, size_t(n) * 2));
+    uint16_t* dst = reinterpret_cast<uint16_t*>(start(out, n, step));
     const bool bad = residual ? run<true>(values, n, residual, dst) : run<false>(values, n, residual, dst);
     if (bad) return notFiniteAt(values, nullptr, n, codecName(o_.kind));
     return Status::ok();
@@ -200,7 +146,7 @@ class CastCodec final : public CodecBase {
 
   Status decode(const std::byte* data, size_t bytes, int64_t n, float* out, bool accumulate) const override {
     Header h;
-    Status s = check(data, bytes, n, 0, size_t(n) * 2, &h);
+    Status s = check(data, bytes, n, &h);
     if (!s.isOk()) return s;
     const uint16_t* src = reinterpret_cast<const uint16_t*>(data + kCodecHeaderBytes);
     uint32_t worst = 0;
@@ -255,11 +201,10 @@ inline float coin(uint32_t draw, uint32_t i) {
 class Int8Codec final : public CodecBase {
  public:
   using CodecBase::CodecBase;
-  size_t encodedBytes(int64_t n) const override { return kCodecHeaderBytes + size_t(chunks(n)) * 4 + size_t(n); }
 
   Status encode(const float* values, int64_t n, float* residual, uint64_t step, std::vector<std::byte>* out) const override {
     const int64_t nc = chunks(n);
-    std::byte* p = start(out, n, uint32_t(o_.chunk), step, size_t(nc) * 4 + size_t(n));
+    std::byte* p = start(out, n, step);
     float* scales = reinterpret_cast<float*>(p);
     int8_t* q = reinterpret_cast<int8_t*>(p + nc * 4);
     const uint64_t mixed = hashCombine(o_.seed, step);
@@ -289,7 +234,10 @@ class Int8Codec final : public CodecBase {
     }
     if (worst == kExponent) return true;
     const float scale = maxAbs / 127.0f;
-    const float inv = maxAbs > 0 ? 127.0f / maxAbs : 0.0f;
+    // (A chunk of tiny values: 127 / maxAbs overflows below about 3.7e-37;
+    // the largest float instead keeps every t finite and in [-127, 128):
+    // the values round to 0 or 1 step and the residual keeps the rest.)
+    const float inv = maxAbs > 0 ? std::min(127.0f / maxAbs, FLT_MAX) : 0.0f;
     std::memcpy(scaleOut, &scale, 4);
 #pragma omp simd
     for (int64_t i = b; i < e; ++i) {
@@ -309,7 +257,7 @@ class Int8Codec final : public CodecBase {
   Status decode(const std::byte* data, size_t bytes, int64_t n, float* out, bool accumulate) const override {
     const int64_t nc = chunks(n);
     Header h;
-    Status s = check(data, bytes, n, uint32_t(o_.chunk), size_t(nc) * 4 + size_t(n), &h);
+    Status s = check(data, bytes, n, &h);
     if (!s.isOk()) return s;
     const std::byte* p = data + kCodecHeaderBytes;
     const int8_t* q = reinterpret_cast<const int8_t*>(p + nc * 4);
@@ -342,11 +290,10 @@ class Int8Codec final : public CodecBase {
 class OneBitCodec final : public CodecBase {
  public:
   using CodecBase::CodecBase;
-  size_t encodedBytes(int64_t n) const override { return kCodecHeaderBytes + size_t(chunks(n)) * 4 + size_t((n + 7) / 8); }
 
   Status encode(const float* values, int64_t n, float* residual, uint64_t step, std::vector<std::byte>* out) const override {
     const int64_t nc = chunks(n);
-    std::byte* p = start(out, n, uint32_t(o_.chunk), step, size_t(nc) * 4 + size_t((n + 7) / 8));
+    std::byte* p = start(out, n, step);
     uint8_t* bits = reinterpret_cast<uint8_t*>(p + nc * 4);
     std::memset(bits, 0, size_t((n + 7) / 8));
     bool bad = false;
@@ -402,13 +349,12 @@ class OneBitCodec final : public CodecBase {
   Status decode(const std::byte* data, size_t bytes, int64_t n, float* out, bool accumulate) const override {
     const int64_t nc = chunks(n);
     Header h;
-    Status s = check(data, bytes, n, uint32_t(o_.chunk), size_t(nc) * 4 + size_t((n + 7) / 8), &h);
+    Status s = check(data, bytes, n, &h);
     if (!s.isOk()) return s;
     const std::byte* p = data + kCodecHeaderBytes;
     const uint8_t* bits = reinterpret_cast<const uint8_t*>(p + nc * 4);
-    if (n % 8 != 0 && (bits[n / 8] >> (n % 8)) != 0) {
-      return Status::corruption(fmt::format("onebit: bits set past the {} values", n));
-    }
+    s = format::checkTailBits(bits, n);
+    if (!s.isOk()) return s;
     for (int64_t c = 0; c < nc; ++c) {
       float scale;
       std::memcpy(&scale, p + c * 4, 4);
@@ -452,11 +398,14 @@ class SparseCodec : public CodecBase {
       dst[j] = v;
     }
     if (residual) {
+      uint32_t worst = 0;  // the largest exponent field: all ones for inf or NaN (vectorises)
+#pragma omp simd reduction(max : worst)
       for (int64_t i = 0; i < n; ++i) {
         const float v = values[i] + residual[i];
-        bad |= notFinite(v);
+        worst = std::max(worst, std::bit_cast<uint32_t>(v) & kExponent);
         residual[i] = v;
       }
+      bad |= worst == kExponent;
       for (uint32_t i : idx) residual[i] = 0;
     }
     if (bad) return notFiniteAt(values, nullptr, n, codecName(o_.kind));
@@ -515,16 +464,18 @@ float kthLargest(const float* values, const float* residual, int64_t n, int64_t 
 class TopKCodec final : public SparseCodec {
  public:
   using SparseCodec::SparseCodec;
-  size_t encodedBytes(int64_t n) const override { return kCodecHeaderBytes + size_t(sparseK(n)) * 8; }
 
   Status encode(const float* values, int64_t n, float* residual, uint64_t step, std::vector<std::byte>* out) const override {
     if (n < 0 || uint64_t(n) > UINT32_MAX) {
       return Status::invalidArgument(fmt::format("topk: {} values: an encoding holds 0 to 2^32 - 1", n));
     }
     const int64_t k = sparseK(n);
-    bool bad = false;
-    for (int64_t i = 0; i < n; ++i) bad |= notFinite(values[i] + (residual ? residual[i] : 0.0f));
-    if (bad) return notFiniteAt(values, residual, n, "topk");
+    uint32_t worst = 0;  // the largest exponent field: all ones for inf or NaN (vectorises)
+#pragma omp simd reduction(max : worst)
+    for (int64_t i = 0; i < n; ++i) {
+      worst = std::max(worst, std::bit_cast<uint32_t>(values[i] + (residual ? residual[i] : 0.0f)) & kExponent);
+    }
+    if (worst == kExponent) return notFiniteAt(values, residual, n, "topk");
     auto mag = [&](int64_t i) { return std::fabs(values[i] + (residual ? residual[i] : 0.0f)); };
     // The k largest magnitudes, ties to the lower index: the same choice
     // for the same values on every host. The k-th largest magnitude t
@@ -545,7 +496,7 @@ class TopKCodec final : public SparseCodec {
     } else {
       for (int64_t i = 0; i < n; ++i) idx.push_back(uint32_t(i));
     }
-    std::byte* p = start(out, n, uint32_t(k), step, size_t(k) * 8);
+    std::byte* p = start(out, n, step);
     std::memcpy(p, idx.data(), size_t(k) * 4);
     return gather(values, n, residual, idx, reinterpret_cast<float*>(p + k * 4));
   }
@@ -553,17 +504,13 @@ class TopKCodec final : public SparseCodec {
   Status decode(const std::byte* data, size_t bytes, int64_t n, float* out, bool accumulate) const override {
     const int64_t k = sparseK(n);
     Header h;
-    Status s = check(data, bytes, n, uint32_t(k), size_t(k) * 8, &h);
+    Status s = check(data, bytes, n, &h);
     if (!s.isOk()) return s;
     const std::byte* p = data + kCodecHeaderBytes;
     std::vector<uint32_t> idx(static_cast<size_t>(k));
     std::memcpy(idx.data(), p, size_t(k) * 4);
-    for (int64_t j = 0; j < k; ++j) {
-      if (idx[size_t(j)] >= uint64_t(n) || (j > 0 && idx[size_t(j)] <= idx[size_t(j) - 1])) {
-        return Status::corruption(fmt::format("topk: index {} ({}) is out of range (n = {}) or not above the one before",
-                                              j, idx[size_t(j)], n));
-      }
-    }
+    s = format::checkIndices(o_, idx.data(), k, n);
+    if (!s.isOk()) return s;
     std::vector<float> vals(static_cast<size_t>(k));
     std::memcpy(vals.data(), p + k * 4, size_t(k) * 4);
     return scatter(idx.data(), vals.data(), k, n, out, accumulate);
@@ -573,19 +520,21 @@ class TopKCodec final : public SparseCodec {
 class RandomKCodec final : public SparseCodec {
  public:
   using SparseCodec::SparseCodec;
-  size_t encodedBytes(int64_t n) const override { return kCodecHeaderBytes + size_t(sparseK(n)) * 4; }
 
   Status encode(const float* values, int64_t n, float* residual, uint64_t step, std::vector<std::byte>* out) const override {
+    if (n < 0 || uint64_t(n) > UINT32_MAX) {
+      return Status::invalidArgument(fmt::format("randomk: {} values: an encoding holds 0 to 2^32 - 1", n));
+    }
     const int64_t k = sparseK(n);
     const std::vector<uint32_t> idx = randomIndices(o_.seed, step, n, k);
-    std::byte* p = start(out, n, uint32_t(k), step, size_t(k) * 4);
+    std::byte* p = start(out, n, step);
     return gather(values, n, residual, idx, reinterpret_cast<float*>(p));
   }
 
   Status decode(const std::byte* data, size_t bytes, int64_t n, float* out, bool accumulate) const override {
     const int64_t k = sparseK(n);
     Header h;
-    Status s = check(data, bytes, n, uint32_t(k), size_t(k) * 4, &h);
+    Status s = check(data, bytes, n, &h);
     if (!s.isOk()) return s;
     const std::vector<uint32_t> idx = randomIndices(o_.seed, h.step, n, k);
     std::vector<float> vals(static_cast<size_t>(k));
@@ -601,9 +550,8 @@ class RandomKCodec final : public SparseCodec {
 class NoneCodec final : public CodecBase {
  public:
   using CodecBase::CodecBase;
-  size_t encodedBytes(int64_t n) const override { return kCodecHeaderBytes + size_t(n) * 4; }
   Status encode(const float* values, int64_t n, float* residual, uint64_t step, std::vector<std::byte>* out) const override {
-    float* dst = reinterpret_cast<float*>(start(out, n, 0, step, size_t(n) * 4));
+    float* dst = reinterpret_cast<float*>(start(out, n, step));
     bool bad = false;
     for (int64_t i = 0; i < n; ++i) {
       const float v = values[i] + (residual ? residual[i] : 0.0f);
@@ -616,7 +564,7 @@ class NoneCodec final : public CodecBase {
   }
   Status decode(const std::byte* data, size_t bytes, int64_t n, float* out, bool accumulate) const override {
     Header h;
-    Status s = check(data, bytes, n, 0, size_t(n) * 4, &h);
+    Status s = check(data, bytes, n, &h);
     if (!s.isOk()) return s;
     const std::byte* p = data + kCodecHeaderBytes;
     bool bad = false;

@@ -1850,6 +1850,72 @@ TEST_F(ClusterTest, CompressionOnEveryPathLearnsAndSendsTheCodecsShareOfTheBytes
   }
 }
 
+// Compression with error feedback: what each worker's codecs held back is
+// part of a checkpoint (residuals-<rank>.ckpt, one per worker, listed in the
+// manifest), so a compressed job killed after its first checkpoint and
+// resumed ends with the very predictions of the uninterrupted run: ps mode
+// with int8 pushes (rows and dense slices), allreduce with a topk
+// all-reduce, hybrid with int8 pushes (rows) and a onebit all-reduce (the
+// rank's and the owner's residuals). A corrupt residual file is refused,
+// naming it.
+TEST_F(ClusterTest, CompressionResidualsAreCheckpointedAndAResumedJobEqualsTheUninterruptedOne) {
+  for (const std::string mode : {"ps", "allreduce", "hybrid"}) {
+    SCOPED_TRACE(mode);
+    TempDir dir;
+    std::vector<std::string> job =
+        plus(slowJob(dir, "x", "bsp"), {"--set", "cluster.workers=2", "--set",
+                                        std::string("cluster.servers=") + (mode == "allreduce" ? "0" : "2"), "--set",
+                                        "train.mode=" + mode, "--set", "checkpoint.every_steps=40"});
+    if (mode != "allreduce") job = plus(job, {"--set", "compression.push=int8"});
+    if (mode == "allreduce") job = plus(job, {"--set", "compression.allreduce=topk"});
+    if (mode == "hybrid") job = plus(job, {"--set", "compression.allreduce=onebit"});
+    auto full = troupe(plus({"train"}, plus(job, {"--set", "run.name=full", "--predictions", dir.file("full.tsv"),
+                                                  "--summary-json", dir.file("full.json")})));
+    ASSERT_EQ(full.exitCode, 0) << full.err;
+    std::vector<std::string> processes = {"worker-0", "worker-1"};
+    if (mode != "allreduce") processes.insert(processes.end(), {"ps-0", "ps-1"});
+    const std::string run = crashAfter(dir, job, " written: ", processes);
+    ASSERT_FALSE(run.empty());
+    const std::string crashLog = readFile(dir.file("crash.log"));
+    const size_t at = crashLog.find(" written: ") + std::string(" written: ").size();
+    const std::string ckpt = crashLog.substr(at, crashLog.find(" (", at) - at);
+    ASSERT_EQ(ckpt.rfind(run + "/checkpoints/ckpt-", 0), 0u) << ckpt;
+    const std::string manifest = readFile(ckpt + "/manifest.toml");
+    for (const char* file : {"residuals-0.ckpt", "residuals-1.ckpt"}) {
+      EXPECT_NE(manifest.find(std::string("file = \"") + file + "\""), std::string::npos) << manifest;
+    }
+    ASSERT_TRUE(testing::shell("cp -r " + ckpt + " " + dir.file("flip")));
+    auto inspect = troupe({"inspect", ckpt});
+    EXPECT_EQ(inspect.exitCode, 0) << inspect.err;
+    EXPECT_NE(inspect.out.find("residuals  residuals-1.ckpt"), std::string::npos) << inspect.out;
+    if (mode != "allreduce") {
+      EXPECT_EQ(inspect.out.find("push residuals of 0 rows"), std::string::npos) << "every worker held rows back: "
+                                                                               << inspect.out;
+    }
+    if (mode != "ps") {
+      EXPECT_EQ(inspect.out.find("all-reduce residuals of 0 values"), std::string::npos) << inspect.out;
+    }
+
+    auto resumed = troupe({"train", "--resume", run, "--predictions", dir.file("resumed.tsv"), "--summary-json",
+                           dir.file("resumed.json")});
+    ASSERT_EQ(resumed.exitCode, 0) << resumed.err;
+    EXPECT_TRUE(readFile(dir.file("resumed.tsv")) == readFile(dir.file("full.tsv")))
+        << "the resumed compressed job predicts exactly what the uninterrupted one does";
+    const std::string json = readFile(dir.file("resumed.json"));
+    EXPECT_GE(field(json, "resumed_from_step"), 40) << json;
+    if (mode != "ps") {
+      EXPECT_EQ(denseHashes(json), denseHashes(readFile(dir.file("full.json")))) << json;
+    }
+
+    ASSERT_TRUE(testing::shell("printf 'Z' | dd of=" + dir.file("flip") +
+                               "/residuals-1.ckpt bs=1 seek=40 conv=notrunc 2>/dev/null"));
+    auto r = troupe({"train", "--resume", dir.file("flip")});
+    EXPECT_EQ(r.exitCode, 2) << r.err;
+    EXPECT_NE(r.err.find(dir.file("flip") + "/residuals-1.ckpt: checksum mismatch"), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
+  }
+}
+
 // A compression setting that cannot work is refused before the job starts,
 // naming the key.
 TEST_F(ClusterTest, CompressionABadSettingIsRefusedBeforeTheJobStarts) {

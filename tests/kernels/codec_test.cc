@@ -243,6 +243,54 @@ TEST(Codec, OneBitChunksThatEndInsideAByteOfSigns) {
   }
 }
 
+// Floyd's sampling as its definition reads, with an ordered set: the
+// indices randomIndices must draw, whichever way it keeps them.
+std::vector<uint32_t> floyd(uint64_t seed, uint64_t step, int64_t n, int64_t k) {
+  Rng rng(hashCombine(seed, step, uint64_t(n)));
+  std::set<uint32_t> chosen;
+  for (int64_t j = n - k; j < n; ++j) {
+    const uint32_t t = uint32_t(rng.below(uint64_t(j) + 1));
+    if (!chosen.insert(t).second) chosen.insert(uint32_t(j));
+  }
+  return {chosen.begin(), chosen.end()};
+}
+
+// A chunk whose largest magnitude is below 127 / FLT_MAX: 127 / max would
+// overflow (and a zero times it be NaN). Every value still rounds to a step
+// in range, a zero to 0, and the residual keeps exactly the rest.
+TEST(Codec, Int8RoundsChunksOfTinyValuesInRange) {
+  auto int8 = codec(CodecKind::kInt8, 0.01, 4);
+  const std::vector<float> x = {0.0f, 1e-40f, -3e-39f, 0.0f, -0.0f, 1e-45f, 2e-39f, -1e-38f};
+  std::vector<float> r(x.size(), 0.0f);
+  std::vector<std::byte> bytes;
+  ASSERT_TRUE(int8->encode(x.data(), int64_t(x.size()), r.data(), 0, &bytes).isOk());
+  const int8_t* q = reinterpret_cast<const int8_t*>(bytes.data() + kCodecHeaderBytes + 2 * 4);
+  EXPECT_EQ(q[0], 0) << "a zero rounds to 0";
+  EXPECT_EQ(q[3], 0);
+  EXPECT_EQ(q[4], 0);
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_GE(q[i], -127) << i;
+    EXPECT_LE(q[i], 127) << i;
+    EXPECT_TRUE(q[i] == 0 || (q[i] > 0) == (x[i] > 0)) << "value " << i << " keeps its sign: " << int(q[i]);
+  }
+  const auto d = decoded(*int8, bytes, int64_t(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_EQ(d[i] + r[i], x[i]) << "value " << i << ": what was sent and what was kept (subnormal sums are exact)";
+  }
+}
+
+TEST(Codec, RandomIndicesAreFloydsSampleBothWaysOfKeepingThem) {
+  // Dense draws (a bitmap) and sparse ones (a hash set), and the edges.
+  const int64_t cases[][2] = {{1000, 50}, {100000, 50}, {64, 64}, {1, 1}, {128 * 40, 40}, {128 * 40 + 1, 40},
+                              {1 << 20, 10486}, {(1 << 20) + 3, 100}};
+  for (const auto& c : cases) {
+    for (uint64_t step : {uint64_t{0}, uint64_t{9}}) {
+      EXPECT_EQ(randomIndices(5, step, c[0], c[1]), floyd(5, step, c[0], c[1])) << "n " << c[0] << " k " << c[1];
+    }
+  }
+  EXPECT_EQ(randomIndices(5, 0, 10, 20).size(), 10u) << "k above n takes every index";
+}
+
 TEST(Codec, RandomKDrawsTheSameIndicesOnEveryRankForAStep) {
   const int64_t n = 1000;
   auto a = codec(CodecKind::kRandomK, 0.05, 256, 42), b = codec(CodecKind::kRandomK, 0.05, 256, 42);

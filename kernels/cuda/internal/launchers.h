@@ -68,4 +68,36 @@ cudaError_t softmaxCrossEntropy(const float* logits, const int32_t* labels, int6
                                 int64_t classes, float* dLogits, double* hostLoss,
                                 cudaStream_t stream);
 
+// ---- gradient codecs (kernels/codec.h): the CPU codecs' bytes, bit for bit -----
+// `bad` (one value, set to ~0 before) receives the lowest index of a value
+// (plus residual) that is not finite, or int8Decode's lowest value -128.
+// The decoders' scales are checked on the host before.
+cudaError_t castEncode(const float* values, float* residual, int64_t n, bool bf16, uint16_t* dst,
+                       unsigned long long* bad, cudaStream_t stream);
+cudaError_t castDecode(const uint16_t* src, int64_t n, bool bf16, float* out, bool accumulate,
+                       unsigned long long* bad, cudaStream_t stream);
+cudaError_t int8Encode(const float* values, float* residual, int64_t n, int64_t chunk, uint32_t draw,
+                       float* scales, int8_t* q, unsigned long long* bad, cudaStream_t stream);
+cudaError_t int8Decode(const float* scales, const int8_t* q, int64_t n, int64_t chunk, float* out, bool accumulate,
+                       unsigned long long* bad, cudaStream_t stream);
+cudaError_t oneBitEncode(const float* values, float* residual, int64_t n, int64_t chunk, float* scales,
+                         uint8_t* bits, unsigned long long* bad, cudaStream_t stream);
+cudaError_t oneBitDecode(const float* scales, const uint8_t* bits, int64_t n, int64_t chunk, float* out,
+                         bool accumulate, cudaStream_t stream);
+// The indices (ascending) of the k largest |values + residual|, ties to the
+// lower index; n < 2^31.
+cudaError_t topKIndices(const float* values, const float* residual, int64_t n, int64_t k, uint32_t* idx,
+                        unsigned long long* bad, cudaStream_t stream);
+// dst[j] = values[idx[j]] + residual[idx[j]]; the residual then holds every
+// value but those sent (0 there).
+cudaError_t sparseGather(const float* values, float* residual, int64_t n, const uint32_t* idx, int64_t k,
+                         float* dst, unsigned long long* bad, cudaStream_t stream);
+// out[idx[j]] (+)= vals[j], the rest 0 unless accumulating; idx distinct.
+cudaError_t sparseScatter(const uint32_t* idx, const float* vals, int64_t k, int64_t n, float* out, bool accumulate,
+                          cudaStream_t stream);
+cudaError_t plainEncode(const float* values, float* residual, int64_t n, float* dst, unsigned long long* bad,
+                        cudaStream_t stream);
+cudaError_t plainDecode(const float* src, int64_t n, float* out, bool accumulate, unsigned long long* bad,
+                        cudaStream_t stream);
+
 }  // namespace troupe::kernels::cuda::internal
