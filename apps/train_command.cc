@@ -382,6 +382,30 @@ int runTrain(const TrainFlags& flags) {
                        trainModeName(trainMode(config)));
   }
   collectivesBackend(config);  // a bad value fails here, before any process starts
+  const workers::PipelineConfig pipeline = workers::pipelineOf(config);
+  if (pipeline.stages > 1) {
+    if (worker.core.kind != workers::ModelKind::kMlp) {
+      TROUPE_SETUP_ERROR("config: pipeline.stages = {} cuts the MLP (model.kind = mlp); the {} model is not cut into "
+                         "stages yet", pipeline.stages, config.getString("model.kind"));
+    }
+    if (clusterWorkers > 0) {
+      TROUPE_SETUP_ERROR("config: pipeline.stages = {} runs its stages in one process today; stages across processes "
+                         "are not built yet (leave cluster.workers at 0)", pipeline.stages);
+    }
+    if (config.getInt("train.batch_size") < pipeline.microBatches) {
+      TROUPE_SETUP_ERROR("config: pipeline.micro_batches = {} cuts each batch of train.batch_size = {}: at most one "
+                         "micro-batch a row", pipeline.microBatches, config.getInt("train.batch_size"));
+    }
+    job.pipeline = pipeline;
+    job.pipelineCut = workers::pipelineCut(pipeline, worker.core.mlpWidths);
+    job.pipelineStepTimeout = std::chrono::seconds(positive(config, "supervision.stall_timeout_s"));
+    std::vector<std::string> stages;
+    for (int st = 0; st < pipeline.stages; ++st) {
+      stages.push_back(fmt::format("layers {}-{}", job.pipelineCut[size_t(st)], job.pipelineCut[size_t(st) + 1] - 1));
+    }
+    log->info("train: the MLP in {} pipeline stages ({}), {} micro-batches a batch, schedule {}", pipeline.stages,
+              fmt::join(stages, ", "), pipeline.microBatches, workers::pipelineScheduleName(pipeline.schedule));
+  }
   {
     const workers::CompressionConfig c = workers::compressionOf(config);
     if (c.any() && clusterWorkers <= 0) {

@@ -143,6 +143,18 @@ std::vector<Config::Key> troupeConfigSchema() {
        "allreduce / hybrid: ring (over the transport), nccl (every worker needs a CUDA device and a troupe built "
        "with NCCL; host buffers are staged through the device) or auto (nccl when every worker can use it, else the "
        "ring)"},
+      // ---- pipeline stages (DESIGN.md, Pipeline stages) ----
+      {"pipeline.stages", T::kInt, int64_t{1},
+       "the MLP cut into this many stages by layers, each a stage actor; activations go forward and gradients back "
+       "as messages, micro-batch by micro-batch (1: no pipeline; today in a run of one process)"},
+      {"pipeline.micro_batches", T::kInt, int64_t{4},
+       "pipeline.stages > 1: micro-batches a batch is cut into (at most train.batch_size)"},
+      {"pipeline.schedule", T::kString, std::string("1f1b"),
+       "pipeline.stages > 1: gpipe (every forward, then every backward) or 1f1b (one forward, one backward in turn: "
+       "stage s holds at most stages - s micro-batches of activations)"},
+      {"pipeline.cut", T::kString, std::string(""),
+       "pipeline.stages > 1: the first layer of each stage after the first, e.g. \"1,2\" (layers from 0); empty: "
+       "balanced by parameter count"},
       // ---- gradient compression (DESIGN.md, Compression; multi-process jobs) ----
       {"compression.push", T::kString, std::string("none"),
        "ps / hybrid: the gradients a worker pushes to the shards (embedding rows and dense), encoded with error "

@@ -1,6 +1,7 @@
 #include "workers/job_setup.h"
 
 #include <cmath>
+#include <cstdlib>
 
 #include "collectives/compressed_allreduce.h"
 #include "data/synthetic_cache.h"
@@ -217,6 +218,54 @@ std::string collectivesBackend(const Config& c) {
 bool CompressionConfig::any() const {
   return push.kind != kernels::CodecKind::kNone || pull.kind != kernels::CodecKind::kNone ||
          allreduce.kind != kernels::CodecKind::kNone;
+}
+
+PipelineConfig pipelineOf(const Config& c) {
+  PipelineConfig out;
+  const int64_t stages = c.getInt("pipeline.stages"), micro = c.getInt("pipeline.micro_batches");
+  if (stages < 1 || stages > 64) TROUPE_SETUP_ERROR("config: pipeline.stages must be 1 to 64, got {}", stages);
+  if (micro < 1 || micro > 4096) TROUPE_SETUP_ERROR("config: pipeline.micro_batches must be 1 to 4096, got {}", micro);
+  out.stages = int(stages);
+  out.microBatches = int(micro);
+  const std::string schedule = c.getString("pipeline.schedule");
+  auto kind = pipelineScheduleOf(schedule);
+  if (!kind) TROUPE_SETUP_ERROR("config: pipeline.schedule must be gpipe or 1f1b, got '{}'", schedule);
+  out.schedule = *kind;
+  const std::string cut = c.getString("pipeline.cut");
+  if (!cut.empty()) {
+    size_t at = 0;
+    while (at <= cut.size()) {
+      const size_t comma = std::min(cut.find(',', at), cut.size());
+      const std::string item = cut.substr(at, comma - at);
+      char* end = nullptr;
+      const long v = std::strtol(item.c_str(), &end, 10);
+      if (item.empty() || end != item.c_str() + item.size() || v < 1 || v > 1 << 20 ||
+          (!out.cut.empty() && v <= out.cut.back())) {
+        TROUPE_SETUP_ERROR("config: pipeline.cut must list increasing layer numbers >= 1 (the first layer of each "
+                           "stage after the first), got '{}'", cut);
+      }
+      out.cut.push_back(int(v));
+      at = comma + 1;
+    }
+    if (int(out.cut.size()) != out.stages - 1) {
+      TROUPE_SETUP_ERROR("config: pipeline.cut '{}' makes {} stages; pipeline.stages is {}", cut, out.cut.size() + 1,
+                         out.stages);
+    }
+  }
+  return out;
+}
+
+std::vector<int> pipelineCut(const PipelineConfig& p, const std::vector<int64_t>& widths) {
+  const int layers = int(widths.size()) - 1;
+  if (p.cut.empty()) return cutMlpLayers(widths, p.stages);
+  if (p.cut.back() >= layers) {
+    TROUPE_SETUP_ERROR("config: pipeline.cut starts a stage at layer {}; the MLP's layers are 0 to {}", p.cut.back(),
+                       layers - 1);
+  }
+  std::vector<int> cut = {0};
+  cut.insert(cut.end(), p.cut.begin(), p.cut.end());
+  cut.push_back(layers);
+  return cut;
 }
 
 CompressionConfig compressionOf(const Config& c) {

@@ -17,6 +17,7 @@
 #include "kernels/row_optimizer.h"
 #include "ps/embedding_table.h"
 #include "workers/batch_source.h"
+#include "workers/pipeline_schedule.h"
 #include "workers/worker_core.h"
 
 namespace troupe::workers {
@@ -59,6 +60,20 @@ struct CompressionConfig {
   bool any() const;
 };
 CompressionConfig compressionOf(const Config& c);
+// pipeline.*: checked (stages >= 1, micro-batches >= 1, a known schedule, a
+// cut of increasing layers); cut empty: balanced. Throws SetupError naming
+// the key.
+struct PipelineConfig {
+  int stages = 1;
+  int microBatches = 4;
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;
+  std::vector<int> cut;  // the first layer of stages 1 .. stages - 1, or empty
+};
+PipelineConfig pipelineOf(const Config& c);
+// The cut of an MLP of `widths` for `p` (cutMlpLayers' form: 0, the first
+// layer of each later stage, the layer count), refused naming pipeline.cut
+// when it does not fit the model.
+std::vector<int> pipelineCut(const PipelineConfig& p, const std::vector<int64_t>& widths);
 // Parameter-server processes the job runs: none in allreduce mode.
 int64_t serverCount(const Config& c);
 // ps.replicas, checked: 1, or 2 in ps and hybrid modes with at least two

@@ -71,7 +71,23 @@ std::vector<std::pair<int64_t, int64_t>> Mlp::gradientOrder() const {
   return order;
 }
 
-Status Mlp::backward(kernels::Kernels& k, const float* dOut, float* dx) {
+Mlp::Activations Mlp::takeActivations() {
+  Activations a{input_, batch_, std::move(outputs_)};
+  outputs_.assign(widths_.size() - 1, {});
+  input_ = nullptr;
+  batch_ = 0;
+  return a;
+}
+
+void Mlp::restoreActivations(Activations&& a) {
+  TROUPE_CHECK(a.outputs.size() == widths_.size() - 1, "MLP activations of {} layers for {}", a.outputs.size(),
+               widths_.size() - 1);
+  input_ = a.input;
+  batch_ = a.batch;
+  outputs_ = std::move(a.outputs);
+}
+
+Status Mlp::backward(kernels::Kernels& k, const float* dOut, float* dx, bool accumulate) {
   const int64_t batch = batch_;
   const float* dy = dOut;
   for (size_t l = widths_.size() - 1; l-- > 0;) {
@@ -90,7 +106,7 @@ Status Mlp::backward(kernels::Kernels& k, const float* dOut, float* dx) {
     } else {
       dIn = dx;
     }
-    Status s = k.denseBackward(in, weight(l), dy, batch, widths_[l], out, dIn, weightGrad(l), biasGrad(l), false);
+    Status s = k.denseBackward(in, weight(l), dy, batch, widths_[l], out, dIn, weightGrad(l), biasGrad(l), accumulate);
     if (!s.isOk()) return s;
     if (gradReady_) gradReady_(offsets_[l], widths_[l] * out + out);
     if (l > 0) {

@@ -44,8 +44,20 @@ class Mlp final {
   float* mutableOutput() { return outputs_.back().data(); }
 
   // dOut: gradient of the output [batch x out]. dx: gradient of the input
-  // [batch x in] (overwritten), or nullptr when not needed.
-  Status backward(kernels::Kernels& k, const float* dOut, float* dx);
+  // [batch x in] (overwritten), or nullptr when not needed. The weights'
+  // gradients are overwritten, or added to with `accumulate` (micro-batches).
+  Status backward(kernels::Kernels& k, const float* dOut, float* dx, bool accumulate = false);
+
+  // What a forward keeps for its backward (the input pointer, the batch and
+  // each layer's output), taken out and put back: a pipeline stage holds
+  // one per micro-batch in flight (workers/pipeline_stage.h).
+  struct Activations {
+    const float* input = nullptr;
+    int64_t batch = 0;
+    std::vector<std::vector<float>> outputs;
+  };
+  Activations takeActivations();
+  void restoreActivations(Activations&& a);
 
   // Called during backward as each layer's gradients (W and b, adjacent in
   // the buffer) are final: (offset, count) in the parameter buffer. Lets

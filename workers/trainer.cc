@@ -7,6 +7,7 @@
 #include "kernels/kernels.h"
 #include "workers/loader_actor.h"
 #include "workers/messages.h"
+#include "workers/pipeline_actor.h"
 
 namespace troupe::workers {
 
@@ -14,14 +15,35 @@ Expected<TrainReport> runInProcess(const InProcessJob& job) {
   // One compute pool for the process: the worker and the table holder share it.
   std::shared_ptr<kernels::Kernels> kernels =
       kernels::createKernels({kernels::Device::kCpu, job.worker.core.threads});
-  WorkerCoreOptions coreOptions = job.worker.core;
-  coreOptions.kernels = kernels;
-  auto core = std::make_unique<WorkerCore>(coreOptions);  // throws SetupError on a bad model
-  ps::TableHolderOptions tableOptions = job.tables;
-  tableOptions.kernels = kernels;
   caf::actor_system_config cfg;
   actors::configureActorSystem(cfg, {job.schedulerThreads});
   caf::actor_system system{cfg};
+  // (Declared after the system, so that a pipeline's stage actors are told
+  // to go before the system waits for every actor, also on an exception.)
+  WorkerCoreOptions coreOptions = job.worker.core;
+  coreOptions.kernels = kernels;
+  ps::TableHolderOptions tableOptions = job.tables;
+  tableOptions.kernels = kernels;
+  if (job.pipeline.stages > 1 && coreOptions.kind == ModelKind::kMlp) {
+    // Each stage computes on a share of the threads (at least one).
+    const int threads = std::max(1, job.worker.core.threads / job.pipeline.stages);
+    std::vector<PipelineStageOptions> stages;
+    for (int s = 0; s < job.pipeline.stages; ++s) {
+      PipelineStageOptions o;
+      o.widths = coreOptions.mlpWidths;
+      o.cut = job.pipelineCut;
+      o.stage = s;
+      o.microBatches = job.pipeline.microBatches;
+      o.schedule = job.pipeline.schedule;
+      o.optimizer = coreOptions.denseOptimizer;
+      o.kernels = kernels::createKernels({kernels::Device::kCpu, threads});
+      stages.push_back(std::move(o));
+    }
+    coreOptions.pipeline = std::make_shared<InProcessPipeline>(
+        system, std::move(stages), nullptr, std::chrono::duration_cast<std::chrono::milliseconds>(job.pipelineStepTimeout));
+  }
+  auto core = std::make_unique<WorkerCore>(coreOptions);  // throws SetupError on a bad model
+  coreOptions.pipeline.reset();  // the core holds it: it goes with the worker
   auto trainLoader = spawnLoader(system, job.train, job.prefetch);
   auto testLoader = spawnLoader(system, job.test, job.prefetch);
   caf::actor tables;

@@ -5,11 +5,14 @@
 // (before any actor starts) on a model that cannot be built.
 #pragma once
 
+#include <chrono>
 #include <memory>
+#include <vector>
 
 #include "common/status.h"
 #include "ps/table_holder.h"
 #include "workers/batch_source.h"
+#include "workers/job_setup.h"
 #include "workers/worker_actor.h"
 
 namespace troupe::workers {
@@ -21,6 +24,11 @@ struct InProcessJob {
   ps::TableHolderOptions tables;  // ignored by models without tables
   int prefetch = 4;               // batches the loader reads ahead
   int schedulerThreads = 1;       // CAF scheduler threads (the heavy actors are detached)
+  // kMlp: pipeline.stages > 1 runs each step through stage actors
+  // (workers/pipeline_actor.h); `cut` as pipelineCut gives it.
+  PipelineConfig pipeline;
+  std::vector<int> pipelineCut;
+  std::chrono::seconds pipelineStepTimeout{300};
 };
 
 Expected<TrainReport> runInProcess(const InProcessJob& job);

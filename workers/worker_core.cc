@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "collectives/compressed_allreduce.h"
+#include "workers/pipeline_actor.h"
 #include "collectives/gradient_buckets.h"
 #include "common/check.h"
 #include "kernels/kernels.h"
@@ -28,6 +29,12 @@ WorkerCore::WorkerCore(const WorkerCoreOptions& options)
     params_ = std::make_unique<DenseParameters>(Mlp::parameterCount(options_.mlpWidths), options_.denseOptimizer);
     mlp_ = std::make_unique<Mlp>(options_.mlpWidths, false, params_.get(), 0);
     mlp_->initialize(options_.seed);
+    if (options_.pipeline) {
+      // The stages start from the unsplit model's initial weights.
+      TROUPE_CHECK(options_.pipeline->parameterCount() == params_->size(), "pipeline of {} weights for an MLP of {}",
+                   options_.pipeline->parameterCount(), params_->size());
+      options_.pipeline->loadWeights(params_->weights());
+    }
   } else {
     params_ = std::make_unique<DenseParameters>(kCountDense, options_.denseOptimizer);  // zeros
   }
@@ -195,6 +202,9 @@ void WorkerCore::resumeAt(int64_t steps) {
 void WorkerCore::setDenseLearningRateScale(double scale) {
   const float lr = float(double(options_.denseOptimizer.learningRate) * scale);
   dense().setLearningRate(lr);
+  if (options_.pipeline) {
+    for (int st = 0; st < options_.pipeline->stages(); ++st) options_.pipeline->stage(st).parameters().setLearningRate(lr);
+  }
 }
 
 double WorkerCore::takeMeanLoss() {
@@ -370,6 +380,20 @@ Status WorkerCore::keepPreviousState() {
 }
 
 Expected<ps::PushRequestPtr> WorkerCore::trainStepOnce(const Batch& batch, const ps::PullReplyPtr& rows) {
+  if (mlp_ && options_.pipeline) {
+    // The stages run the whole step, micro-batch by micro-batch.
+    if (batch.denseWidth != mlp_->inputWidth()) {
+      return Status::invalidArgument(
+          fmt::format("batch has {} features, the MLP takes {}", batch.denseWidth, mlp_->inputWidth()));
+    }
+    ++steps_;
+    auto loss = options_.pipeline->step(steps_, std::make_shared<const Batch>(batch));
+    if (!loss.hasValue()) return loss.status();
+    lossSum_ += *loss;
+    ++lossCount_;
+    options_.pipeline->copyWeights(params_->weights());
+    return ps::PushRequestPtr();
+  }
   Status s = forward(batch, rows);
   if (!s.isOk()) return s;
   ++steps_;

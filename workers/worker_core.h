@@ -38,6 +38,7 @@ class CompressedAllReduce;
 namespace troupe::workers {
 
 class Mlp;
+class InProcessPipeline;
 
 // kCount is the exact-count model (chaos draws it to check that nothing is
 // lost or applied twice): on DLRM-shaped data (its tables and embedding
@@ -88,6 +89,11 @@ struct WorkerCoreOptions {
   // (collectives/compressed_allreduce.h); null: plain float32. Kept across
   // setCommunicator (its residuals start again when the group changes).
   std::shared_ptr<collectives::CompressedAllReduce> compression;
+  // kMlp, pipeline.stages > 1 in one process: each step runs through these
+  // stage actors (workers/pipeline_actor.h), which hold the model's weights
+  // and optimizer state; the core's own weights are a copy of theirs after
+  // every step (evaluation, predictions, the dense hash read them).
+  std::shared_ptr<InProcessPipeline> pipeline;
 };
 
 // Metrics of one pass over an evaluation set.

@@ -102,6 +102,56 @@ TEST(TrainTest, SmallMlpOnFashionMnistLearns) {
   EXPECT_EQ(preds.find('.'), std::string::npos) << "classes, not probabilities";
 }
 
+// pipeline.stages: the MLP cut into stage actors learns, and since every
+// schedule and cut accumulates the micro-batches in the same order, two
+// stages under 1f1b and four under gpipe predict exactly alike (the bits
+// themselves are held to the unsplit model in workers_pipeline_test).
+TEST(TrainTest, APipelinedMlpLearnsAndEveryCutPredictsAlike) {
+  TempDir dir;
+  auto run = [&](const std::string& name, std::vector<std::string> sets) {
+    std::vector<std::string> args = {"train", "--config",
+                                     std::string(TROUPE_SOURCE_ROOT) + "/configs/mlp-fashion-mnist.toml", "--set",
+                                     "train.max_steps=300", "--set", "model.hidden=[128, 64, 32]", "--set",
+                                     "run.dir=" + dir.file("runs"), "--summary-json", dir.file(name + ".json"),
+                                     "--predictions", dir.file(name + ".tsv")};
+    for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+    auto r = troupe(args);
+    EXPECT_EQ(r.exitCode, 0) << name << ": " << r.err;
+    return r;
+  };
+  auto two = run("two", {"pipeline.stages=2", "pipeline.micro_batches=4", "pipeline.schedule=1f1b"});
+  EXPECT_NE(two.err.find("the MLP in 2 pipeline stages (layers 0-0, layers 1-3), 4 micro-batches a batch, schedule "
+                         "1f1b"),
+            std::string::npos)
+      << two.err;
+  run("four", {"pipeline.stages=4", "pipeline.micro_batches=4", "pipeline.schedule=gpipe"});
+  const std::string json = readFile(dir.file("two.json"));
+  EXPECT_GT(field(json, "test_accuracy"), 0.75) << json;
+  EXPECT_EQ(field(json, "steps"), 300) << json;
+  EXPECT_TRUE(readFile(dir.file("two.tsv")) == readFile(dir.file("four.tsv")))
+      << "two stages (1f1b) and four (gpipe) predict alike";
+  EXPECT_EQ(field(json, "test_accuracy"), field(readFile(dir.file("four.json")), "test_accuracy"));
+  // What the MLP's pipeline refuses before it starts, in one line.
+  struct Case {
+    std::vector<std::string> sets;
+    std::string needle;
+  };
+  for (const Case& c : {Case{{"pipeline.stages=5"}, "pipeline: 5 stages for an MLP of 4 layers"},
+                        Case{{"pipeline.stages=2", "pipeline.cut=4"}, "pipeline.cut starts a stage at layer 4; the "
+                                                                       "MLP's layers are 0 to 3"},
+                        Case{{"pipeline.stages=2", "train.batch_size=2"}, "pipeline.micro_batches = 4 cuts each batch "
+                                                                           "of train.batch_size = 2"},
+                        Case{{"pipeline.stages=2", "cluster.workers=2"}, "stages across processes are not built yet"}}) {
+    std::vector<std::string> args = {"train", "--config",
+                                     std::string(TROUPE_SOURCE_ROOT) + "/configs/mlp-fashion-mnist.toml", "--set",
+                                     "model.hidden=[128, 64, 32]", "--set", "run.dir=" + dir.file("runs")};
+    for (const auto& x : c.sets) args.insert(args.end(), {"--set", x});
+    auto r = troupe(args);
+    EXPECT_EQ(r.exitCode, 2) << c.needle << ": " << r.err;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << "wanted '" << c.needle << "' in: " << r.err;
+  }
+}
+
 TEST(TrainTest, BadConfigurationsAreOneLineErrors) {
   TempDir dir;
   struct Case {
@@ -115,6 +165,11 @@ TEST(TrainTest, BadConfigurationsAreOneLineErrors) {
       {{"train.batch_size=0"}, "train.batch_size must be >= 1"},
       {{"data.kind=criteo"}, "data.kind 'criteo' needs data.train and data.test"},
       {{"data.kind=criteo", "data.train=/nonexistent/t.tsv", "data.test=/nonexistent/t.tsv"}, "/nonexistent/t.tsv"},
+      {{"pipeline.stages=2"}, "pipeline.stages = 2 cuts the MLP (model.kind = mlp); the dlrm model is not cut"},
+      {{"pipeline.schedule=zb"}, "pipeline.schedule must be gpipe or 1f1b, got 'zb'"},
+      {{"pipeline.stages=3", "pipeline.cut=2,1"}, "pipeline.cut must list increasing layer numbers"},
+      {{"pipeline.stages=3", "pipeline.cut=2"}, "pipeline.cut '2' makes 2 stages; pipeline.stages is 3"},
+      {{"pipeline.micro_batches=0"}, "pipeline.micro_batches must be 1 to 4096, got 0"},
   };
   for (const auto& c : cases) {
     std::vector<std::string> args = {"train", "--config",

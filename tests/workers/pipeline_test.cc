@@ -1,0 +1,305 @@
+// Pipeline stages (workers/pipeline_schedule.h, pipeline_stage.h,
+// pipeline_actor.h): the schedules' lists (each micro-batch forward then
+// backward once, the activations they hold, the bubble they leave, against
+// the formula (p - 1) / (m + p - 1)); the balanced cut; and the pipelined
+// MLP against the unsplit one run through the same micro-batch loop in this
+// file: the same weights and optimizer state, bit for bit, for p = 1 to 4
+// stages, both schedules, and with messages delayed, duplicated and
+// reordered on the way.
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include <caf/all.hpp>
+#include <gtest/gtest.h>
+
+#include "common/hash.h"
+#include "kernels/kernels.h"
+#include "workers/dense_parameters.h"
+#include "workers/mlp.h"
+#include "workers/pipeline_actor.h"
+#include "workers/pipeline_schedule.h"
+
+namespace troupe::workers {
+namespace {
+
+using Op = PipeInstr::Op;
+constexpr PipelineSchedule kSchedules[] = {PipelineSchedule::kGpipe, PipelineSchedule::k1F1B};
+
+TEST(PipelineSchedule, EveryMicroBatchGoesForwardThenBackwardOnceAndHoldsWhatTheScheduleSays) {
+  for (PipelineSchedule schedule : kSchedules) {
+    for (int p = 1; p <= 5; ++p) {
+      for (int m = 1; m <= 9; ++m) {
+        for (int s = 0; s < p; ++s) {
+          const auto list = pipelineInstructions(schedule, p, s, m);
+          ASSERT_EQ(list.size(), size_t(2 * m));
+          std::vector<int> forwardAt(size_t(m), -1), backwardAt(size_t(m), -1);
+          int lastBackward = -1;
+          for (int i = 0; i < int(list.size()); ++i) {
+            auto& at = list[size_t(i)].op == Op::kForward ? forwardAt : backwardAt;
+            ASSERT_EQ(at[size_t(list[size_t(i)].microBatch)], -1) << "twice";
+            at[size_t(list[size_t(i)].microBatch)] = i;
+            if (list[size_t(i)].op == Op::kBackward) {
+              EXPECT_EQ(list[size_t(i)].microBatch, lastBackward + 1) << "backwards in micro-batch order";
+              lastBackward = list[size_t(i)].microBatch;
+            }
+          }
+          for (int i = 0; i < m; ++i) EXPECT_LT(forwardAt[size_t(i)], backwardAt[size_t(i)]);
+          const int expected = schedule == PipelineSchedule::kGpipe ? m : std::min(p - s, m);
+          EXPECT_EQ(peakInFlight(list), expected) << pipelineScheduleName(schedule) << " p " << p << " m " << m << " s " << s;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(pipelineScheduleOf("1f1b"), PipelineSchedule::k1F1B);
+  EXPECT_FALSE(pipelineScheduleOf("zb-h1"));
+  EXPECT_THROW(pipelineInstructions(PipelineSchedule::kGpipe, 2, 2, 4), SetupError);
+  EXPECT_THROW(pipelineInstructions(PipelineSchedule::kGpipe, 2, 0, 0), SetupError);
+}
+
+TEST(PipelineSchedule, WithEqualStepsEachStageIdlesForTheBubbleOfTheFormula) {
+  for (PipelineSchedule schedule : kSchedules) {
+    for (int p = 1; p <= 4; ++p) {
+      for (int m : {1, 2, 4, 8, 16, 32}) {
+        const auto idle = pipelineBubble(schedule, p, m);
+        ASSERT_EQ(idle.size(), size_t(p)) << "every list finishes";
+        const double formula = double(p - 1) / double(m + p - 1);
+        for (double i : idle) EXPECT_NEAR(i, formula, 1e-12) << pipelineScheduleName(schedule) << " p " << p << " m " << m;
+      }
+    }
+  }
+  // A backward twice a forward: the same share (every step scales alike).
+  const auto idle = pipelineBubble(PipelineSchedule::k1F1B, 4, 8, 2.0);
+  ASSERT_EQ(idle.size(), 4u);
+  for (double i : idle) EXPECT_NEAR(i, 3.0 / 11.0, 1e-12);
+}
+
+TEST(PipelineSchedule, TheCutKeepsTheLargestStageAsSmallAsAnyCutCan) {
+  const std::vector<std::vector<int64_t>> models = {
+      {784, 256, 256, 10}, {20, 16, 12, 8, 5}, {8, 100, 2, 100, 2, 100, 4}, {3, 3, 3, 3, 3, 3}};
+  for (const auto& widths : models) {
+    const int layers = int(widths.size()) - 1;
+    std::vector<int64_t> params;
+    for (int l = 0; l < layers; ++l) params.push_back(widths[size_t(l)] * widths[size_t(l) + 1] + widths[size_t(l) + 1]);
+    for (int p = 1; p <= layers; ++p) {
+      const auto cut = cutMlpLayers(widths, p);
+      ASSERT_EQ(cut.size(), size_t(p) + 1);
+      EXPECT_EQ(cut.front(), 0);
+      EXPECT_EQ(cut.back(), layers);
+      int64_t largest = 0;
+      for (int s = 0; s < p; ++s) {
+        ASSERT_LT(cut[size_t(s)], cut[size_t(s) + 1]) << "every stage holds a layer";
+        int64_t sum = 0;
+        for (int l = cut[size_t(s)]; l < cut[size_t(s) + 1]; ++l) sum += params[size_t(l)];
+        largest = std::max(largest, sum);
+      }
+      // Every cut into p stages, by brute force over the p - 1 boundaries.
+      int64_t best = INT64_MAX;
+      for (uint32_t mask = 0; mask < (1u << (layers - 1)); ++mask) {
+        if (__builtin_popcount(mask) != p - 1) continue;
+        int64_t sum = 0, worst = 0;
+        for (int l = 0; l < layers; ++l) {
+          sum += params[size_t(l)];
+          if (l == layers - 1 || (mask >> l) & 1u) {
+            worst = std::max(worst, sum);
+            sum = 0;
+          }
+        }
+        best = std::min(best, worst);
+      }
+      EXPECT_EQ(largest, best) << "p " << p;
+    }
+  }
+  EXPECT_THROW(cutMlpLayers({4, 3, 2}, 3), SetupError);
+}
+
+// ---------------------------------------------------------------- training
+
+const std::vector<int64_t> kWidths = {20, 16, 12, 8, 5};  // four layers, five classes
+
+kernels::OptimizerConfig adam() {
+  kernels::OptimizerConfig o;
+  o.kind = kernels::OptimizerKind::kAdam;
+  o.learningRate = 0.01f;
+  return o;
+}
+
+BatchPtr randomBatch(int64_t rows, uint64_t seed) {
+  auto b = std::make_shared<Batch>();
+  Rng rng(seed);
+  b->rows = rows;
+  b->denseWidth = kWidths.front();
+  b->dense.resize(size_t(rows * b->denseWidth));
+  for (auto& x : b->dense) x = float(rng.normal());
+  for (int64_t i = 0; i < rows; ++i) b->classes.push_back(int32_t(rng.below(uint64_t(kWidths.back()))));
+  return b;
+}
+
+// The unsplit model through the micro-batch loop: per micro-batch a forward,
+// the loss's gradient times rows / R, a backward adding to the gradients
+// (but the first); then one optimizer step.
+struct Unsplit {
+  std::unique_ptr<kernels::Kernels> k = kernels::createKernels({kernels::Device::kCpu, 1});
+  DenseParameters params{Mlp::parameterCount(kWidths), adam()};
+  Mlp mlp{kWidths, false, &params, 0};
+  Unsplit() { mlp.initialize(7); }
+  void step(int64_t step, const Batch& b, int m) {
+    for (int i = 0; i < m; ++i) {
+      const int64_t first = b.rows * i / m, rows = b.rows * (i + 1) / m - first;
+      ASSERT_TRUE(mlp.forward(*k, b.dense.data() + first * b.denseWidth, rows).isOk());
+      std::vector<float> d(size_t(rows * kWidths.back()));
+      ASSERT_TRUE(k->softmaxCrossEntropy(mlp.output(), b.classes.data() + first, rows, kWidths.back(), d.data()).hasValue());
+      const float share = float(rows) / float(b.rows);
+      for (float& v : d) v *= share;
+      ASSERT_TRUE(mlp.backward(*k, d.data(), nullptr, i > 0).isOk());
+    }
+    ASSERT_TRUE(params.apply(*k, step).isOk());
+  }
+};
+
+std::vector<PipelineStageOptions> stagesOf(int p, int m, PipelineSchedule schedule) {
+  const auto cut = cutMlpLayers(kWidths, p);
+  std::vector<PipelineStageOptions> out;
+  for (int s = 0; s < p; ++s) {
+    PipelineStageOptions o;
+    o.widths = kWidths;
+    o.cut = cut;
+    o.stage = s;
+    o.microBatches = m;
+    o.schedule = schedule;
+    o.optimizer = adam();
+    o.kernels = kernels::createKernels({kernels::Device::kCpu, 1});
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+// Each stage's weights and optimizer state against its slice of the
+// unsplit model's, bit for bit.
+void expectSameBits(InProcessPipeline& pipe, const Unsplit& ref, const std::string& what) {
+  const int64_t total = ref.params.size();
+  const int slots = kernels::optimizerStateSlots(ref.params.optimizer().kind);
+  for (int s = 0; s < pipe.stages(); ++s) {
+    DenseParameters& p = pipe.stage(s).parameters();
+    const int64_t at = pipe.stage(s).parameterOffset(), n = p.size();
+    for (int slot = 0; slot <= slots; ++slot) {
+      ASSERT_EQ(std::memcmp(p.block() + slot * n, ref.params.block() + slot * total + at, size_t(n) * 4), 0)
+          << what << ": stage " << s << (slot == 0 ? " weights" : " optimizer state");
+    }
+  }
+}
+
+void loadWeights(InProcessPipeline& pipe, const Unsplit& ref) {
+  for (int s = 0; s < pipe.stages(); ++s) {
+    DenseParameters& p = pipe.stage(s).parameters();
+    std::copy_n(ref.params.weights() + pipe.stage(s).parameterOffset(), p.size(), p.weights());
+  }
+}
+
+TEST(Pipeline, EveryScheduleAndCutGivesTheUnsplitModelsBits) {
+  caf::actor_system_config cfg;
+  caf::actor_system system{cfg};
+  for (PipelineSchedule schedule : kSchedules) {
+    for (int p = 1; p <= 4; ++p) {
+      for (int m : {1, 3, 4, 8}) {
+        const std::string what = std::string(pipelineScheduleName(schedule)) + " p " + std::to_string(p) + " m " +
+                                 std::to_string(m);
+        Unsplit ref;
+        InProcessPipeline pipe(system, stagesOf(p, m, schedule));
+        loadWeights(pipe, ref);
+        for (int64_t step = 1; step <= 3; ++step) {
+          const BatchPtr batch = randomBatch(26, uint64_t(step) * 101 + uint64_t(m));
+          ref.step(step, *batch, m);
+          auto loss = pipe.step(step, batch);
+          ASSERT_TRUE(loss.hasValue()) << what << ": " << loss.status().message();
+          EXPECT_GT(*loss, 0.0) << what;
+          expectSameBits(pipe, ref, what + " step " + std::to_string(step));
+          if (HasFatalFailure()) return;
+        }
+        for (int s = 0; s < p; ++s) {
+          const int held = schedule == PipelineSchedule::kGpipe ? m : std::min(p - s, m);
+          EXPECT_EQ(pipe.stage(s).peakHeld(), held) << what << " stage " << s;
+        }
+      }
+    }
+  }
+}
+
+// A link that delays each message by 0 to 3 ms and sends a third of them
+// twice: micro-batches arrive out of order, late and doubled, and the
+// stages still end every step with the unsplit model's bits.
+TEST(Pipeline, DelayedDuplicatedAndReorderedMessagesChangeNothing) {
+  caf::actor_system_config cfg;
+  caf::actor_system system{cfg};
+  auto mu = std::make_shared<std::mutex>();
+  auto rng = std::make_shared<std::mt19937>(11);
+  auto sent = std::make_shared<int>(0), doubled = std::make_shared<int>(0);
+  StageLink link = [mu, rng, sent, doubled](caf::event_based_actor* self, const caf::actor& to, StageMessagePtr m) {
+    int copies = 1, delay[2] = {0, 0};
+    {
+      std::lock_guard lock(*mu);
+      copies = (*rng)() % 3 == 0 ? 2 : 1;
+      for (int& d : delay) d = int((*rng)() % 4);
+      ++*sent;
+      *doubled += copies - 1;
+    }
+    for (int c = 0; c < copies; ++c) self->delayed_send(to, std::chrono::milliseconds(delay[c]), m);
+  };
+  for (PipelineSchedule schedule : kSchedules) {
+    const int p = 4, m = 6;
+    Unsplit ref;
+    InProcessPipeline pipe(system, stagesOf(p, m, schedule), link, std::chrono::seconds(60));
+    loadWeights(pipe, ref);
+    for (int64_t step = 1; step <= 4; ++step) {
+      const BatchPtr batch = randomBatch(24, uint64_t(step) * 7);
+      ref.step(step, *batch, m);
+      auto loss = pipe.step(step, batch);
+      ASSERT_TRUE(loss.hasValue()) << loss.status().message();
+      expectSameBits(pipe, ref, std::string(pipelineScheduleName(schedule)) + " step " + std::to_string(step));
+    }
+  }
+  std::lock_guard lock(*mu);
+  // 4 stages, 6 micro-batches: 3 activations and 3 gradients each, 4 steps, 2 schedules.
+  EXPECT_EQ(*sent, 2 * 4 * 6 * 6);
+  EXPECT_GT(*doubled, 20) << "the link doubled messages";
+}
+
+TEST(Pipeline, AMessageOfTheWrongShapeIsRefusedNamingIt) {
+  auto opts = stagesOf(2, 2, PipelineSchedule::kGpipe);
+  PipelineStage stage(opts[1]);
+  ASSERT_TRUE(stage.beginStep(1, randomBatch(8, 1)).isOk());
+  StageMessage m;
+  m.kind = StageMessage::Kind::kActivation;
+  m.step = 1;
+  m.microBatch = 0;
+  m.rows = 4;
+  m.values.assign(4 * 3, 0.5f);  // the stage takes 4 rows of its input width, not 3
+  EXPECT_TRUE(stage.deliver(m));
+  EXPECT_FALSE(stage.deliver(m)) << "a second copy is dropped";
+  Status s = stage.run([](StageMessage&&) {});
+  EXPECT_EQ(s.code(), Status::Code::kCorruption) << s.message();
+  EXPECT_NE(s.message().find("the activation of micro-batch 0 of step 1 holds 12 values of 4 rows"), std::string::npos)
+      << s.message();
+  m.microBatch = 2;  // only micro-batches 0 and 1
+  EXPECT_FALSE(stage.deliver(m));
+  EXPECT_EQ(stage.beginStep(2, randomBatch(1, 2)).code(), Status::Code::kInternal) << "step 1 is not done";
+}
+
+TEST(Pipeline, AStepThatCannotFinishIsATimeoutNamingTheStages) {
+  caf::actor_system_config cfg;
+  caf::actor_system system{cfg};
+  // A link that loses every gradient: the backwards wait for ever.
+  StageLink lossy = [](caf::event_based_actor* self, const caf::actor& to, StageMessagePtr m) {
+    if (m->kind == StageMessage::Kind::kActivation) self->send(to, m);
+  };
+  InProcessPipeline pipe(system, stagesOf(3, 2, PipelineSchedule::k1F1B), lossy, std::chrono::milliseconds(500));
+  auto loss = pipe.step(1, randomBatch(8, 3));
+  ASSERT_FALSE(loss.hasValue());
+  EXPECT_EQ(loss.status().code(), Status::Code::kTimeout);
+  EXPECT_NE(loss.status().message().find("stages 0, 1 still at work"), std::string::npos) << loss.status().message();
+}
+
+}  // namespace
+}  // namespace troupe::workers

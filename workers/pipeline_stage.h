@@ -1,0 +1,137 @@
+// PipelineStage: one stage of an MLP cut into stages (workers/pipeline_schedule.h):
+// a contiguous range of its layers with their weights, optimizer state and
+// gradients (a DenseParameters of its own), running its schedule's
+// instructions for each step's micro-batches as their inputs arrive.
+//
+// A step's batch is cut into m micro-batches of contiguous rows (micro-batch
+// i: rows [i R / m, (i + 1) R / m)). Stage 0 reads their features from the
+// batch, the last stage their labels; in between, a forward waits for the
+// micro-batch's activation from the stage before and a backward for its
+// gradient from the stage after. Messages come in any order, late, or twice:
+// each is kept until its instruction runs (one of a later step until that
+// step begins), and a second copy, or one of a step gone, is dropped. An
+// asynchronous mailbox therefore cannot deadlock a schedule whose lists can
+// finish at all (pipelineBubble checks that they can).
+//
+// The loss: each micro-batch's softmax cross-entropy gradient (averaged
+// over its rows) times rows / R, so the accumulated gradient is the whole
+// batch's mean; backwards run in micro-batch order, the first overwriting
+// the gradients and the rest adding to them: the unsplit model's
+// micro-batch loop gives the same bits.
+//
+// Threading: one owner (a stage actor, workers/pipeline_actor.h).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include "common/status.h"
+#include "kernels/row_optimizer.h"
+#include "workers/batch.h"
+#include "workers/dense_parameters.h"
+#include "workers/mlp.h"
+#include "workers/pipeline_schedule.h"
+
+namespace troupe::kernels {
+class Kernels;
+}
+
+namespace troupe::workers {
+
+// An activation (forward, to the next stage) or the gradient of one
+// (backward, to the stage before), of one micro-batch of one step.
+struct StageMessage {
+  enum class Kind : uint8_t { kActivation, kGradient };
+  Kind kind = Kind::kActivation;
+  int64_t step = 0;
+  int32_t microBatch = 0;
+  int64_t rows = 0;
+  std::vector<float> values;  // [rows x width]
+};
+
+struct PipelineStageOptions {
+  std::vector<int64_t> widths;  // the whole MLP's: {in, h1, ..., classes}
+  std::vector<int> cut;         // cutMlpLayers: the first layer of each stage, then the layer count
+  int stage = 0;
+  int microBatches = 1;
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;
+  kernels::OptimizerConfig optimizer;
+  std::shared_ptr<kernels::Kernels> kernels;
+};
+
+class PipelineStage final {
+ public:
+  // Throws SetupError for a stage out of the cut or a cut that does not fit
+  // the widths.
+  explicit PipelineStage(PipelineStageOptions options);
+
+  int stage() const { return options_.stage; }
+  int stages() const { return int(options_.cut.size()) - 1; }
+  bool first() const { return options_.stage == 0; }
+  bool last() const { return options_.stage == stages() - 1; }
+  // This stage's weights, optimizer state and gradients: the slice
+  // [parameterOffset(), + parameters().size()) of the unsplit model's.
+  DenseParameters& parameters() { return *params_; }
+  int64_t parameterOffset() const { return offset_; }
+
+  // Starts step `step` (>= 1, one after another) on `batch` (R >= m rows);
+  // messages of an earlier step still held are dropped.
+  Status beginStep(int64_t step, BatchPtr batch);
+  // A message from a neighbour: kept (true) or dropped (false: a second
+  // copy, a step gone, a micro-batch out of range).
+  bool deliver(const StageMessage& m);
+  // Runs every instruction whose input is here; sends what it makes through
+  // `send`. The first error ends the step.
+  Status run(const std::function<void(StageMessage&&)>& send);
+  // The step begun last (0: none yet).
+  int64_t currentStep() const { return step_; }
+  // Every instruction of the step ran.
+  bool stepDone() const { return begun_ && next_ == instructions_.size(); }
+  // The optimizer step on the accumulated gradients (after stepDone).
+  Status applyOptimizer();
+
+  // The last stage: the step's mean loss (over its micro-batches, weighted
+  // by rows).
+  double stepLoss() const { return loss_; }
+  // The most micro-batches whose activations this stage held at once
+  // (since it was made).
+  int peakHeld() const { return peakHeld_; }
+  // Seconds spent in forwards and backwards (since it was made).
+  double busySeconds() const { return busy_; }
+
+ private:
+  using Key = std::tuple<int64_t, StageMessage::Kind, int32_t>;  // (step, kind, micro-batch)
+  int64_t rowsOf(int mb) const;
+  int64_t firstRowOf(int mb) const;
+  Status forward(int mb, const std::function<void(StageMessage&&)>& send);
+  Status backward(int mb, const std::function<void(StageMessage&&)>& send);
+
+  PipelineStageOptions options_;
+  std::vector<int64_t> stageWidths_;
+  int64_t offset_ = 0;
+  std::unique_ptr<DenseParameters> params_;
+  std::unique_ptr<Mlp> mlp_;
+  std::vector<PipeInstr> instructions_;
+  int64_t step_ = 0;
+  bool begun_ = false;
+  size_t next_ = 0;
+  int backwards_ = 0;
+  BatchPtr batch_;
+  std::map<Key, StageMessage> held_;  // arrived, not yet used
+  std::set<Key> used_;                // of the current step
+  std::map<int, Mlp::Activations> inFlight_;
+  std::map<int, std::vector<float>> inputs_;  // activations received, kept until the backward
+  std::map<int, std::vector<float>> dLogits_;  // the last stage's
+  std::vector<float> gradient_;  // the gradient of the backward under way (from the next stage)
+  std::vector<float> dx_;
+  double loss_ = 0;
+  int peakHeld_ = 0;
+  double busy_ = 0;
+};
+
+}  // namespace troupe::workers
