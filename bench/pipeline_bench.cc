@@ -75,8 +75,10 @@ double unsplitSeconds(const std::vector<int64_t>& widths, int64_t rows, int m, i
   Mlp mlp(widths, false, &params, 0);
   mlp.initialize(1);
   std::vector<float> d;
+  std::vector<BatchPtr> batches;  // made before the clock starts, as the pipelined run's
+  for (int s = 0; s < steps + 3; ++s) batches.push_back(batchOf(rows * m, widths.front(), uint64_t(s)));
   auto step = [&](int64_t s) {
-    const BatchPtr b = batchOf(rows * m, widths.front(), uint64_t(s));
+    const BatchPtr& b = batches[size_t(s - 1)];
     for (int i = 0; i < m; ++i) {
       const int64_t first = b->rows * i / m, n = b->rows * (i + 1) / m - first;
       (void)mlp.forward(*k, b->dense.data() + first * b->denseWidth, n);
@@ -94,8 +96,9 @@ double unsplitSeconds(const std::vector<int64_t>& widths, int64_t rows, int m, i
 
 struct Measured {
   double stepSeconds = 0;
-  std::vector<double> idle;  // by stage
-  std::vector<int> held;     // by stage
+  std::vector<double> idle;   // by stage
+  std::vector<int> held;      // by stage
+  std::vector<double> model;  // by stage: the schedule's idle share for the stages' measured costs
 };
 
 Measured pipelined(caf::actor_system& system, const std::vector<int64_t>& widths, int p, int m,
@@ -114,6 +117,12 @@ Measured pipelined(caf::actor_system& system, const std::vector<int64_t>& widths
     stages.push_back(std::move(o));
   }
   InProcessPipeline pipe(system, std::move(stages));
+  {
+    // The unsplit model's initial weights, as `troupe train` starts them.
+    DenseParameters params(Mlp::parameterCount(widths), sgd());
+    Mlp(widths, false, &params, 0).initialize(1);
+    pipe.loadWeights(params.weights());
+  }
   std::vector<BatchPtr> batches;
   for (int s = 0; s < steps + 3; ++s) batches.push_back(batchOf(rows * m, widths.front(), uint64_t(s)));
   for (int s = 1; s <= 3; ++s) {
@@ -136,17 +145,13 @@ Measured pipelined(caf::actor_system& system, const std::vector<int64_t>& widths
     out.idle.push_back(1.0 - (pipe.stage(s).busySeconds() - busy0[size_t(s)]) / wall);
     out.held.push_back(pipe.stage(s).peakHeld());
   }
-  return out;
-}
-
-std::string joined(const std::vector<double>& v) {
-  std::string s;
-  char buf[32];
-  for (double x : v) {
-    std::snprintf(buf, sizeof buf, "%s%.1f", s.empty() ? "" : " ", x * 100);
-    s += buf;
+  std::vector<double> forward, backward;
+  for (int s = 0; s < p; ++s) {
+    forward.push_back(pipe.stage(s).meanForwardSeconds());
+    backward.push_back(pipe.stage(s).meanBackwardSeconds());
   }
-  return s;
+  out.model = pipelineIdle(schedule, m, forward, backward);
+  return out;
 }
 
 }  // namespace
@@ -180,6 +185,13 @@ int main(int argc, char** argv) {
     }
   }
   const std::vector<int64_t> widths(size_t(layers) + 1, width);
+  for (int p : stageCounts) {
+    if (unsigned(p) > std::thread::hardware_concurrency()) {
+      std::fprintf(stderr, "troupe_pipeline_bench: warning: %d stages on %u hardware threads cannot all compute at "
+                           "once: the idle shares below are the threads', not the schedule's\n",
+                   p, std::thread::hardware_concurrency());
+    }
+  }
   caf::actor_system_config cfg;
   caf::actor_system system{cfg};
   std::printf("MLP of %d layers of %lld, %lld rows a micro-batch, %d steps (after 3), one thread a stage; %u "
@@ -188,36 +200,46 @@ int main(int argc, char** argv) {
   // The bubble is the busiest stage's idle share (the others wait for it
   // besides: the first stage's backward skips its input's gradient, the
   // last computes the loss).
-  std::printf("| schedule | p | m | formula | bubble (busiest stage) | / formula | idle by stage (%%) | held by stage | "
-              "steps/s | unsplit steps/s | x unsplit |\n| --- | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | "
-              "---: | ---: |\n");
+  // model: pipelineIdle with each stage's measured forward and backward
+  // times (what the schedule leaves idle for these unequal stages, with
+  // messages free); measured - model is what the messages and threads cost.
+  std::printf("| schedule | p | m | formula | model (busiest) | measured (busiest) | measured / formula | measured - "
+              "model | idle by stage, measured (model) %% | held by stage | steps/s | x unsplit |\n| --- | ---: | ---: | "
+              "---: | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: |\n");
   for (PipelineSchedule schedule : {PipelineSchedule::kGpipe, PipelineSchedule::k1F1B}) {
     for (int p : stageCounts) {
       for (int m : micro) {
         const Measured r = pipelined(system, widths, p, m, schedule, rows, steps);
         const double unsplit = unsplitSeconds(widths, rows, m, steps);
         const double formula = double(p - 1) / double(m + p - 1);
-        const double bubble = *std::min_element(r.idle.begin(), r.idle.end());
-        std::string held;
-        for (int h : r.held) {
+        // The busiest stage: the one the model leaves least idle.
+        const size_t busiest = size_t(std::min_element(r.model.begin(), r.model.end()) - r.model.begin());
+        std::string held, idle;
+        char buf[64];
+        for (int s = 0; s < p; ++s) {
+          std::snprintf(buf, sizeof buf, "%s%.1f (%.1f)", s ? " " : "", r.idle[size_t(s)] * 100, r.model[size_t(s)] * 100);
+          idle += buf;
           if (!held.empty()) held += ' ';
-          held += std::to_string(h);
+          held += std::to_string(r.held[size_t(s)]);
         }
-        std::printf("| %s | %d | %d | %.1f%% | %.1f%% | %.2f | %s | %s | %.1f | %.1f | %.2f |\n",
-                    pipelineScheduleName(schedule), p, m, formula * 100, bubble * 100, formula > 0 ? bubble / formula : 0.0,
-                    joined(r.idle).c_str(), held.c_str(), 1.0 / r.stepSeconds, 1.0 / unsplit, unsplit / r.stepSeconds);
+        std::printf("| %s | %d | %d | %.1f%% | %.1f%% | %.1f%% | %.2f | %+.1f pts | %s | %s | %.1f | %.2f |\n",
+                    pipelineScheduleName(schedule), p, m, formula * 100, r.model[busiest] * 100, r.idle[busiest] * 100,
+                    formula > 0 ? r.idle[busiest] / formula : 0.0, (r.idle[busiest] - r.model[busiest]) * 100,
+                    idle.c_str(), held.c_str(), 1.0 / r.stepSeconds, unsplit / r.stepSeconds);
         std::fflush(stdout);
       }
     }
   }
-  // The messages alone: a model of 8 wide layers, one row a micro-batch.
-  {
+  // The messages alone: a model of 8 wide layers, one row a micro-batch
+  // (its compute is a few microseconds a step): the step's wall over its
+  // messages, driver and optimizer included, bounds a message's cost.
+  if (layers >= 2) {
     const std::vector<int64_t> tiny(size_t(layers) + 1, 8);
-    const int p = std::min(2, layers), m = 32;
+    const int p = 2, m = 32;
     const Measured r = pipelined(system, tiny, p, m, PipelineSchedule::k1F1B, 1, steps * 5);
     const double messages = 2.0 * (p - 1) * m;  // an activation and a gradient each boundary, each micro-batch
-    std::printf("\nmessages: %d stages, %d micro-batches of 1 row of width 8: %.1f us a step, %.1f us a micro-batch "
-                "message (the step's wall over its %.0f messages)\n",
+    std::printf("\nmessages: %d stages, %d micro-batches of 1 row of width 8: %.1f us a step, at most %.1f us a "
+                "micro-batch message (the step's wall, compute and driver included, over its %.0f messages)\n",
                 p, m, r.stepSeconds * 1e6, r.stepSeconds * 1e6 / messages, messages);
   }
   return 0;

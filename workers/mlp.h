@@ -8,7 +8,7 @@
 //
 // forward keeps each layer's output for backward; the input pointer must stay
 // valid until backward returns. backward overwrites this MLP's slice of the
-// gradient buffer. Threading: one owner.
+// gradient buffer, or adds to it (micro-batches). Threading: one owner.
 #pragma once
 
 #include <cstdint>

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/check.h"
 #include "workers/messages.h"
 
 namespace troupe::workers {
@@ -93,10 +94,12 @@ InProcessPipeline::~InProcessPipeline() {
 }
 
 void InProcessPipeline::loadWeights(const float* model) {
+  TROUPE_CHECK(!failed(), "pipeline: weights loaded after a failed step");
   for (auto& s : stages_) std::copy_n(model + s->parameterOffset(), s->parameters().size(), s->parameters().weights());
 }
 
 void InProcessPipeline::copyWeights(float* model) const {
+  TROUPE_CHECK(!failed(), "pipeline: weights read after a failed step");
   for (const auto& s : stages_) std::copy_n(s->parameters().weights(), s->parameters().size(), model + s->parameterOffset());
 }
 
@@ -107,6 +110,7 @@ int64_t InProcessPipeline::parameterCount() const {
 }
 
 Expected<double> InProcessPipeline::step(int64_t step, BatchPtr batch) {
+  if (failed()) return Status::internal(fmt::format("pipeline: step {} after a failed step ({})", step, failure_));
   caf::scoped_actor self{system_};
   for (auto& a : actors_) self->send(a, pipe_step_atom::value, step, batch);
   std::set<int32_t> left;
@@ -129,11 +133,15 @@ Expected<double> InProcessPipeline::step(int64_t step, BatchPtr batch) {
         },
         caf::after(std::max(wait, std::chrono::milliseconds(0))) >> [&] { timedOut = true; });
     if (timedOut) {
-      return Status::timeout(fmt::format("pipeline: step {} not done within {} ms: stages {} still at work", step,
-                                         timeout_.count(), fmt::join(left, ", ")));
+      failure_ = fmt::format("pipeline: step {} not done within {} ms: stages {} still at work", step, timeout_.count(),
+                             fmt::join(left, ", "));
+      return Status::timeout(failure_);
     }
   }
-  if (!error.empty()) return Status::internal(error);
+  if (!error.empty()) {
+    failure_ = error;
+    return Status::internal(error);
+  }
   return loss;
 }
 

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <caf/actor.hpp>
@@ -53,8 +54,12 @@ class InProcessPipeline final {
   // Runs step `step` (1, 2, ...) on `batch`: every stage's instructions,
   // then every stage's optimizer step. The step's loss, or the first
   // stage's error; a step not done within the timeout is a Timeout naming
-  // the stages still at work.
+  // the stages still at work. A failed step is the pipeline's end: some
+  // stages may still be at work and others have stepped their optimizer,
+  // so every later step is refused (the caller ends, as a lost stage would;
+  // supervision restarts it) and the stages must not be read.
   Expected<double> step(int64_t step, BatchPtr batch);
+  bool failed() const { return !failure_.empty(); }
 
   // Between steps.
   int stages() const { return int(stages_.size()); }
@@ -70,6 +75,7 @@ class InProcessPipeline final {
   std::vector<std::shared_ptr<PipelineStage>> stages_;  // each read by its actor during a step
   std::vector<caf::actor> actors_;
   std::chrono::milliseconds timeout_;
+  std::string failure_;  // the failed step's error: none may follow
 };
 
 }  // namespace troupe::workers

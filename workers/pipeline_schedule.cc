@@ -49,7 +49,17 @@ int peakInFlight(const std::vector<PipeInstr>& instructions) {
 }
 
 std::vector<double> pipelineBubble(PipelineSchedule schedule, int stages, int microBatches, double backwardCost) {
+  return pipelineIdle(schedule, microBatches, std::vector<double>(size_t(stages), 1.0),
+                      std::vector<double>(size_t(stages), backwardCost));
+}
+
+std::vector<double> pipelineIdle(PipelineSchedule schedule, int microBatches, const std::vector<double>& forward,
+                                 const std::vector<double>& backward) {
   using Op = PipeInstr::Op;
+  const int stages = int(forward.size());
+  TROUPE_CHECK(backward.size() == forward.size(), "pipelineIdle: {} forward and {} backward costs", forward.size(),
+               backward.size());
+  if (stages == 0) return {};
   std::vector<std::vector<PipeInstr>> lists;
   for (int s = 0; s < stages; ++s) lists.push_back(pipelineInstructions(schedule, stages, s, microBatches));
   constexpr double kNever = std::numeric_limits<double>::infinity();
@@ -74,7 +84,7 @@ std::vector<double> pipelineBubble(PipelineSchedule schedule, int stages, int mi
           ready = s == stages - 1 ? fwd[size_t(s)][mb] : bwd[size_t(s) + 1][mb];
         }
         if (ready == kNever) break;
-        const double cost = in.op == Op::kForward ? 1.0 : backwardCost;
+        const double cost = in.op == Op::kForward ? forward[size_t(s)] : backward[size_t(s)];
         const double start = std::max(clock[size_t(s)], ready);
         clock[size_t(s)] = start + cost;
         busy[size_t(s)] += cost;

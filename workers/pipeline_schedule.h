@@ -54,6 +54,10 @@ int peakInFlight(const std::vector<PipeInstr>& instructions);
 // the share of the makespan each stage is idle, by stage; empty when the
 // lists cannot all finish (a deadlock).
 std::vector<double> pipelineBubble(PipelineSchedule schedule, int stages, int microBatches, double backwardCost = 1.0);
+// The same with each stage's own forward and backward time (a micro-batch's,
+// by stage): what the schedule leaves idle for stages of unequal work.
+std::vector<double> pipelineIdle(PipelineSchedule schedule, int microBatches, const std::vector<double>& forward,
+                                 const std::vector<double>& backward);
 
 // The cut of an MLP of these widths (layers l: widths[l] -> widths[l + 1])
 // into `stages` contiguous ranges of layers, balanced by parameter count

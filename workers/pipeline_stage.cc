@@ -46,10 +46,7 @@ Status PipelineStage::beginStep(int64_t step, BatchPtr batch) {
   if (begun_ && !stepDone()) {
     return Status::internal(fmt::format("pipeline stage {}: step {} began before step {} ended", stage(), step, step_));
   }
-  if (!batch || batch->rows < options_.microBatches) {
-    return Status::invalidArgument(fmt::format("pipeline stage {}: a batch of {} rows for {} micro-batches", stage(),
-                                               batch ? batch->rows : 0, options_.microBatches));
-  }
+  if (!batch || batch->rows < 1) return Status::invalidArgument(fmt::format("pipeline stage {}: an empty batch", stage()));
   if (first() && batch->denseWidth != stageWidths_.front()) {
     return Status::invalidArgument(
         fmt::format("pipeline stage 0: batch has {} features, the MLP takes {}", batch->denseWidth, stageWidths_.front()));
@@ -111,7 +108,10 @@ Status PipelineStage::run(const std::function<void(StageMessage&&)>& send) {
       held_.erase(it);
     }
     Status s = forwardStep ? forward(in.microBatch, send) : backward(in.microBatch, send);
-    busy_ += secondsSince(started);
+    const double took = secondsSince(started);
+    busy_ += took;
+    (forwardStep ? forwardSeconds_ : backwardSeconds_) += took;
+    ++(forwardStep ? forwardCount_ : backwardCount_);
     if (!s.isOk()) return s;
     ++next_;
   }
@@ -181,7 +181,10 @@ Status PipelineStage::backward(int mb, const std::function<void(StageMessage&&)>
 
 Status PipelineStage::applyOptimizer() {
   if (!stepDone()) return Status::internal(fmt::format("pipeline stage {}: optimizer before step {} ended", stage(), step_));
-  return params_->apply(*options_.kernels, step_);
+  const auto started = std::chrono::steady_clock::now();
+  Status s = params_->apply(*options_.kernels, step_);
+  busy_ += secondsSince(started);
+  return s;
 }
 
 }  // namespace troupe::workers

@@ -79,8 +79,9 @@ class PipelineStage final {
   DenseParameters& parameters() { return *params_; }
   int64_t parameterOffset() const { return offset_; }
 
-  // Starts step `step` (>= 1, one after another) on `batch` (R >= m rows);
-  // messages of an earlier step still held are dropped.
+  // Starts step `step` (>= 1, one after another) on `batch` (R >= 1 rows;
+  // with R < m some micro-batches are empty: an epoch's last batch may be
+  // short); messages of an earlier step still held are dropped.
   Status beginStep(int64_t step, BatchPtr batch);
   // A message from a neighbour: kept (true) or dropped (false: a second
   // copy, a step gone, a micro-batch out of range).
@@ -101,8 +102,12 @@ class PipelineStage final {
   // The most micro-batches whose activations this stage held at once
   // (since it was made).
   int peakHeld() const { return peakHeld_; }
-  // Seconds spent in forwards and backwards (since it was made).
+  // Seconds spent in forwards, backwards and optimizer steps (since it was
+  // made), and a
+  // micro-batch's forward and backward on average.
   double busySeconds() const { return busy_; }
+  double meanForwardSeconds() const { return forwardCount_ ? forwardSeconds_ / double(forwardCount_) : 0.0; }
+  double meanBackwardSeconds() const { return backwardCount_ ? backwardSeconds_ / double(backwardCount_) : 0.0; }
 
  private:
   using Key = std::tuple<int64_t, StageMessage::Kind, int32_t>;  // (step, kind, micro-batch)
@@ -132,6 +137,8 @@ class PipelineStage final {
   double loss_ = 0;
   int peakHeld_ = 0;
   double busy_ = 0;
+  double forwardSeconds_ = 0, backwardSeconds_ = 0;
+  int64_t forwardCount_ = 0, backwardCount_ = 0;
 };
 
 }  // namespace troupe::workers

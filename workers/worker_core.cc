@@ -30,9 +30,17 @@ WorkerCore::WorkerCore(const WorkerCoreOptions& options)
     mlp_ = std::make_unique<Mlp>(options_.mlpWidths, false, params_.get(), 0);
     mlp_->initialize(options_.seed);
     if (options_.pipeline) {
+      // The stages hold the weights and optimizer state; the core keeps a
+      // copy of the weights. What works on its optimizer state (checkpoints,
+      // a step undone for a group formed again) has no pipeline yet.
+      if (options_.pipeline->parameterCount() != params_->size()) {
+        TROUPE_SETUP_ERROR("pipeline of {} weights for an MLP of {}", options_.pipeline->parameterCount(),
+                           params_->size());
+      }
+      if (options_.comm || options_.denseOnServers || options_.keepPrevious) {
+        TROUPE_SETUP_ERROR("pipeline stages run in one process; their gradients are not all-reduced or pushed yet");
+      }
       // The stages start from the unsplit model's initial weights.
-      TROUPE_CHECK(options_.pipeline->parameterCount() == params_->size(), "pipeline of {} weights for an MLP of {}",
-                   options_.pipeline->parameterCount(), params_->size());
       options_.pipeline->loadWeights(params_->weights());
     }
   } else {
