@@ -383,14 +383,16 @@ int runTrain(const TrainFlags& flags) {
   }
   collectivesBackend(config);  // a bad value fails here, before any process starts
   const workers::PipelineConfig pipeline = workers::pipelineOf(config);
-  if (pipeline.stages > 1) {
+  if (pipeline.any()) {
+    const std::string what = fmt::format("pipeline.stages = {}, pipeline.replicas = {}", pipeline.stages,
+                                         pipeline.replicas);
     if (worker.core.kind != workers::ModelKind::kMlp) {
-      TROUPE_SETUP_ERROR("config: pipeline.stages = {} cuts the MLP (model.kind = mlp); the {} model is not cut into "
-                         "stages yet", pipeline.stages, config.getString("model.kind"));
+      TROUPE_SETUP_ERROR("config: {} runs the MLP (model.kind = mlp) in stages; the {} model is not cut into "
+                         "stages yet", what, config.getString("model.kind"));
     }
     if (clusterWorkers > 0) {
-      TROUPE_SETUP_ERROR("config: pipeline.stages = {} runs its stages in one process today; stages across processes "
-                         "are not built yet (leave cluster.workers at 0)", pipeline.stages);
+      TROUPE_SETUP_ERROR("config: {} runs its stages in one process today; stages across processes are not built "
+                         "yet (leave cluster.workers at 0)", what);
     }
     if (config.getInt("train.batch_size") < pipeline.microBatches) {
       TROUPE_SETUP_ERROR("config: pipeline.micro_batches = {} cuts each batch of train.batch_size = {}: at most one "
@@ -403,8 +405,9 @@ int runTrain(const TrainFlags& flags) {
     for (int st = 0; st < pipeline.stages; ++st) {
       stages.push_back(fmt::format("layers {}-{}", job.pipelineCut[size_t(st)], job.pipelineCut[size_t(st) + 1] - 1));
     }
-    log->info("train: the MLP in {} pipeline stages ({}), {} micro-batches a batch, schedule {}", pipeline.stages,
-              fmt::join(stages, ", "), pipeline.microBatches, workers::pipelineScheduleName(pipeline.schedule));
+    log->info("train: the MLP in {} pipeline stages ({}), {} micro-batches a batch, schedule {}{}", pipeline.stages,
+              fmt::join(stages, ", "), pipeline.microBatches, workers::pipelineScheduleName(pipeline.schedule),
+              pipeline.replicas > 1 ? fmt::format(", {} replicas (data parallel)", pipeline.replicas) : "");
   }
   {
     const workers::CompressionConfig c = workers::compressionOf(config);

@@ -147,6 +147,9 @@ std::vector<Config::Key> troupeConfigSchema() {
       {"pipeline.stages", T::kInt, int64_t{1},
        "the MLP cut into this many stages by layers, each a stage actor; activations go forward and gradients back "
        "as messages, micro-batch by micro-batch (1: no pipeline; today in a run of one process)"},
+      {"pipeline.replicas", T::kInt, int64_t{1},
+       "data parallelism in one process: this many copies of the pipeline, each on a share of every batch, each "
+       "stage's gradients summed over its copies before the optimizer step (1: one pipeline)"},
       {"pipeline.micro_batches", T::kInt, int64_t{4},
        "pipeline.stages > 1: micro-batches a batch is cut into (at most train.batch_size)"},
       {"pipeline.schedule", T::kString, std::string("1f1b"),

@@ -227,6 +227,9 @@ PipelineConfig pipelineOf(const Config& c) {
   if (micro < 1 || micro > 4096) TROUPE_SETUP_ERROR("config: pipeline.micro_batches must be 1 to 4096, got {}", micro);
   out.stages = int(stages);
   out.microBatches = int(micro);
+  const int64_t replicas = c.getInt("pipeline.replicas");
+  if (replicas < 1 || replicas > 64) TROUPE_SETUP_ERROR("config: pipeline.replicas must be 1 to 64, got {}", replicas);
+  out.replicas = int(replicas);
   const std::string schedule = c.getString("pipeline.schedule");
   auto kind = pipelineScheduleOf(schedule);
   if (!kind) TROUPE_SETUP_ERROR("config: pipeline.schedule must be gpipe or 1f1b, got '{}'", schedule);

@@ -65,7 +65,9 @@ CompressionConfig compressionOf(const Config& c);
 // the key.
 struct PipelineConfig {
   int stages = 1;
+  int replicas = 1;  // data-parallel copies of the pipeline (one process)
   int microBatches = 4;
+  bool any() const { return stages > 1 || replicas > 1; }
   PipelineSchedule schedule = PipelineSchedule::k1F1B;
   std::vector<int> cut;  // the first layer of stages 1 .. stages - 1, or empty
 };

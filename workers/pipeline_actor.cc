@@ -1,6 +1,7 @@
 #include "workers/pipeline_actor.h"
 
 #include <algorithm>
+#include <cstring>
 #include <set>
 
 #include <caf/all.hpp>
@@ -8,6 +9,7 @@
 #include <fmt/ranges.h>
 
 #include "common/check.h"
+#include "transport/tensor.h"
 #include "workers/messages.h"
 
 namespace troupe::workers {
@@ -16,8 +18,11 @@ namespace {
 struct StageState {
   std::shared_ptr<PipelineStage> stage;
   caf::actor prev, next;
+  bool prevRemote = false, nextRemote = false;
   caf::actor driver;  // of the step under way (the sender of its pipe_step)
   StageLink link;
+  StageBatches batches;
+  bool holdOptimizer = false;  // data parallelism: step only at pipe_apply
   int64_t reported = 0;  // the last step told to the driver
   static inline const char* name = "pipeline_stage";
 };
@@ -37,7 +42,16 @@ void advance(StageSelf* self, int64_t step) {
   PipelineStage& stage = *st.stage;
   auto send = [self](StageMessage&& m) {
     auto& st = self->state;
-    const caf::actor& to = m.kind == StageMessage::Kind::kActivation ? st.next : st.prev;
+    const bool forward = m.kind == StageMessage::Kind::kActivation;
+    const caf::actor& to = forward ? st.next : st.prev;
+    if (forward ? st.nextRemote : st.prevRemote) {
+      // Another process: the values go as a raw float32 buffer.
+      const int32_t kind = int32_t(m.kind), mb = m.microBatch;
+      const int64_t step = m.step, rows = m.rows;
+      self->send(to, pipe_act_atom::value, kind, step, mb, rows,
+                 transport::Tensor::adopt(std::move(m.values), transport::DType::kFloat32));
+      return;
+    }
     auto ptr = std::make_shared<const StageMessage>(std::move(m));
     if (st.link) {
       st.link(self, to, std::move(ptr));
@@ -47,47 +61,130 @@ void advance(StageSelf* self, int64_t step) {
   };
   Status s = stage.run(send);
   if (s.isOk() && !stage.stepDone()) return;
-  if (s.isOk()) s = stage.applyOptimizer();
+  if (s.isOk() && !st.holdOptimizer) s = stage.applyOptimizer();
   tell(self, step, s.isOk() ? stage.stepLoss() : 0.0, s.isOk() ? std::string() : s.message());
 }
 
-caf::behavior stageActor(StageSelf* self, std::shared_ptr<PipelineStage> stage, StageLink link) {
+void begin(StageSelf* self, int64_t step, BatchPtr batch, int64_t lossRows) {
+  auto& st = self->state;
+  st.driver = caf::actor_cast<caf::actor>(self->current_sender());
+  Status s = st.stage->beginStep(step, std::move(batch), lossRows);
+  if (!s.isOk()) return tell(self, step, 0.0, s.message());
+  advance(self, step);
+}
+
+// A message from a neighbour: kept for a later step, or dropped (a second
+// copy, a step gone), else the stage runs what it can.
+void received(StageSelf* self, const StageMessage& m) {
+  auto& st = self->state;
+  if (!st.stage->deliver(m)) return;
+  if (st.reported >= st.stage->currentStep() || st.stage->stepDone()) return;
+  advance(self, st.stage->currentStep());
+}
+
+caf::behavior stageActor(StageSelf* self, std::shared_ptr<PipelineStage> stage, StageLink link, StageBatches batches,
+                         bool holdOptimizer) {
   self->state.stage = std::move(stage);
   self->state.link = std::move(link);
+  self->state.batches = std::move(batches);
+  self->state.holdOptimizer = holdOptimizer;
   return {
-      [=](pipe_links_atom, caf::actor prev, caf::actor next) {
-        self->state.prev = std::move(prev);
-        self->state.next = std::move(next);
+      [=](pipe_links_atom, caf::actor prev, caf::actor next, bool prevRemote, bool nextRemote) {
+        auto& st = self->state;
+        st.prev = std::move(prev);
+        st.next = std::move(next);
+        st.prevRemote = prevRemote;
+        st.nextRemote = nextRemote;
       },
-      [=](pipe_step_atom, int64_t step, BatchPtr batch) {
+      [=](pipe_step_atom, int64_t step, BatchPtr batch, int64_t lossRows) {
+        begin(self, step, std::move(batch), lossRows);
+      },
+      [=](pipe_apply_atom, int64_t step) {
         auto& st = self->state;
         st.driver = caf::actor_cast<caf::actor>(self->current_sender());
-        Status s = st.stage->beginStep(step, std::move(batch));
-        if (!s.isOk()) return tell(self, step, 0.0, s.message());
-        advance(self, step);
+        Status s = step == st.stage->currentStep()
+                       ? st.stage->applyOptimizer()
+                       : Status::internal(fmt::format("told to apply step {} during step {}", step,
+                                                      st.stage->currentStep()));
+        tell(self, step, 0.0, s.isOk() ? std::string() : s.message());
+      },
+      [=](pipe_step_atom, int64_t step) {
+        auto& st = self->state;
+        BatchPtr batch = st.batches ? st.batches(step) : nullptr;
+        if (!batch) {
+          st.driver = caf::actor_cast<caf::actor>(self->current_sender());
+          return tell(self, step, 0.0, fmt::format("no batch for step {} in this process", step));
+        }
+        begin(self, step, std::move(batch), 0);
       },
       [=](const StageMessagePtr& m) {
-        auto& st = self->state;
-        // (kept for a later step, or dropped: a second copy, a step gone)
-        if (!m || !st.stage->deliver(*m)) return;
-        if (st.reported >= st.stage->currentStep() || st.stage->stepDone()) return;
-        advance(self, st.stage->currentStep());
+        if (m) received(self, *m);
+      },
+      [=](pipe_act_atom, int32_t kind, int64_t step, int32_t mb, int64_t rows, const transport::Tensor& values) {
+        // From another process: its kind and buffer checked before use (the
+        // stage checks the rows and width against the micro-batch).
+        if ((kind != int32_t(StageMessage::Kind::kActivation) && kind != int32_t(StageMessage::Kind::kGradient)) ||
+            values.dtype != transport::DType::kFloat32 || values.bytes % 4 != 0 || rows < 0) {
+          return;
+        }
+        StageMessage m;
+        m.kind = StageMessage::Kind(kind);
+        m.step = step;
+        m.microBatch = mb;
+        m.rows = rows;
+        m.values.resize(values.bytes / 4);
+        if (values.bytes) std::memcpy(m.values.data(), values.data, values.bytes);
+        received(self, m);
       },
   };
 }
 
 }  // namespace
 
-InProcessPipeline::InProcessPipeline(caf::actor_system& system, std::vector<PipelineStageOptions> stages,
-                                     StageLink link, std::chrono::milliseconds stepTimeout)
-    : system_(system), timeout_(stepTimeout) {
-  for (auto& o : stages) stages_.push_back(std::make_shared<PipelineStage>(std::move(o)));
-  for (auto& s : stages_) actors_.push_back(system_.spawn<caf::detached>(stageActor, s, link));
-  for (size_t s = 0; s < actors_.size(); ++s) {
-    caf::anon_send(actors_[s], pipe_links_atom::value, s > 0 ? actors_[s - 1] : caf::actor(),
-                   s + 1 < actors_.size() ? actors_[s + 1] : caf::actor());
-  }
+caf::actor spawnPipelineStage(caf::actor_system& system, std::shared_ptr<PipelineStage> stage, StageLink link,
+                              StageBatches batches, bool holdOptimizer) {
+  return system.spawn<caf::detached>(stageActor, std::move(stage), std::move(link), std::move(batches),
+                                     holdOptimizer);
 }
+
+namespace {
+
+std::vector<std::shared_ptr<PipelineStage>> makeStages(std::vector<PipelineStageOptions> options) {
+  std::vector<std::shared_ptr<PipelineStage>> out;
+  for (auto& o : options) out.push_back(std::make_shared<PipelineStage>(std::move(o)));
+  return out;
+}
+
+std::vector<caf::actor> spawnAll(caf::actor_system& system, const std::vector<std::shared_ptr<PipelineStage>>& stages,
+                                 const StageLink& link, int replicas) {
+  if (replicas < 1 || stages.empty() || stages.size() % size_t(replicas) != 0) {
+    TROUPE_SETUP_ERROR("pipeline: {} stages do not make {} equal replicas", stages.size(), replicas);
+  }
+  const size_t p = stages.size() / size_t(replicas);
+  for (size_t i = 0; i < stages.size(); ++i) {
+    if (stages[i]->stage() != int(i % p) || stages[i]->stages() != int(p)) {
+      TROUPE_SETUP_ERROR("pipeline: option {} is stage {} of {}; replica {} needs stage {} of {}", i,
+                         stages[i]->stage(), stages[i]->stages(), i / p, i % p, p);
+    }
+  }
+  std::vector<caf::actor> actors;
+  for (const auto& s : stages) actors.push_back(spawnPipelineStage(system, s, link, nullptr, replicas > 1));
+  for (size_t i = 0; i < actors.size(); ++i) {
+    const size_t s = i % p;  // linked within its replica
+    caf::anon_send(actors[i], pipe_links_atom::value, s > 0 ? actors[i - 1] : caf::actor(),
+                   s + 1 < p ? actors[i + 1] : caf::actor(), false, false);
+  }
+  return actors;
+}
+
+}  // namespace
+
+InProcessPipeline::InProcessPipeline(caf::actor_system& system, std::vector<PipelineStageOptions> stages,
+                                     StageLink link, std::chrono::milliseconds stepTimeout, int replicas)
+    : replicas_(replicas),
+      stages_(makeStages(std::move(stages))),
+      actors_(spawnAll(system, stages_, link, replicas)),
+      driver_(system, actors_, stepTimeout, replicas) {}
 
 InProcessPipeline::~InProcessPipeline() {
   for (auto& a : actors_) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
@@ -100,47 +197,140 @@ void InProcessPipeline::loadWeights(const float* model) {
 
 void InProcessPipeline::copyWeights(float* model) const {
   TROUPE_CHECK(!failed(), "pipeline: weights read after a failed step");
-  for (const auto& s : stages_) std::copy_n(s->parameters().weights(), s->parameters().size(), model + s->parameterOffset());
+  for (int s = 0; s < stages(); ++s) {
+    const auto& st = stages_[size_t(s)];
+    std::copy_n(st->parameters().weights(), st->parameters().size(), model + st->parameterOffset());
+  }
 }
 
 int64_t InProcessPipeline::parameterCount() const {
   int64_t n = 0;
-  for (const auto& s : stages_) n += s->parameters().size();
+  for (int s = 0; s < stages(); ++s) n += stages_[size_t(s)]->parameters().size();
   return n;
 }
 
+void InProcessPipeline::sumGradients() {
+  const int p = stages();
+  for (int s = 0; s < p; ++s) {
+    float* sum = stages_[size_t(s)]->parameters().grads();
+    const int64_t n = stages_[size_t(s)]->parameters().size();
+    for (int d = 1; d < replicas_; ++d) {
+      const float* g = stages_[size_t(d * p + s)]->parameters().grads();
+      for (int64_t i = 0; i < n; ++i) sum[i] += g[i];
+    }
+    for (int d = 1; d < replicas_; ++d) std::copy_n(sum, n, stages_[size_t(d * p + s)]->parameters().grads());
+  }
+}
+
 Expected<double> InProcessPipeline::step(int64_t step, BatchPtr batch) {
-  if (failed()) return Status::internal(fmt::format("pipeline: step {} after a failed step ({})", step, failure_));
-  caf::scoped_actor self{system_};
-  for (auto& a : actors_) self->send(a, pipe_step_atom::value, step, batch);
-  std::set<int32_t> left;
-  for (int32_t s = 0; s < int32_t(actors_.size()); ++s) left.insert(s);
-  const auto deadline = std::chrono::steady_clock::now() + timeout_;
-  double loss = 0;
+  if (!batch) return Status::invalidArgument(fmt::format("pipeline: step {} without a batch", step));
+  if (replicas_ == 1) return driver_.step(step, {std::move(batch)});
+  // Each replica a share of contiguous rows; the loss (and so each
+  // gradient) over the whole batch's rows: the shares' gradients add up to
+  // the batch's.
+  std::vector<BatchPtr> shares;
+  const Batch& b = *batch;
+  for (int d = 0; d < replicas_; ++d) {
+    const int64_t first = b.rows * d / replicas_, rows = b.rows * (d + 1) / replicas_ - first;
+    auto share = std::make_shared<Batch>();
+    share->index = b.index;
+    share->firstRow = b.firstRow + first;
+    share->rows = rows;
+    share->denseWidth = b.denseWidth;
+    share->dense.assign(b.dense.begin() + first * b.denseWidth, b.dense.begin() + (first + rows) * b.denseWidth);
+    if (!b.classes.empty()) share->classes.assign(b.classes.begin() + first, b.classes.begin() + first + rows);
+    shares.push_back(std::move(share));
+  }
+  return driver_.step(step, shares, b.rows, [this] { sumGradients(); });
+}
+
+PipelineDriver::PipelineDriver(caf::actor_system& system, std::vector<caf::actor> stages,
+                               std::chrono::milliseconds stepTimeout, int replicas)
+    : system_(system), stages_(std::move(stages)), timeout_(stepTimeout), replicas_(replicas) {
+  if (replicas_ < 1 || stages_.empty() || stages_.size() % size_t(replicas_) != 0) {
+    TROUPE_SETUP_ERROR("pipeline: {} stage actors do not make {} equal replicas", stages_.size(), replicas_);
+  }
+}
+
+bool PipelineDriver::awaitAll(caf::scoped_actor& self, int64_t step, std::chrono::steady_clock::time_point deadline,
+                              const char* what, double* loss) {
+  const size_t p = stages_.size() / size_t(replicas_);
+  std::set<size_t> left;
+  for (size_t i = 0; i < stages_.size(); ++i) left.insert(i);
   std::string error;
-  // One answer a stage: at most stages() receives, each within the step's deadline.
-  for (size_t i = 0; i < actors_.size() && error.empty(); ++i) {
+  // One answer a stage: at most stages_.size() answers (and the downs of
+  // stages), each wait within the step's deadline.
+  for (size_t waits = 0; !left.empty() && error.empty() && waits < 4 * stages_.size(); ++waits) {
     const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     bool timedOut = false;
     self->receive(
         [&](pipe_done_atom, int32_t stage, int64_t doneStep, double stageLoss, const std::string& why) {
-          if (doneStep != step || !left.erase(stage)) {
-            error = fmt::format("pipeline: stage {} answered step {} during step {}", stage, doneStep, step);
+          // Which stage: by its handle (replicas, all in this process), or
+          // by the number it gives (one pipeline: a stage in another process
+          // answers through a proxy of its own, not the one named here).
+          const auto from = self->current_sender();
+          size_t at = stages_.size();
+          for (size_t i = 0; i < stages_.size(); ++i) {
+            if (from == stages_[i].address()) at = i;
+          }
+          if (at == stages_.size() && replicas_ == 1 && stage >= 0 && size_t(stage) < stages_.size()) at = size_t(stage);
+          if (doneStep != step || !left.erase(at)) {
+            error = fmt::format("pipeline: a stage answered step {} during step {} ({})", doneStep, step, what);
             return;
           }
-          if (!why.empty()) error = fmt::format("pipeline stage {}: {}", stage, why);
-          if (stage == int32_t(actors_.size()) - 1) loss = stageLoss;
+          if (!why.empty()) error = fmt::format("pipeline stage {}: {}", at % p, why);
+          if (loss && at % p == p - 1) *loss += stageLoss;
+        },
+        [&](caf::down_msg& d) {
+          for (size_t i = 0; i < stages_.size(); ++i) {
+            if (d.source == stages_[i].address()) {
+              error = fmt::format("pipeline stage {} went during step {}: {}", i % p, step, system_.render(d.reason));
+            }
+          }
         },
         caf::after(std::max(wait, std::chrono::milliseconds(0))) >> [&] { timedOut = true; });
     if (timedOut) {
-      failure_ = fmt::format("pipeline: step {} not done within {} ms: stages {} still at work", step, timeout_.count(),
-                             fmt::join(left, ", "));
-      return Status::timeout(failure_);
+      std::vector<size_t> named;
+      for (size_t i : left) named.push_back(replicas_ > 1 ? i : i % p);
+      error = fmt::format("pipeline: step {} not done within {} ms ({}): stages {} still at work", step,
+                          timeout_.count(), what, fmt::join(named, ", "));
     }
   }
-  if (!error.empty()) {
-    failure_ = error;
-    return Status::internal(error);
+  if (error.empty() && !left.empty()) error = fmt::format("pipeline: step {}: stray answers ({})", step, what);
+  if (!error.empty()) failure_ = error;
+  return error.empty();
+}
+
+Expected<double> PipelineDriver::step(int64_t step, const std::vector<BatchPtr>& batches, int64_t lossRows,
+                                      const std::function<void()>& between) {
+  if (failed()) return Status::internal(fmt::format("pipeline: step {} after a failed step ({})", step, failure_));
+  if (!batches.empty() && batches.size() != size_t(replicas_)) {
+    return Status::invalidArgument(fmt::format("pipeline: {} batches for {} replicas", batches.size(), replicas_));
+  }
+  const size_t p = stages_.size() / size_t(replicas_);
+  caf::scoped_actor self{system_};
+  for (size_t i = 0; i < stages_.size(); ++i) {
+    self->monitor(stages_[i]);  // a stage that goes (its process, through a proxy) fails the step at once
+    if (batches.empty()) {
+      self->send(stages_[i], pipe_step_atom::value, step);
+    } else {
+      self->send(stages_[i], pipe_step_atom::value, step, batches[i / p], lossRows);
+    }
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  double loss = 0;
+  if (!awaitAll(self, step, deadline, "forward and backward", &loss)) {
+    return failure_.find("not done within") != std::string::npos ? Status::timeout(failure_)
+                                                                  : Status::internal(failure_);
+  }
+  if (replicas_ > 1) {
+    // Every stage waits for its apply: their gradients can be read and made one here.
+    if (between) between();
+    for (const auto& a : stages_) self->send(a, pipe_apply_atom::value, step);
+    if (!awaitAll(self, step, deadline, "optimizer", nullptr)) {
+      return failure_.find("not done within") != std::string::npos ? Status::timeout(failure_)
+                                                                    : Status::internal(failure_);
+    }
   }
   return loss;
 }

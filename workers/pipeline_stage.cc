@@ -42,7 +42,7 @@ PipelineStage::PipelineStage(PipelineStageOptions options) : options_(std::move(
 int64_t PipelineStage::firstRowOf(int mb) const { return batch_->rows * mb / options_.microBatches; }
 int64_t PipelineStage::rowsOf(int mb) const { return firstRowOf(mb + 1) - firstRowOf(mb); }
 
-Status PipelineStage::beginStep(int64_t step, BatchPtr batch) {
+Status PipelineStage::beginStep(int64_t step, BatchPtr batch, int64_t lossRows) {
   if (begun_ && !stepDone()) {
     return Status::internal(fmt::format("pipeline stage {}: step {} began before step {} ended", stage(), step, step_));
   }
@@ -54,7 +54,12 @@ Status PipelineStage::beginStep(int64_t step, BatchPtr batch) {
   if (last() && int64_t(batch->classes.size()) != batch->rows) {
     return Status::invalidArgument(fmt::format("pipeline stage {}: a batch without class labels", stage()));
   }
+  if (lossRows != 0 && lossRows < batch->rows) {
+    return Status::invalidArgument(
+        fmt::format("pipeline stage {}: a loss over {} rows for a batch of {}", stage(), lossRows, batch->rows));
+  }
   step_ = step;
+  lossRows_ = lossRows != 0 ? lossRows : batch->rows;
   batch_ = std::move(batch);
   begun_ = true;
   next_ = 0;
@@ -131,9 +136,9 @@ Status PipelineStage::forward(int mb, const std::function<void(StageMessage&&)>&
     auto loss = k.softmaxCrossEntropy(mlp_->output(), batch_->classes.data() + firstRowOf(mb), rows, classes, d.data());
     if (!loss.hasValue()) return loss.status();
     // The micro-batch's mean, weighted to the batch's: rows / R.
-    const float share = float(rows) / float(batch_->rows);
+    const float share = float(rows) / float(lossRows_);
     for (float& v : d) v *= share;
-    loss_ += *loss * double(rows) / double(batch_->rows);
+    loss_ += *loss * double(rows) / double(lossRows_);
   } else {
     StageMessage m;
     m.kind = StageMessage::Kind::kActivation;

@@ -82,7 +82,10 @@ class PipelineStage final {
   // Starts step `step` (>= 1, one after another) on `batch` (R >= 1 rows;
   // with R < m some micro-batches are empty: an epoch's last batch may be
   // short); messages of an earlier step still held are dropped.
-  Status beginStep(int64_t step, BatchPtr batch);
+  // `lossRows` (0: the batch's rows) is the R the loss averages over: a
+  // data-parallel replica's batch is a share of a larger one, whose mean
+  // gradient is then the plain sum of the replicas' (InProcessPipeline).
+  Status beginStep(int64_t step, BatchPtr batch, int64_t lossRows = 0);
   // A message from a neighbour: kept (true) or dropped (false: a second
   // copy, a step gone, a micro-batch out of range).
   bool deliver(const StageMessage& m);
@@ -135,6 +138,7 @@ class PipelineStage final {
   std::vector<float> gradient_;  // the gradient of the backward under way (from the next stage)
   std::vector<float> dx_;
   double loss_ = 0;
+  int64_t lossRows_ = 0;
   int peakHeld_ = 0;
   double busy_ = 0;
   double forwardSeconds_ = 0, backwardSeconds_ = 0;

@@ -24,11 +24,13 @@ Expected<TrainReport> runInProcess(const InProcessJob& job) {
   coreOptions.kernels = kernels;
   ps::TableHolderOptions tableOptions = job.tables;
   tableOptions.kernels = kernels;
-  if (job.pipeline.stages > 1 && coreOptions.kind == ModelKind::kMlp) {
+  if (job.pipeline.any() && coreOptions.kind == ModelKind::kMlp) {
     // Each stage computes on a share of the threads (at least one).
-    const int threads = std::max(1, job.worker.core.threads / job.pipeline.stages);
+    const int replicas = job.pipeline.replicas;
+    const int threads = std::max(1, job.worker.core.threads / (job.pipeline.stages * replicas));
     std::vector<PipelineStageOptions> stages;
-    for (int s = 0; s < job.pipeline.stages; ++s) {
+    for (int i = 0; i < job.pipeline.stages * replicas; ++i) {
+      const int s = i % job.pipeline.stages;
       PipelineStageOptions o;
       o.widths = coreOptions.mlpWidths;
       o.cut = job.pipelineCut;
@@ -40,7 +42,8 @@ Expected<TrainReport> runInProcess(const InProcessJob& job) {
       stages.push_back(std::move(o));
     }
     coreOptions.pipeline = std::make_shared<InProcessPipeline>(
-        system, std::move(stages), nullptr, std::chrono::duration_cast<std::chrono::milliseconds>(job.pipelineStepTimeout));
+        system, std::move(stages), nullptr, std::chrono::duration_cast<std::chrono::milliseconds>(job.pipelineStepTimeout),
+        replicas);
   }
   auto core = std::make_unique<WorkerCore>(coreOptions);  // throws SetupError on a bad model
   coreOptions.pipeline.reset();  // the core holds it: it goes with the worker

@@ -127,6 +127,10 @@ TEST(TrainTest, APipelinedMlpLearnsAndEveryCutPredictsAlike) {
             std::string::npos)
       << two.err;
   run("four", {"pipeline.stages=4", "pipeline.micro_batches=4", "pipeline.schedule=gpipe"});
+  // Two replicas of two stages, each on half of every batch: it learns too.
+  auto replicas = run("replicas", {"pipeline.stages=2", "pipeline.replicas=2", "pipeline.micro_batches=2"});
+  EXPECT_NE(replicas.err.find("2 replicas (data parallel)"), std::string::npos) << replicas.err;
+  EXPECT_GT(field(readFile(dir.file("replicas.json")), "test_accuracy"), 0.75);
   const std::string json = readFile(dir.file("two.json"));
   EXPECT_GT(field(json, "test_accuracy"), 0.75) << json;
   EXPECT_EQ(field(json, "steps"), 300) << json;
@@ -167,7 +171,9 @@ TEST(TrainTest, BadConfigurationsAreOneLineErrors) {
       {{"train.batch_size=0"}, "train.batch_size must be >= 1"},
       {{"data.kind=criteo"}, "data.kind 'criteo' needs data.train and data.test"},
       {{"data.kind=criteo", "data.train=/nonexistent/t.tsv", "data.test=/nonexistent/t.tsv"}, "/nonexistent/t.tsv"},
-      {{"pipeline.stages=2"}, "pipeline.stages = 2 cuts the MLP (model.kind = mlp); the dlrm model is not cut"},
+      {{"pipeline.stages=2"}, "pipeline.stages = 2, pipeline.replicas = 1 runs the MLP (model.kind = mlp) in stages; "
+                              "the dlrm model is not cut"},
+      {{"pipeline.replicas=0"}, "pipeline.replicas must be 1 to 64, got 0"},
       {{"pipeline.schedule=zb"}, "pipeline.schedule must be gpipe or 1f1b, got 'zb'"},
       {{"pipeline.stages=3", "pipeline.cut=2,1"}, "pipeline.cut must list increasing layer numbers"},
       {{"pipeline.stages=3", "pipeline.cut=2"}, "pipeline.cut '2' makes 2 stages; pipeline.stages is 3"},

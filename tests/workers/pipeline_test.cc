@@ -8,6 +8,7 @@
 // reordered on the way.
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -21,6 +22,8 @@
 #include "workers/mlp.h"
 #include "workers/pipeline_actor.h"
 #include "workers/pipeline_schedule.h"
+#include "transport/local_network.h"
+#include "transport/remote_actors.h"
 
 namespace troupe::workers {
 namespace {
@@ -145,16 +148,31 @@ struct Unsplit {
   DenseParameters params{Mlp::parameterCount(kWidths), adam()};
   Mlp mlp{kWidths, false, &params, 0};
   Unsplit() { mlp.initialize(7); }
-  void step(int64_t step, const Batch& b, int m) {
-    for (int i = 0; i < m; ++i) {
-      const int64_t first = b.rows * i / m, rows = b.rows * (i + 1) / m - first;
-      ASSERT_TRUE(mlp.forward(*k, b.dense.data() + first * b.denseWidth, rows).isOk());
-      std::vector<float> d(size_t(rows * kWidths.back()));
-      ASSERT_TRUE(k->softmaxCrossEntropy(mlp.output(), b.classes.data() + first, rows, kWidths.back(), d.data()).hasValue());
-      const float share = float(rows) / float(b.rows);
-      for (float& v : d) v *= share;
-      ASSERT_TRUE(mlp.backward(*k, d.data(), nullptr, i > 0).isOk());
+  // With replicas: each a share of contiguous rows through the same loop
+  // (the loss over all the batch's rows), their gradients then summed in
+  // replica order.
+  void step(int64_t step, const Batch& b, int m, int replicas = 1) {
+    std::vector<float> sum;
+    for (int r = 0; r < replicas; ++r) {
+      const int64_t from = b.rows * r / replicas, count = b.rows * (r + 1) / replicas - from;
+      for (int i = 0; i < m; ++i) {
+        const int64_t first = from + count * i / m, rows = count * (i + 1) / m - count * i / m;
+        ASSERT_TRUE(mlp.forward(*k, b.dense.data() + first * b.denseWidth, rows).isOk());
+        std::vector<float> d(size_t(rows * kWidths.back()));
+        ASSERT_TRUE(
+            k->softmaxCrossEntropy(mlp.output(), b.classes.data() + first, rows, kWidths.back(), d.data()).hasValue());
+        const float share = float(rows) / float(b.rows);
+        for (float& v : d) v *= share;
+        ASSERT_TRUE(mlp.backward(*k, d.data(), nullptr, i > 0).isOk());
+      }
+      if (replicas == 1) break;
+      if (r == 0) {
+        sum.assign(params.grads(), params.grads() + params.size());
+      } else {
+        for (int64_t i = 0; i < params.size(); ++i) sum[size_t(i)] += params.grads()[i];
+      }
     }
+    if (replicas > 1) std::copy(sum.begin(), sum.end(), params.grads());
     ASSERT_TRUE(params.apply(*k, step).isOk());
   }
 };
@@ -226,6 +244,55 @@ TEST(Pipeline, EveryScheduleAndCutGivesTheUnsplitModelsBits) {
       }
     }
   }
+}
+
+// Data parallelism: replicas of the pipeline, each on a share of the batch,
+// their stages' gradients summed before every replica's optimizer step:
+// every replica ends each step with the bits of the unsplit model run
+// through the same shares and micro-batches.
+TEST(Pipeline, ReplicasOfAPipelineStayEqualAndGiveTheUnsplitModelsBits) {
+  caf::actor_system_config cfg;
+  caf::actor_system system{cfg};
+  for (PipelineSchedule schedule : kSchedules) {
+    for (int replicas : {2, 3}) {
+      for (int p : {1, 2, 4}) {
+        const int m = 3;
+        const std::string what = std::string(pipelineScheduleName(schedule)) + " replicas " + std::to_string(replicas) +
+                                 " p " + std::to_string(p);
+        std::vector<PipelineStageOptions> all;
+        for (int r = 0; r < replicas; ++r) {
+          for (auto& o : stagesOf(p, m, schedule)) all.push_back(std::move(o));
+        }
+        Unsplit ref;
+        InProcessPipeline pipe(system, std::move(all), nullptr, std::chrono::seconds(60), replicas);
+        ASSERT_EQ(pipe.stages(), p);
+        pipe.loadWeights(ref.params.weights());
+        for (int64_t step = 1; step <= 3; ++step) {
+          // (the third batch: 7 rows, fewer than 3 x 3 micro-batches)
+          const BatchPtr batch = randomBatch(step == 3 ? 7 : 25, uint64_t(step) * 17 + uint64_t(replicas));
+          ref.step(step, *batch, m, replicas);
+          auto loss = pipe.step(step, batch);
+          ASSERT_TRUE(loss.hasValue()) << what << ": " << loss.status().message();
+          const int64_t total = ref.params.size();
+          for (int r = 0; r < replicas; ++r) {
+            for (int s = 0; s < p; ++s) {
+              DenseParameters& mine = pipe.stage(s, r).parameters();
+              for (int slot = 0; slot <= 2; ++slot) {
+                ASSERT_EQ(std::memcmp(mine.block() + slot * mine.size(),
+                                      ref.params.block() + slot * total + pipe.stage(s, r).parameterOffset(),
+                                      size_t(mine.size()) * 4),
+                          0)
+                    << what << " step " << step << " replica " << r << " stage " << s << " slot " << slot;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  // Options that do not make equal replicas are refused before any actor starts.
+  auto three = stagesOf(3, 2, PipelineSchedule::kGpipe);
+  EXPECT_THROW(InProcessPipeline(system, std::move(three), nullptr, std::chrono::seconds(5), 2), SetupError);
 }
 
 // A link that delays each message by 0 to 3 ms and sends a third of them
@@ -305,6 +372,103 @@ TEST(Pipeline, AStepThatCannotFinishIsATimeoutNamingTheStages) {
   auto next = pipe.step(2, randomBatch(8, 4));
   ASSERT_FALSE(next.hasValue());
   EXPECT_NE(next.status().message().find("step 2 after a failed step"), std::string::npos) << next.status().message();
+}
+
+}  // namespace
+}  // namespace troupe::workers
+
+namespace troupe::workers {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Stages on two nodes of the transport's in-process twin (encoded and
+// decoded as over UCX: the activations and gradients between stages 1 and 2
+// cross as raw float32 buffers, the driver's steps and the stages' answers
+// as messages), each node with its own actor system: the same bits as the
+// unsplit model, both schedules. Then a stage's node crashes: the step
+// fails at once, naming the stage, not at the timeout.
+TEST(Pipeline, StagesOnTwoNodesOfTheTransportGiveTheUnsplitModelsBits) {
+  auto net = transport::LocalNetwork::create();
+  caf::actor_system_config c1, c2;
+  c1.set("scheduler.max-threads", 2);
+  c2.set("scheduler.max-threads", 2);
+  caf::actor_system s1{c1}, s2{c2};
+  transport::NodeOptions o;
+  o.token = "test-token";
+  o.heartbeatInterval = 50ms;
+  o.heartbeatTimeout = 2000ms;
+  o.network = net;
+  o.nodeId = 1;
+  o.isCoordinator = true;
+  auto r1 = transport::RemoteActors::start(s1, o);
+  ASSERT_TRUE(r1.hasValue()) << r1.status().message();
+  o.nodeId = 2;
+  o.isCoordinator = false;
+  o.coordinator = (*r1)->node().address();
+  auto r2 = transport::RemoteActors::start(s2, o);
+  ASSERT_TRUE(r2.hasValue()) << r2.status().message();
+  ASSERT_TRUE((*r2)->node().waitForMembers(2, 5s).isOk());
+
+  std::vector<caf::actor> spawned;
+  for (PipelineSchedule schedule : kSchedules) {
+    const int p = 4, m = 6;
+    const std::string tag = pipelineScheduleName(schedule);
+    std::map<int64_t, BatchPtr> batches;
+    for (int64_t step = 1; step <= 4; ++step) batches[step] = randomBatch(24, uint64_t(step) * 13);
+    // Every process reads the same batch for a step (here: one map).
+    StageBatches source = [batches](int64_t step) { return batches.count(step) ? batches.at(step) : nullptr; };
+    std::vector<std::shared_ptr<PipelineStage>> stages;
+    for (auto& opt : stagesOf(p, m, schedule)) stages.push_back(std::make_shared<PipelineStage>(std::move(opt)));
+    Unsplit ref;
+    for (auto& st : stages) {
+      std::copy_n(ref.params.weights() + st->parameterOffset(), st->parameters().size(), st->parameters().weights());
+    }
+    const caf::actor a0 = spawnPipelineStage(s1, stages[0], nullptr, source);
+    const caf::actor a1 = spawnPipelineStage(s1, stages[1], nullptr, source);
+    const caf::actor a2 = spawnPipelineStage(s2, stages[2], nullptr, source);
+    const caf::actor a3 = spawnPipelineStage(s2, stages[3], nullptr, source);
+    spawned.insert(spawned.end(), {a0, a1, a2, a3});
+    (*r1)->publish(a1, "stage-1-" + tag);
+    (*r2)->publish(a2, "stage-2-" + tag);
+    (*r2)->publish(a3, "stage-3-" + tag);
+    const caf::actor to2 = (*r1)->remoteActor(2, "stage-2-" + tag);
+    const caf::actor to3 = (*r1)->remoteActor(2, "stage-3-" + tag);
+    const caf::actor back1 = (*r2)->remoteActor(1, "stage-1-" + tag);
+    caf::anon_send(a0, pipe_links_atom::value, caf::actor(), a1, false, false);
+    caf::anon_send(a1, pipe_links_atom::value, a0, to2, false, true);
+    caf::anon_send(a2, pipe_links_atom::value, back1, a3, true, false);
+    caf::anon_send(a3, pipe_links_atom::value, a2, caf::actor(), false, false);
+    PipelineDriver driver(s1, {a0, a1, to2, to3}, 30s);
+    for (int64_t step = 1; step <= 3; ++step) {
+      ref.step(step, *batches.at(step), m);
+      auto loss = driver.step(step, {});  // the wire form: each stage reads its own batch
+      ASSERT_TRUE(loss.hasValue()) << tag << ": " << loss.status().message();
+      EXPECT_GT(*loss, 0.0);
+      const int64_t total = ref.params.size();
+      for (int s = 0; s < p; ++s) {
+        DenseParameters& mine = stages[size_t(s)]->parameters();
+        for (int slot = 0; slot <= 2; ++slot) {
+          ASSERT_EQ(std::memcmp(mine.block() + slot * mine.size(),
+                                ref.params.block() + slot * total + stages[size_t(s)]->parameterOffset(),
+                                size_t(mine.size()) * 4),
+                    0)
+              << tag << " step " << step << " stage " << s << " slot " << slot;
+        }
+      }
+    }
+    if (schedule == PipelineSchedule::k1F1B) {
+      // Node 2 crashes: stages 2 and 3 go with it, and the step says so at once.
+      ASSERT_TRUE(net->crash(2));
+      const auto started = std::chrono::steady_clock::now();
+      auto lost = driver.step(4, {});
+      ASSERT_FALSE(lost.hasValue());
+      EXPECT_NE(lost.status().message().find("went during step 4"), std::string::npos) << lost.status().message();
+      EXPECT_LT(std::chrono::steady_clock::now() - started, 10s) << "found by the transport, not the 30 s timeout";
+      EXPECT_TRUE(driver.failed());
+    }
+  }
+  for (auto& a : spawned) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
 }
 
 }  // namespace
