@@ -394,9 +394,14 @@ int runTrain(const TrainFlags& flags) {
       TROUPE_SETUP_ERROR("config: {} runs its stages in one process today; stages across processes are not built "
                          "yet (leave cluster.workers at 0)", what);
     }
-    if (config.getInt("train.batch_size") < pipeline.microBatches) {
-      TROUPE_SETUP_ERROR("config: pipeline.micro_batches = {} cuts each batch of train.batch_size = {}: at most one "
-                         "micro-batch a row", pipeline.microBatches, config.getInt("train.batch_size"));
+    if (config.getInt("train.batch_size") < int64_t(pipeline.microBatches) * pipeline.replicas) {
+      TROUPE_SETUP_ERROR("config: pipeline.micro_batches = {} a replica of {} cuts each batch of train.batch_size = "
+                         "{}: at most one micro-batch a row", pipeline.microBatches, pipeline.replicas,
+                         config.getInt("train.batch_size"));
+    }
+    if (pipeline.stages * pipeline.replicas > 256) {
+      TROUPE_SETUP_ERROR("config: pipeline.stages x pipeline.replicas = {} stage threads; at most 256",
+                         pipeline.stages * pipeline.replicas);
     }
     job.pipeline = pipeline;
     job.pipelineCut = workers::pipelineCut(pipeline, worker.core.mlpWidths);

@@ -151,7 +151,8 @@ std::vector<Config::Key> troupeConfigSchema() {
        "data parallelism in one process: this many copies of the pipeline, each on a share of every batch, each "
        "stage's gradients summed over its copies before the optimizer step (1: one pipeline)"},
       {"pipeline.micro_batches", T::kInt, int64_t{4},
-       "pipeline.stages > 1: micro-batches a batch is cut into (at most train.batch_size)"},
+       "pipeline.stages > 1 or pipeline.replicas > 1: micro-batches each replica's share of a batch is cut into "
+       "(micro_batches x replicas at most train.batch_size)"},
       {"pipeline.schedule", T::kString, std::string("1f1b"),
        "pipeline.stages > 1: gpipe (every forward, then every backward) or 1f1b (one forward, one backward in turn: "
        "stage s holds at most stages - s micro-batches of activations)"},

@@ -65,11 +65,18 @@ void advance(StageSelf* self, int64_t step) {
   tell(self, step, s.isOk() ? stage.stepLoss() : 0.0, s.isOk() ? std::string() : s.message());
 }
 
+// A step refused: its sender is told, and the step under way (its driver)
+// is left alone.
+void refuse(StageSelf* self, int64_t step, const std::string& why) {
+  auto to = caf::actor_cast<caf::actor>(self->current_sender());
+  if (to) self->send(to, pipe_done_atom::value, int32_t(self->state.stage->stage()), step, 0.0, why);
+}
+
 void begin(StageSelf* self, int64_t step, BatchPtr batch, int64_t lossRows) {
   auto& st = self->state;
-  st.driver = caf::actor_cast<caf::actor>(self->current_sender());
   Status s = st.stage->beginStep(step, std::move(batch), lossRows);
-  if (!s.isOk()) return tell(self, step, 0.0, s.message());
+  if (!s.isOk()) return refuse(self, step, s.message());
+  st.driver = caf::actor_cast<caf::actor>(self->current_sender());
   advance(self, step);
 }
 
@@ -101,20 +108,19 @@ caf::behavior stageActor(StageSelf* self, std::shared_ptr<PipelineStage> stage, 
       },
       [=](pipe_apply_atom, int64_t step) {
         auto& st = self->state;
+        if (!st.holdOptimizer) return refuse(self, step, "told to apply, but this stage applies its own steps");
+        if (step != st.stage->currentStep()) {
+          return refuse(self, step, fmt::format("told to apply step {} during step {}", step, st.stage->currentStep()));
+        }
+        Status s = st.stage->applyOptimizer();
+        if (!s.isOk()) return refuse(self, step, s.message());
         st.driver = caf::actor_cast<caf::actor>(self->current_sender());
-        Status s = step == st.stage->currentStep()
-                       ? st.stage->applyOptimizer()
-                       : Status::internal(fmt::format("told to apply step {} during step {}", step,
-                                                      st.stage->currentStep()));
-        tell(self, step, 0.0, s.isOk() ? std::string() : s.message());
+        tell(self, step, 0.0, std::string());
       },
       [=](pipe_step_atom, int64_t step) {
         auto& st = self->state;
         BatchPtr batch = st.batches ? st.batches(step) : nullptr;
-        if (!batch) {
-          st.driver = caf::actor_cast<caf::actor>(self->current_sender());
-          return tell(self, step, 0.0, fmt::format("no batch for step {} in this process", step));
-        }
+        if (!batch) return refuse(self, step, fmt::format("no batch for step {} in this process", step));
         begin(self, step, std::move(batch), 0);
       },
       [=](const StageMessagePtr& m) {
@@ -167,6 +173,15 @@ std::vector<caf::actor> spawnAll(caf::actor_system& system, const std::vector<st
                          stages[i]->stage(), stages[i]->stages(), i / p, i % p, p);
     }
   }
+  for (size_t i = p; i < stages.size(); ++i) {
+    PipelineStage& a = *stages[i];
+    PipelineStage& b = *stages[i % p];  // replica 0's
+    if (a.parameterOffset() != b.parameterOffset() || a.parameters().size() != b.parameters().size() ||
+        a.microBatches() != b.microBatches() || a.schedule() != b.schedule()) {
+      TROUPE_SETUP_ERROR("pipeline: replica {}'s stage {} is not replica 0's (its layers, micro-batches or schedule)",
+                         i / p, i % p);
+    }
+  }
   std::vector<caf::actor> actors;
   for (const auto& s : stages) actors.push_back(spawnPipelineStage(system, s, link, nullptr, replicas > 1));
   for (size_t i = 0; i < actors.size(); ++i) {
@@ -209,6 +224,11 @@ int64_t InProcessPipeline::parameterCount() const {
   return n;
 }
 
+void InProcessPipeline::setLearningRate(float lr) {
+  TROUPE_CHECK(!failed(), "pipeline: learning rate set after a failed step");
+  for (auto& s : stages_) s->parameters().setLearningRate(lr);  // every replica's
+}
+
 void InProcessPipeline::sumGradients() {
   const int p = stages();
   for (int s = 0; s < p; ++s) {
@@ -228,8 +248,14 @@ Expected<double> InProcessPipeline::step(int64_t step, BatchPtr batch) {
   // Each replica a share of contiguous rows; the loss (and so each
   // gradient) over the whole batch's rows: the shares' gradients add up to
   // the batch's.
-  std::vector<BatchPtr> shares;
   const Batch& b = *batch;
+  if (b.rows < 0 || b.denseWidth < 0 || int64_t(b.dense.size()) != b.rows * b.denseWidth ||
+      (!b.classes.empty() && int64_t(b.classes.size()) != b.rows)) {
+    return Status::invalidArgument(fmt::format("pipeline: step {}: a batch of {} rows holds {} features of width {} "
+                                               "and {} labels", step, b.rows, b.dense.size(), b.denseWidth,
+                                               b.classes.size()));
+  }
+  std::vector<BatchPtr> shares;
   for (int d = 0; d < replicas_; ++d) {
     const int64_t first = b.rows * d / replicas_, rows = b.rows * (d + 1) / replicas_ - first;
     auto share = std::make_shared<Batch>();
@@ -273,7 +299,12 @@ bool PipelineDriver::awaitAll(caf::scoped_actor& self, int64_t step, std::chrono
           for (size_t i = 0; i < stages_.size(); ++i) {
             if (from == stages_[i].address()) at = i;
           }
-          if (at == stages_.size() && replicas_ == 1 && stage >= 0 && size_t(stage) < stages_.size()) at = size_t(stage);
+          // (a number is taken only from a sender in the process of the
+          // stage it names, and only for a stage that is not local)
+          if (at == stages_.size() && replicas_ == 1 && from && stage >= 0 && size_t(stage) < stages_.size() &&
+              from->node() == stages_[size_t(stage)]->node() && stages_[size_t(stage)]->node() != self->node()) {
+            at = size_t(stage);
+          }
           if (doneStep != step || !left.erase(at)) {
             error = fmt::format("pipeline: a stage answered step {} during step {} ({})", doneStep, step, what);
             return;
@@ -290,10 +321,11 @@ bool PipelineDriver::awaitAll(caf::scoped_actor& self, int64_t step, std::chrono
         },
         caf::after(std::max(wait, std::chrono::milliseconds(0))) >> [&] { timedOut = true; });
     if (timedOut) {
-      std::vector<size_t> named;
-      for (size_t i : left) named.push_back(replicas_ > 1 ? i : i % p);
+      std::vector<std::string> named;
+      for (size_t i : left) named.push_back(replicas_ > 1 ? fmt::format("{} (replica {})", i % p, i / p) : fmt::format("{}", i));
       error = fmt::format("pipeline: step {} not done within {} ms ({}): stages {} still at work", step,
                           timeout_.count(), what, fmt::join(named, ", "));
+      timedOut_ = true;
     }
   }
   if (error.empty() && !left.empty()) error = fmt::format("pipeline: step {}: stray answers ({})", step, what);
@@ -307,10 +339,22 @@ Expected<double> PipelineDriver::step(int64_t step, const std::vector<BatchPtr>&
   if (!batches.empty() && batches.size() != size_t(replicas_)) {
     return Status::invalidArgument(fmt::format("pipeline: {} batches for {} replicas", batches.size(), replicas_));
   }
+  if (replicas_ > 1 && (batches.empty() || !between)) {
+    return Status::invalidArgument("pipeline: replicas take a batch each and a sum of their gradients");
+  }
   const size_t p = stages_.size() / size_t(replicas_);
   caf::scoped_actor self{system_};
+  // A stage that goes (its process, through a proxy) fails the step at
+  // once; the monitors go with the step.
+  struct Unwatch {
+    caf::scoped_actor& self;
+    const std::vector<caf::actor>& stages;
+    ~Unwatch() {
+      for (const auto& a : stages) self->demonitor(a);
+    }
+  } unwatch{self, stages_};
   for (size_t i = 0; i < stages_.size(); ++i) {
-    self->monitor(stages_[i]);  // a stage that goes (its process, through a proxy) fails the step at once
+    self->monitor(stages_[i]);
     if (batches.empty()) {
       self->send(stages_[i], pipe_step_atom::value, step);
     } else {
@@ -320,16 +364,14 @@ Expected<double> PipelineDriver::step(int64_t step, const std::vector<BatchPtr>&
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
   double loss = 0;
   if (!awaitAll(self, step, deadline, "forward and backward", &loss)) {
-    return failure_.find("not done within") != std::string::npos ? Status::timeout(failure_)
-                                                                  : Status::internal(failure_);
+    return timedOut_ ? Status::timeout(failure_) : Status::internal(failure_);
   }
   if (replicas_ > 1) {
     // Every stage waits for its apply: their gradients can be read and made one here.
     if (between) between();
     for (const auto& a : stages_) self->send(a, pipe_apply_atom::value, step);
     if (!awaitAll(self, step, deadline, "optimizer", nullptr)) {
-      return failure_.find("not done within") != std::string::npos ? Status::timeout(failure_)
-                                                                    : Status::internal(failure_);
+      return timedOut_ ? Status::timeout(failure_) : Status::internal(failure_);
     }
   }
   return loss;

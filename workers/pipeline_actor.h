@@ -95,6 +95,7 @@ class PipelineDriver final {
   std::chrono::milliseconds timeout_;
   int replicas_;
   std::string failure_;
+  bool timedOut_ = false;  // the failure was the deadline
 };
 
 class InProcessPipeline final {
@@ -133,6 +134,8 @@ class InProcessPipeline final {
   void loadWeights(const float* model);
   void copyWeights(float* model) const;
   int64_t parameterCount() const;
+  // Every replica's stages' (a schedule's, per epoch).
+  void setLearningRate(float lr);
 
  private:
   void sumGradients();  // each stage's, over its replicas, into every replica's

@@ -46,7 +46,17 @@ Status PipelineStage::beginStep(int64_t step, BatchPtr batch, int64_t lossRows) 
   if (begun_ && !stepDone()) {
     return Status::internal(fmt::format("pipeline stage {}: step {} began before step {} ended", stage(), step, step_));
   }
-  if (!batch || batch->rows < 1) return Status::invalidArgument(fmt::format("pipeline stage {}: an empty batch", stage()));
+  if (begun_ && !applied_) {
+    return Status::internal(
+        fmt::format("pipeline stage {}: step {} began before step {}'s optimizer step", stage(), step, step_));
+  }
+  if (begun_ && step <= step_) {
+    return Status::internal(fmt::format("pipeline stage {}: step {} after step {}", stage(), step, step_));
+  }
+  // (A replica's share may be empty: a batch of fewer rows than replicas.)
+  if (!batch || batch->rows < (lossRows > 0 ? 0 : 1)) {
+    return Status::invalidArgument(fmt::format("pipeline stage {}: an empty batch", stage()));
+  }
   if (first() && batch->denseWidth != stageWidths_.front()) {
     return Status::invalidArgument(
         fmt::format("pipeline stage 0: batch has {} features, the MLP takes {}", batch->denseWidth, stageWidths_.front()));
@@ -59,6 +69,7 @@ Status PipelineStage::beginStep(int64_t step, BatchPtr batch, int64_t lossRows) 
         fmt::format("pipeline stage {}: a loss over {} rows for a batch of {}", stage(), lossRows, batch->rows));
   }
   step_ = step;
+  applied_ = false;
   lossRows_ = lossRows != 0 ? lossRows : batch->rows;
   batch_ = std::move(batch);
   begun_ = true;
@@ -79,7 +90,9 @@ bool PipelineStage::deliver(const StageMessage& m) {
   const bool fromBefore = m.kind == StageMessage::Kind::kActivation;
   if ((fromBefore && first()) || (!fromBefore && last())) return false;  // no such neighbour
   if (m.microBatch < 0 || m.microBatch >= options_.microBatches) return false;
-  if (m.step < step_) return false;
+  // (a neighbour is at most one step ahead: the driver waits for every
+  // stage before the next step)
+  if (m.step < step_ || m.step > step_ + 1) return false;
   const Key key{m.step, m.kind, m.microBatch};
   if (m.step == step_ && used_.count(key)) return false;
   return held_.emplace(key, m).second;
@@ -186,6 +199,8 @@ Status PipelineStage::backward(int mb, const std::function<void(StageMessage&&)>
 
 Status PipelineStage::applyOptimizer() {
   if (!stepDone()) return Status::internal(fmt::format("pipeline stage {}: optimizer before step {} ended", stage(), step_));
+  if (applied_) return Status::internal(fmt::format("pipeline stage {}: step {}'s optimizer step twice", stage(), step_));
+  applied_ = true;
   const auto started = std::chrono::steady_clock::now();
   Status s = params_->apply(*options_.kernels, step_);
   busy_ += secondsSince(started);

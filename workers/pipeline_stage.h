@@ -71,6 +71,8 @@ class PipelineStage final {
   explicit PipelineStage(PipelineStageOptions options);
 
   int stage() const { return options_.stage; }
+  int microBatches() const { return options_.microBatches; }
+  PipelineSchedule schedule() const { return options_.schedule; }
   int stages() const { return int(options_.cut.size()) - 1; }
   bool first() const { return options_.stage == 0; }
   bool last() const { return options_.stage == stages() - 1; }
@@ -83,8 +85,9 @@ class PipelineStage final {
   // with R < m some micro-batches are empty: an epoch's last batch may be
   // short); messages of an earlier step still held are dropped.
   // `lossRows` (0: the batch's rows) is the R the loss averages over: a
-  // data-parallel replica's batch is a share of a larger one, whose mean
-  // gradient is then the plain sum of the replicas' (InProcessPipeline).
+  // data-parallel replica's batch is a share of a larger one (possibly
+  // empty), whose mean gradient is then the plain sum of the replicas'
+  // (InProcessPipeline).
   Status beginStep(int64_t step, BatchPtr batch, int64_t lossRows = 0);
   // A message from a neighbour: kept (true) or dropped (false: a second
   // copy, a step gone, a micro-batch out of range).
@@ -96,7 +99,8 @@ class PipelineStage final {
   int64_t currentStep() const { return step_; }
   // Every instruction of the step ran.
   bool stepDone() const { return begun_ && next_ == instructions_.size(); }
-  // The optimizer step on the accumulated gradients (after stepDone).
+  // The optimizer step on the accumulated gradients: once a step, after
+  // stepDone (the next step does not begin before it).
   Status applyOptimizer();
 
   // The last stage: the step's mean loss (over its micro-batches, weighted
@@ -127,6 +131,7 @@ class PipelineStage final {
   std::vector<PipeInstr> instructions_;
   int64_t step_ = 0;
   bool begun_ = false;
+  bool applied_ = false;  // the step's optimizer step was taken
   size_t next_ = 0;
   int backwards_ = 0;
   BatchPtr batch_;

@@ -210,9 +210,7 @@ void WorkerCore::resumeAt(int64_t steps) {
 void WorkerCore::setDenseLearningRateScale(double scale) {
   const float lr = float(double(options_.denseOptimizer.learningRate) * scale);
   dense().setLearningRate(lr);
-  if (options_.pipeline) {
-    for (int st = 0; st < options_.pipeline->stages(); ++st) options_.pipeline->stage(st).parameters().setLearningRate(lr);
-  }
+  if (options_.pipeline) options_.pipeline->setLearningRate(lr);
 }
 
 double WorkerCore::takeMeanLoss() {

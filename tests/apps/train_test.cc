@@ -145,8 +145,8 @@ TEST(TrainTest, APipelinedMlpLearnsAndEveryCutPredictsAlike) {
   for (const Case& c : {Case{{"pipeline.stages=5"}, "pipeline: 5 stages for an MLP of 4 layers"},
                         Case{{"pipeline.stages=2", "pipeline.cut=4"}, "pipeline.cut starts a stage at layer 4; the "
                                                                        "MLP's layers are 0 to 3"},
-                        Case{{"pipeline.stages=2", "train.batch_size=2"}, "pipeline.micro_batches = 4 cuts each batch "
-                                                                           "of train.batch_size = 2"},
+                        Case{{"pipeline.stages=2", "train.batch_size=2"}, "pipeline.micro_batches = 4 a replica of 1 "
+                                                                           "cuts each batch of train.batch_size = 2"},
                         Case{{"pipeline.stages=2", "cluster.workers=2"}, "stages across processes are not built yet"}}) {
     std::vector<std::string> args = {"train", "--config",
                                      std::string(TROUPE_SOURCE_ROOT) + "/configs/mlp-fashion-mnist.toml", "--set",

@@ -268,8 +268,14 @@ TEST(Pipeline, ReplicasOfAPipelineStayEqualAndGiveTheUnsplitModelsBits) {
         ASSERT_EQ(pipe.stages(), p);
         pipe.loadWeights(ref.params.weights());
         for (int64_t step = 1; step <= 3; ++step) {
-          // (the third batch: 7 rows, fewer than 3 x 3 micro-batches)
-          const BatchPtr batch = randomBatch(step == 3 ? 7 : 25, uint64_t(step) * 17 + uint64_t(replicas));
+          // (the second batch: 7 rows, fewer than 3 x 3 micro-batches; the
+          // third 2, fewer than 3 replicas: one share is empty)
+          const BatchPtr batch = randomBatch(step == 3 ? 2 : step == 2 ? 7 : 25, uint64_t(step) * 17 + uint64_t(replicas));
+          if (step == 2) {
+            // A schedule's new rate reaches every replica.
+            ref.params.setLearningRate(0.004f);
+            pipe.setLearningRate(0.004f);
+          }
           ref.step(step, *batch, m, replicas);
           auto loss = pipe.step(step, batch);
           ASSERT_TRUE(loss.hasValue()) << what << ": " << loss.status().message();
@@ -352,6 +358,11 @@ TEST(Pipeline, AMessageOfTheWrongShapeIsRefusedNamingIt) {
       << s.message();
   m.microBatch = 2;  // only micro-batches 0 and 1
   EXPECT_FALSE(stage.deliver(m));
+  m.microBatch = 1;
+  m.step = 3;  // no neighbour is two steps ahead
+  EXPECT_FALSE(stage.deliver(m));
+  m.step = 2;
+  EXPECT_TRUE(stage.deliver(m)) << "one step ahead is kept";
   EXPECT_EQ(stage.beginStep(2, randomBatch(1, 2)).code(), Status::Code::kInternal) << "step 1 is not done";
 }
 
