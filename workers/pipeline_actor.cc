@@ -309,7 +309,10 @@ bool PipelineDriver::awaitAll(caf::scoped_actor& self, int64_t step, std::chrono
             error = fmt::format("pipeline: a stage answered step {} during step {} ({})", doneStep, step, what);
             return;
           }
-          if (!why.empty()) error = fmt::format("pipeline stage {}: {}", at % p, why);
+          if (!why.empty()) {
+            // (a stage's own errors name it already)
+            error = why.rfind("pipeline stage", 0) == 0 ? why : fmt::format("pipeline stage {}: {}", at % p, why);
+          }
           if (loss && at % p == p - 1) *loss += stageLoss;
         },
         [&](caf::down_msg& d) {

@@ -131,6 +131,13 @@ TEST(TrainTest, APipelinedMlpLearnsAndEveryCutPredictsAlike) {
   auto replicas = run("replicas", {"pipeline.stages=2", "pipeline.replicas=2", "pipeline.micro_batches=2"});
   EXPECT_NE(replicas.err.find("2 replicas (data parallel)"), std::string::npos) << replicas.err;
   EXPECT_GT(field(readFile(dir.file("replicas.json")), "test_accuracy"), 0.75);
+  // Whole epochs whose last batch (1025 = 8 x 128 + 1 rows) is shorter than
+  // the replicas: one replica's share and its micro-batches are empty, and
+  // the run goes on.
+  auto shortRun = run("short", {"data.max_train_rows=1025", "train.max_steps=0", "train.epochs=2", "pipeline.stages=2",
+                                "pipeline.replicas=2", "pipeline.micro_batches=4"});
+  ASSERT_EQ(shortRun.exitCode, 0);
+  EXPECT_EQ(field(readFile(dir.file("short.json")), "steps"), 18) << "9 batches an epoch, 2 epochs";
   const std::string json = readFile(dir.file("two.json"));
   EXPECT_GT(field(json, "test_accuracy"), 0.75) << json;
   EXPECT_EQ(field(json, "steps"), 300) << json;
