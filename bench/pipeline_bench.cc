@@ -104,18 +104,7 @@ struct Measured {
 Measured pipelined(caf::actor_system& system, const std::vector<int64_t>& widths, int p, int m,
                    PipelineSchedule schedule, int64_t rows, int steps) {
   const auto cut = cutMlpLayers(widths, p);
-  std::vector<PipelineStageOptions> stages;
-  for (int s = 0; s < p; ++s) {
-    PipelineStageOptions o;
-    o.widths = widths;
-    o.cut = cut;
-    o.stage = s;
-    o.microBatches = m;
-    o.schedule = schedule;
-    o.optimizer = sgd();
-    o.kernels = kernels::createKernels({kernels::Device::kCpu, 1});
-    stages.push_back(std::move(o));
-  }
+  auto stages = mlpStageOptions(widths, cut, m, schedule, sgd(), 1);
   InProcessPipeline pipe(system, std::move(stages));
   {
     // The unsplit model's initial weights, as `troupe train` starts them.

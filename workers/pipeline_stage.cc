@@ -17,6 +17,25 @@ double secondsSince(std::chrono::steady_clock::time_point t) {
 
 }  // namespace
 
+std::vector<PipelineStageOptions> mlpStageOptions(const std::vector<int64_t>& widths, const std::vector<int>& cut,
+                                                  int microBatches, PipelineSchedule schedule,
+                                                  const kernels::OptimizerConfig& optimizer, int threads, int replicas) {
+  const int stages = int(cut.size()) - 1;
+  std::vector<PipelineStageOptions> out;
+  for (int i = 0; i < stages * replicas; ++i) {
+    PipelineStageOptions o;
+    o.widths = widths;
+    o.cut = cut;
+    o.stage = i % stages;
+    o.microBatches = microBatches;
+    o.schedule = schedule;
+    o.optimizer = optimizer;
+    o.kernels = kernels::createKernels({kernels::Device::kCpu, threads});
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
 PipelineStage::PipelineStage(PipelineStageOptions options) : options_(std::move(options)) {
   const auto& cut = options_.cut;
   const int layers = int(options_.widths.size()) - 1;

@@ -64,6 +64,14 @@ struct PipelineStageOptions {
   std::shared_ptr<kernels::Kernels> kernels;
 };
 
+// The options of `replicas` pipelines of an MLP cut by `cut` (replica-major,
+// as InProcessPipeline takes them), each stage with kernels of its own on
+// `threads` threads.
+std::vector<PipelineStageOptions> mlpStageOptions(const std::vector<int64_t>& widths, const std::vector<int>& cut,
+                                                  int microBatches, PipelineSchedule schedule,
+                                                  const kernels::OptimizerConfig& optimizer, int threads,
+                                                  int replicas = 1);
+
 class PipelineStage final {
  public:
   // Throws SetupError for a stage out of the cut or a cut that does not fit

@@ -28,19 +28,8 @@ Expected<TrainReport> runInProcess(const InProcessJob& job) {
     // Each stage computes on a share of the threads (at least one).
     const int replicas = job.pipeline.replicas;
     const int threads = std::max(1, job.worker.core.threads / (job.pipeline.stages * replicas));
-    std::vector<PipelineStageOptions> stages;
-    for (int i = 0; i < job.pipeline.stages * replicas; ++i) {
-      const int s = i % job.pipeline.stages;
-      PipelineStageOptions o;
-      o.widths = coreOptions.mlpWidths;
-      o.cut = job.pipelineCut;
-      o.stage = s;
-      o.microBatches = job.pipeline.microBatches;
-      o.schedule = job.pipeline.schedule;
-      o.optimizer = coreOptions.denseOptimizer;
-      o.kernels = kernels::createKernels({kernels::Device::kCpu, threads});
-      stages.push_back(std::move(o));
-    }
+    auto stages = mlpStageOptions(coreOptions.mlpWidths, job.pipelineCut, job.pipeline.microBatches,
+                                  job.pipeline.schedule, coreOptions.denseOptimizer, threads, replicas);
     coreOptions.pipeline = std::make_shared<InProcessPipeline>(
         system, std::move(stages), nullptr, std::chrono::duration_cast<std::chrono::milliseconds>(job.pipelineStepTimeout),
         replicas);

@@ -920,6 +920,16 @@ std::string crashAfter(const TempDir& dir, const std::vector<std::string>& job, 
   return run;
 }
 
+// The checkpoint a crashed run's log says it wrote ("checkpoint N written:
+// DIR (..."), or "" when it names none.
+std::string writtenCheckpoint(const TempDir& dir) {
+  const std::string log = readFile(dir.file("crash.log"));
+  const size_t found = log.find(" written: ");
+  if (found == std::string::npos) return "";
+  const size_t at = found + std::string(" written: ").size();
+  return log.substr(at, log.find(" (", at) - at);
+}
+
 // A BSP job writing a checkpoint every 40 steps loses its coordinator (and so
 // every process) after the first; `troupe train --resume` goes on from it
 // and ends with the very predictions of the uninterrupted run, every sample
@@ -1004,10 +1014,7 @@ TEST_F(ClusterTest, InSyncModesAResumedJobEqualsTheUninterruptedOne) {
     if (mode == "hybrid") processes.insert(processes.end(), {"ps-0", "ps-1"});
     const std::string run = crashAfter(dir, job, " written: ", processes);
     ASSERT_FALSE(run.empty());
-    // The one its log says was written ("checkpoint N written: DIR (...").
-    const std::string crashLog = readFile(dir.file("crash.log"));
-    const size_t at = crashLog.find(" written: ") + std::string(" written: ").size();
-    const std::string ckpt = crashLog.substr(at, crashLog.find(" (", at) - at);
+    const std::string ckpt = writtenCheckpoint(dir);
     ASSERT_EQ(ckpt.rfind(run + "/checkpoints/ckpt-", 0), 0u) << ckpt;
     ASSERT_TRUE(testing::shell("cp -r " + ckpt + " " + dir.file("flip")));
     auto inspect = troupe({"inspect", run});
@@ -1876,9 +1883,7 @@ TEST_F(ClusterTest, CompressionResidualsAreCheckpointedAndAResumedJobEqualsTheUn
     if (mode != "allreduce") processes.insert(processes.end(), {"ps-0", "ps-1"});
     const std::string run = crashAfter(dir, job, " written: ", processes);
     ASSERT_FALSE(run.empty());
-    const std::string crashLog = readFile(dir.file("crash.log"));
-    const size_t at = crashLog.find(" written: ") + std::string(" written: ").size();
-    const std::string ckpt = crashLog.substr(at, crashLog.find(" (", at) - at);
+    const std::string ckpt = writtenCheckpoint(dir);
     ASSERT_EQ(ckpt.rfind(run + "/checkpoints/ckpt-", 0), 0u) << ckpt;
     const std::string manifest = readFile(ckpt + "/manifest.toml");
     for (const char* file : {"residuals-0.ckpt", "residuals-1.ckpt"}) {

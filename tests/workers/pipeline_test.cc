@@ -178,20 +178,7 @@ struct Unsplit {
 };
 
 std::vector<PipelineStageOptions> stagesOf(int p, int m, PipelineSchedule schedule) {
-  const auto cut = cutMlpLayers(kWidths, p);
-  std::vector<PipelineStageOptions> out;
-  for (int s = 0; s < p; ++s) {
-    PipelineStageOptions o;
-    o.widths = kWidths;
-    o.cut = cut;
-    o.stage = s;
-    o.microBatches = m;
-    o.schedule = schedule;
-    o.optimizer = adam();
-    o.kernels = kernels::createKernels({kernels::Device::kCpu, 1});
-    out.push_back(std::move(o));
-  }
-  return out;
+  return mlpStageOptions(kWidths, cutMlpLayers(kWidths, p), m, schedule, adam(), 1);
 }
 
 // Each stage's weights and optimizer state against its slice of the
