@@ -17,6 +17,7 @@
 #include "actors/launcher.h"
 #include "apps/cli_common.h"
 #include "common/check.h"
+#include "common/hash.h"
 #include "common/json_text.h"
 #include "common/logging.h"
 #include "common/progress_line.h"
@@ -131,13 +132,16 @@ workers::JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, c
   const int64_t epochs = config.getInt("train.epochs");
   workers::TrainingJobOptions jo;
   const bool compressing = workers::compressionOf(config).any();
-  jo.onProgress = [&, compressing](const workers::JobProgress& p) {
-    if (p.worker != 0) return;
+  // (A pipeline's: the last stage of its first replica, which has the loss.)
+  const workers::PipelineConfig pipe = workers::pipelineOf(config);
+  const int64_t reporter = pipe.any() ? pipe.stages - 1 : 0;
+  jo.onProgress = [&, compressing, reporter](const workers::JobProgress& p) {
+    if (p.worker != reporter) return;
     const int64_t total = p.rowsPerEpoch * epochs;
     const int64_t done = p.rowsPerEpoch * p.epoch + p.epochRows;
     progress.update(done, total,
-                    fmt::format("worker 0: epoch {}/{}  step {}  loss {:.4f}  all workers {:.0f} samples/s{}",
-                                p.epoch + 1, epochs, p.step, p.loss, p.samplesPerSec,
+                    fmt::format("worker {}: epoch {}/{}  step {}  loss {:.4f}  all workers {:.0f} samples/s{}",
+                                p.worker, p.epoch + 1, epochs, p.step, p.loss, p.samplesPerSec,
                                 compressing ? fmt::format("  wire x{:.3f}", p.wireRatio) : std::string()));
   };
   const bool checkpoints = config.getInt("checkpoint.every_steps") > 0 || config.getInt("checkpoint.every_seconds") > 0;
@@ -391,8 +395,31 @@ int runTrain(const TrainFlags& flags) {
                          "stages yet", what, config.getString("model.kind"));
     }
     if (clusterWorkers > 0) {
-      TROUPE_SETUP_ERROR("config: {} runs its stages in one process today; stages across processes are not built "
-                         "yet (leave cluster.workers at 0)", what);
+      // A stage a process: rank r runs stage r % p of replica r / p.
+      if (clusterWorkers != int64_t(pipeline.stages) * pipeline.replicas) {
+        TROUPE_SETUP_ERROR("config: {} across processes needs cluster.workers = {} (a stage a process), not {}", what,
+                           pipeline.stages * pipeline.replicas, clusterWorkers);
+      }
+      if (trainMode(config) != TrainMode::kAllReduce) {
+        TROUPE_SETUP_ERROR("config: {} across processes sums each stage's gradients over its replicas: train.mode = "
+                           "allreduce, not {}", what, trainModeName(trainMode(config)));
+      }
+      if (collectivesBackend(config) == "nccl") {
+        TROUPE_SETUP_ERROR("config: {} across processes sums over the ring (collectives.backend = ring or auto)", what);
+      }
+      if (config.getString("supervision.on_worker_loss") != "fail") {
+        TROUPE_SETUP_ERROR("config: {} across processes: a lost stage cannot be replaced yet (its weights are in its "
+                           "process only); set supervision.on_worker_loss = fail, not {}", what,
+                           config.getString("supervision.on_worker_loss"));
+      }
+      if (config.getInt("checkpoint.every_steps") > 0 || config.getInt("checkpoint.every_seconds") > 0 ||
+          !config.getString("checkpoint.resume").empty()) {
+        TROUPE_SETUP_ERROR("config: {} across processes writes no checkpoints yet (checkpoint.every_steps, "
+                           "checkpoint.every_seconds, --resume)", what);
+      }
+      if (workers::compressionOf(config).any()) {
+        TROUPE_SETUP_ERROR("config: {} across processes sends its gradients uncompressed (compression.*)", what);
+      }
     }
     if (config.getInt("train.batch_size") < int64_t(pipeline.microBatches) * pipeline.replicas) {
       TROUPE_SETUP_ERROR("config: pipeline.micro_batches = {} a replica of {} cuts each batch of train.batch_size = "
@@ -410,9 +437,10 @@ int runTrain(const TrainFlags& flags) {
     for (int st = 0; st < pipeline.stages; ++st) {
       stages.push_back(fmt::format("layers {}-{}", job.pipelineCut[size_t(st)], job.pipelineCut[size_t(st) + 1] - 1));
     }
-    log->info("train: the MLP in {} pipeline stages ({}), {} micro-batches a batch, schedule {}{}", pipeline.stages,
+    log->info("train: the MLP in {} pipeline stages ({}), {} micro-batches a batch, schedule {}{}{}", pipeline.stages,
               fmt::join(stages, ", "), pipeline.microBatches, workers::pipelineScheduleName(pipeline.schedule),
-              pipeline.replicas > 1 ? fmt::format(", {} replicas (data parallel)", pipeline.replicas) : "");
+              pipeline.replicas > 1 ? fmt::format(", {} replicas (data parallel)", pipeline.replicas) : "",
+              clusterWorkers > 0 ? ", a process a stage" : "");
   }
   {
     const workers::CompressionConfig c = workers::compressionOf(config);
@@ -493,6 +521,12 @@ int runTrain(const TrainFlags& flags) {
   } else {
     field("test_accuracy", jsonNumber(last.accuracy));
     field("test_loss", jsonNumber(last.loss));
+  }
+  if (!report->denseWeights.empty()) {
+    // (a job of processes gives each worker's, in worker_reports)
+    const auto& w = report->denseWeights;
+    field("dense_hash", fmt::format("\"{:016x}\"", hashBytes(std::string_view(reinterpret_cast<const char*>(w.data()),
+                                                                              w.size() * 4), 0)));
   }
   field("test_rows", std::to_string(last.rows));
   const bool counting = worker.core.kind == workers::ModelKind::kCount;

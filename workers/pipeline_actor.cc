@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cstring>
 #include <set>
+#include <thread>
 
 #include <caf/all.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "collectives/communicator.h"
 #include "common/check.h"
 #include "transport/tensor.h"
 #include "workers/messages.h"
@@ -24,10 +26,36 @@ struct StageState {
   StageBatches batches;
   bool holdOptimizer = false;  // data parallelism: step only at pipe_apply
   int64_t reported = 0;  // the last step told to the driver
+  // Asks for its weights after a step it has not stepped to yet.
+  std::vector<std::pair<int64_t, caf::response_promise>> weightWaiters;
   static inline const char* name = "pipeline_stage";
 };
 
 using StageSelf = caf::stateful_actor<StageState>;
+
+// Its weights and where they go in the unsplit model, to those who asked
+// for them after the step its optimizer took last (or one before).
+void answerWeights(StageSelf* self) {
+  auto& st = self->state;
+  const int64_t applied = st.stage->appliedStep();
+  auto& waiters = st.weightWaiters;
+  for (auto it = waiters.begin(); it != waiters.end();) {
+    if (it->first > applied) {
+      ++it;
+      continue;
+    }
+    if (it->first < applied) {
+      it->second.deliver(caf::make_error(caf::sec::runtime_error,
+                                         fmt::format("pipeline stage {}: weights of step {} asked for at step {}",
+                                                     st.stage->stage(), it->first, applied)));
+    } else {
+      const DenseParameters& p = st.stage->parameters();
+      it->second.deliver(st.stage->parameterOffset(),
+                         transport::Tensor::copyOf(p.weights(), size_t(p.size()) * 4, transport::DType::kFloat32));
+    }
+    it = waiters.erase(it);
+  }
+}
 
 void tell(StageSelf* self, int64_t step, double loss, const std::string& error) {
   auto& st = self->state;
@@ -61,7 +89,10 @@ void advance(StageSelf* self, int64_t step) {
   };
   Status s = stage.run(send);
   if (s.isOk() && !stage.stepDone()) return;
-  if (s.isOk() && !st.holdOptimizer) s = stage.applyOptimizer();
+  if (s.isOk() && !st.holdOptimizer) {
+    s = stage.applyOptimizer();
+    if (s.isOk()) answerWeights(self);
+  }
   tell(self, step, s.isOk() ? stage.stepLoss() : 0.0, s.isOk() ? std::string() : s.message());
 }
 
@@ -114,8 +145,16 @@ caf::behavior stageActor(StageSelf* self, std::shared_ptr<PipelineStage> stage, 
         }
         Status s = st.stage->applyOptimizer();
         if (!s.isOk()) return refuse(self, step, s.message());
+        answerWeights(self);
         st.driver = caf::actor_cast<caf::actor>(self->current_sender());
         tell(self, step, 0.0, std::string());
+      },
+      [=](pipe_ready_atom) { return int32_t(self->state.stage->stage()); },
+      [=](pipe_weights_atom, int64_t step) {
+        auto rp = self->make_response_promise();
+        self->state.weightWaiters.emplace_back(step, rp);
+        answerWeights(self);
+        return rp;
       },
       [=](pipe_step_atom, int64_t step) {
         auto& st = self->state;
@@ -229,7 +268,7 @@ void InProcessPipeline::setLearningRate(float lr) {
   for (auto& s : stages_) s->parameters().setLearningRate(lr);  // every replica's
 }
 
-void InProcessPipeline::sumGradients() {
+Status InProcessPipeline::sumGradients() {
   const int p = stages();
   for (int s = 0; s < p; ++s) {
     float* sum = stages_[size_t(s)]->parameters().grads();
@@ -240,6 +279,26 @@ void InProcessPipeline::sumGradients() {
     }
     for (int d = 1; d < replicas_; ++d) std::copy_n(sum, n, stages_[size_t(d * p + s)]->parameters().grads());
   }
+  return Status::ok();
+}
+
+Expected<BatchPtr> replicaShare(const Batch& b, int replica, int replicas) {
+  if (b.rows < 0 || b.denseWidth < 0 || int64_t(b.dense.size()) != b.rows * b.denseWidth ||
+      (!b.classes.empty() && int64_t(b.classes.size()) != b.rows) || replicas < 1 || replica < 0 ||
+      replica >= replicas) {
+    return Status::invalidArgument(fmt::format("pipeline: a batch of {} rows holds {} features of width {} and {} "
+                                               "labels (share {} of {})", b.rows, b.dense.size(), b.denseWidth,
+                                               b.classes.size(), replica, replicas));
+  }
+  const int64_t first = b.rows * replica / replicas, rows = b.rows * (replica + 1) / replicas - first;
+  auto share = std::make_shared<Batch>();
+  share->index = b.index;
+  share->firstRow = b.firstRow + first;
+  share->rows = rows;
+  share->denseWidth = b.denseWidth;
+  share->dense.assign(b.dense.begin() + first * b.denseWidth, b.dense.begin() + (first + rows) * b.denseWidth);
+  if (!b.classes.empty()) share->classes.assign(b.classes.begin() + first, b.classes.begin() + first + rows);
+  return BatchPtr(std::move(share));
 }
 
 Expected<double> InProcessPipeline::step(int64_t step, BatchPtr batch) {
@@ -248,31 +307,24 @@ Expected<double> InProcessPipeline::step(int64_t step, BatchPtr batch) {
   // Each replica a share of contiguous rows; the loss (and so each
   // gradient) over the whole batch's rows: the shares' gradients add up to
   // the batch's.
-  const Batch& b = *batch;
-  if (b.rows < 0 || b.denseWidth < 0 || int64_t(b.dense.size()) != b.rows * b.denseWidth ||
-      (!b.classes.empty() && int64_t(b.classes.size()) != b.rows)) {
-    return Status::invalidArgument(fmt::format("pipeline: step {}: a batch of {} rows holds {} features of width {} "
-                                               "and {} labels", step, b.rows, b.dense.size(), b.denseWidth,
-                                               b.classes.size()));
-  }
   std::vector<BatchPtr> shares;
   for (int d = 0; d < replicas_; ++d) {
-    const int64_t first = b.rows * d / replicas_, rows = b.rows * (d + 1) / replicas_ - first;
-    auto share = std::make_shared<Batch>();
-    share->index = b.index;
-    share->firstRow = b.firstRow + first;
-    share->rows = rows;
-    share->denseWidth = b.denseWidth;
-    share->dense.assign(b.dense.begin() + first * b.denseWidth, b.dense.begin() + (first + rows) * b.denseWidth);
-    if (!b.classes.empty()) share->classes.assign(b.classes.begin() + first, b.classes.begin() + first + rows);
-    shares.push_back(std::move(share));
+    auto share = replicaShare(*batch, d, replicas_);
+    if (!share.hasValue()) return Status::invalidArgument(fmt::format("step {}: {}", step, share.status().message()));
+    shares.push_back(std::move(*share));
   }
-  return driver_.step(step, shares, b.rows, [this] { sumGradients(); });
+  return driver_.step(step, shares, batch->rows, [this] { return sumGradients(); });
 }
 
 PipelineDriver::PipelineDriver(caf::actor_system& system, std::vector<caf::actor> stages,
-                               std::chrono::milliseconds stepTimeout, int replicas)
-    : system_(system), stages_(std::move(stages)), timeout_(stepTimeout), replicas_(replicas) {
+                               std::chrono::milliseconds stepTimeout, int replicas, bool holdOptimizer,
+                               std::vector<std::pair<caf::actor, std::string>> watch)
+    : system_(system),
+      stages_(std::move(stages)),
+      timeout_(stepTimeout),
+      replicas_(replicas),
+      hold_(holdOptimizer || replicas > 1),
+      watch_(std::move(watch)) {
   if (replicas_ < 1 || stages_.empty() || stages_.size() % size_t(replicas_) != 0) {
     TROUPE_SETUP_ERROR("pipeline: {} stage actors do not make {} equal replicas", stages_.size(), replicas_);
   }
@@ -321,6 +373,11 @@ bool PipelineDriver::awaitAll(caf::scoped_actor& self, int64_t step, std::chrono
               error = fmt::format("pipeline stage {} went during step {}: {}", i % p, step, system_.render(d.reason));
             }
           }
+          for (const auto& [a, name] : watch_) {
+            if (d.source == a.address()) {
+              error = fmt::format("pipeline: {} went during step {}: {}", name, step, system_.render(d.reason));
+            }
+          }
         },
         caf::after(std::max(wait, std::chrono::milliseconds(0))) >> [&] { timedOut = true; });
     if (timedOut) {
@@ -337,14 +394,13 @@ bool PipelineDriver::awaitAll(caf::scoped_actor& self, int64_t step, std::chrono
 }
 
 Expected<double> PipelineDriver::step(int64_t step, const std::vector<BatchPtr>& batches, int64_t lossRows,
-                                      const std::function<void()>& between) {
+                                      const std::function<Status()>& between) {
   if (failed()) return Status::internal(fmt::format("pipeline: step {} after a failed step ({})", step, failure_));
   if (!batches.empty() && batches.size() != size_t(replicas_)) {
     return Status::invalidArgument(fmt::format("pipeline: {} batches for {} replicas", batches.size(), replicas_));
   }
-  if (replicas_ > 1 && (batches.empty() || !between)) {
-    return Status::invalidArgument("pipeline: replicas take a batch each and a sum of their gradients");
-  }
+  if (replicas_ > 1 && batches.empty()) return Status::invalidArgument("pipeline: replicas take a batch each");
+  if (hold_ && !between) return Status::invalidArgument("pipeline: held optimizer steps need a sum of the gradients");
   const size_t p = stages_.size() / size_t(replicas_);
   caf::scoped_actor self{system_};
   // A stage that goes (its process, through a proxy) fails the step at
@@ -352,10 +408,13 @@ Expected<double> PipelineDriver::step(int64_t step, const std::vector<BatchPtr>&
   struct Unwatch {
     caf::scoped_actor& self;
     const std::vector<caf::actor>& stages;
+    const std::vector<std::pair<caf::actor, std::string>>& watch;
     ~Unwatch() {
       for (const auto& a : stages) self->demonitor(a);
+      for (const auto& w : watch) self->demonitor(w.first);
     }
-  } unwatch{self, stages_};
+  } unwatch{self, stages_, watch_};
+  for (const auto& w : watch_) self->monitor(w.first);
   for (size_t i = 0; i < stages_.size(); ++i) {
     self->monitor(stages_[i]);
     if (batches.empty()) {
@@ -369,15 +428,160 @@ Expected<double> PipelineDriver::step(int64_t step, const std::vector<BatchPtr>&
   if (!awaitAll(self, step, deadline, "forward and backward", &loss)) {
     return timedOut_ ? Status::timeout(failure_) : Status::internal(failure_);
   }
-  if (replicas_ > 1) {
+  if (hold_) {
     // Every stage waits for its apply: their gradients can be read and made one here.
-    if (between) between();
+    Status s = between();
+    if (!s.isOk()) {
+      failure_ = fmt::format("pipeline: step {}: the sum of the replicas' gradients: {}", step, s.message());
+      return s.code() == Status::Code::kTimeout ? Status::timeout(failure_) : Status::internal(failure_);
+    }
     for (const auto& a : stages_) self->send(a, pipe_apply_atom::value, step);
     if (!awaitAll(self, step, deadline, "optimizer", nullptr)) {
       return timedOut_ ? Status::timeout(failure_) : Status::internal(failure_);
     }
   }
   return loss;
+}
+
+}  // namespace troupe::workers
+
+namespace troupe::workers {
+
+std::string pipelineStageName(int64_t rank) { return fmt::format("pipeline-stage-{}", rank); }
+
+namespace {
+
+std::shared_ptr<PipelineStage> processStage(const ProcessStageOptions& o) {
+  auto stage = std::make_shared<PipelineStage>(o.stage);
+  const size_t p = size_t(stage->stages());
+  if (o.replicaStages.size() != p || o.replicaRanks.size() != p || o.replicas < 1 || o.replica < 0 ||
+      o.replica >= o.replicas) {
+    TROUPE_SETUP_ERROR("pipeline: a stage of replica {} of {} given {} stage actors and {} ranks for {} stages",
+                       o.replica, o.replicas, o.replicaStages.size(), o.replicaRanks.size(), p);
+  }
+  for (size_t s = 0; s < p; ++s) {
+    if (s != size_t(stage->stage()) && !o.replicaStages[s]) {
+      TROUPE_SETUP_ERROR("pipeline: stage {} of replica {} has no actor", s, o.replica);
+    }
+  }
+  return stage;
+}
+
+// A stage's neighbours among its replica's stages, named for messages.
+std::vector<std::pair<caf::actor, std::string>> neighbours(int s, int p, const std::vector<caf::actor>& stages,
+                                                           const std::vector<int64_t>& ranks) {
+  std::vector<std::pair<caf::actor, std::string>> out;
+  if (s > 0) out.emplace_back(stages[size_t(s - 1)], fmt::format("the stage before (worker {})", ranks[size_t(s - 1)]));
+  if (s + 1 < p) out.emplace_back(stages[size_t(s + 1)], fmt::format("the stage after (worker {})", ranks[size_t(s + 1)]));
+  return out;
+}
+
+}  // namespace
+
+ProcessStage::ProcessStage(caf::actor_system& system, ProcessStageOptions options)
+    : system_(system),
+      stage_(processStage(options)),
+      replica_(options.replica),
+      replicas_(options.replicas),
+      replicaStages_(std::move(options.replicaStages)),
+      replicaRanks_(std::move(options.replicaRanks)),
+      actor_(spawnPipelineStage(system, stage_, nullptr, nullptr, true)),
+      driver_(system, {actor_}, options.stepTimeout, 1, true,
+              neighbours(stage_->stage(), stage_->stages(), replicaStages_, replicaRanks_)) {
+  const int s = stage(), p = stages();
+  caf::anon_send(actor_, pipe_links_atom::value, s > 0 ? replicaStages_[size_t(s - 1)] : caf::actor(),
+                 s + 1 < p ? replicaStages_[size_t(s + 1)] : caf::actor(), true, true);
+}
+
+ProcessStage::~ProcessStage() { caf::anon_send_exit(actor_, caf::exit_reason::user_shutdown); }
+
+Status ProcessStage::connect(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  caf::scoped_actor self{system_};
+  for (int s : {stage() - 1, stage() + 1}) {
+    if (s < 0 || s >= stages()) continue;
+    // A process that has not published its stage yet drops the ask (no
+    // such actor): asked again, every 100 ms, until the deadline.
+    std::string last = "no answer";
+    for (;;) {
+      bool up = false;
+      self->request(replicaStages_[size_t(s)], std::chrono::seconds(2), pipe_ready_atom::value)
+          .receive([&](int32_t answered) {
+                     up = answered == s;
+                     if (!up) last = fmt::format("it says it is stage {}", answered);
+                   },
+                   [&](caf::error& e) { last = system_.render(e); });
+      if (up) break;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        return Status::timeout(fmt::format("pipeline stage {}: stage {} (worker {}) did not answer within {} ms: {}",
+                                           stage(), s, replicaRanks_[size_t(s)], timeout.count(), last));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  return Status::ok();
+}
+
+int64_t ProcessStage::shareRows(int64_t rows) const {
+  return rows * (replica_ + 1) / replicas_ - rows * replica_ / replicas_;
+}
+
+Expected<double> ProcessStage::step(int64_t step, const BatchPtr& batch, collectives::Communicator* comm) {
+  if (!batch) return Status::invalidArgument(fmt::format("pipeline: step {} without a batch", step));
+  auto share = replicaShare(*batch, replica_, replicas_);
+  if (!share.hasValue()) return Status::invalidArgument(fmt::format("step {}: {}", step, share.status().message()));
+  // The stage's gradients over its replicas, while it waits for its apply.
+  auto sum = [this, comm]() -> Status {
+    if (!comm || comm->size() == 1) return Status::ok();
+    DenseParameters& p = stage_->parameters();
+    return comm->allReduce(p.grads(), size_t(p.size()), transport::DType::kFloat32, collectives::ReduceOp::kSum);
+  };
+  return driver_.step(step, {std::move(*share)}, batch->rows, sum);
+}
+
+void ProcessStage::loadWeights(const float* model) {
+  TROUPE_CHECK(!failed(), "pipeline: weights loaded after a failed step");
+  std::copy_n(model + stage_->parameterOffset(), stage_->parameters().size(), stage_->parameters().weights());
+}
+
+void ProcessStage::copyWeights(float* model) const {
+  TROUPE_CHECK(!failed(), "pipeline: weights read after a failed step");
+  std::copy_n(stage_->parameters().weights(), stage_->parameters().size(), model + stage_->parameterOffset());
+}
+
+void ProcessStage::setLearningRate(float lr) {
+  TROUPE_CHECK(!failed(), "pipeline: learning rate set after a failed step");
+  stage_->parameters().setLearningRate(lr);
+}
+
+Status ProcessStage::gatherWeights(float* model, int64_t step, std::chrono::milliseconds timeout) {
+  if (failed()) return Status::internal("pipeline: the model gathered after a failed step");
+  copyWeights(model);
+  caf::scoped_actor self{system_};
+  const auto& o = stage_->options();
+  for (int s = 0; s < stages(); ++s) {
+    if (s == stage()) continue;
+    // It answers once its optimizer took the step (all do, one after another).
+    const auto slice = mlpStageSlice(o.widths, o.cut, s);
+    std::string error;
+    self->request(replicaStages_[size_t(s)], timeout, pipe_weights_atom::value, step)
+        .receive(
+            [&](int64_t offset, const transport::Tensor& w) {
+              if (offset != slice.first || w.dtype != transport::DType::kFloat32 ||
+                  w.bytes != size_t(slice.second) * 4) {
+                error = fmt::format("it answered {} bytes of type {} at offset {}; its slice is {} floats at {}",
+                                    w.bytes, int(w.dtype), offset, slice.second, slice.first);
+                return;
+              }
+              std::memcpy(model + slice.first, w.data, w.bytes);
+            },
+            [&](caf::error& e) { error = system_.render(e); });
+    if (!error.empty()) {
+      return Status::unavailable(fmt::format("pipeline stage {}: the weights of stage {} (worker {}) after step {}: {}",
+                                             stage(), s, replicaRanks_[size_t(s)], step, error));
+    }
+  }
+  return Status::ok();
 }
 
 }  // namespace troupe::workers

@@ -21,6 +21,11 @@
 //   (pipe_links_atom, prev, next, bool prevRemote, bool nextRemote)
 //        its neighbours (an invalid handle: none), and which are in
 //        another process (a proxy, transport/remote_actors.h)
+//   (pipe_ready_atom) -> i32 stage         a neighbour's check that it is up
+//   (pipe_weights_atom, i64 step) -> (i64 offset, Tensor weights)
+//        its weights once its optimizer has taken step `step` (at once if
+//        it has), as a float32 buffer, with where they go in the unsplit
+//        model: how a process assembles the model its stage is a slice of
 //
 // Threading: the driver reads a stage (its parameters, counters) only
 // between steps: after its pipe_done and before the next pipe_step.
@@ -30,6 +35,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <caf/actor.hpp>
@@ -40,6 +46,10 @@
 #include "common/status.h"
 #include "workers/pipeline_stage.h"
 
+namespace troupe::collectives {
+class Communicator;
+}
+
 namespace troupe::workers {
 
 using pipe_step_atom = caf::atom_constant<caf::atom("pipestep")>;
@@ -47,6 +57,8 @@ using pipe_done_atom = caf::atom_constant<caf::atom("pipedone")>;
 using pipe_links_atom = caf::atom_constant<caf::atom("pipelinks")>;
 using pipe_act_atom = caf::atom_constant<caf::atom("pipeact")>;
 using pipe_apply_atom = caf::atom_constant<caf::atom("pipeapply")>;
+using pipe_ready_atom = caf::atom_constant<caf::atom("pipeready")>;
+using pipe_weights_atom = caf::atom_constant<caf::atom("pipeweight")>;
 using StageMessagePtr = std::shared_ptr<const StageMessage>;
 
 // How a stage's message reaches its neighbour: by default a plain send; a
@@ -73,15 +85,21 @@ caf::actor spawnPipelineStage(caf::actor_system& system, std::shared_ptr<Pipelin
 // stages hold their optimizer steps until `between` has run (the
 // replicas' gradients made one) and each is told to apply (pipe_apply_atom).
 // A failed step is the driver's end: every later step is refused.
+// `holdOptimizer`: the stages hold their optimizer steps for `between`
+// with one replica too (a stage whose replicas are in other processes);
+// `watch`: actors besides the stages whose going fails a step at once (the
+// neighbours, in other processes, of a stage driven alone), each named.
 class PipelineDriver final {
  public:
   PipelineDriver(caf::actor_system& system, std::vector<caf::actor> stages, std::chrono::milliseconds stepTimeout,
-                 int replicas = 1);
+                 int replicas = 1, bool holdOptimizer = false,
+                 std::vector<std::pair<caf::actor, std::string>> watch = {});
   // `batches`: one a replica, or none (the wire form); `lossRows`: the rows
   // the loss averages over (0: each replica's own). The step's loss: the
-  // sum of the replicas' last stages' (each weighted by its rows).
+  // sum of the replicas' last stages' (each weighted by its rows). An error
+  // of `between` fails the step.
   Expected<double> step(int64_t step, const std::vector<BatchPtr>& batches, int64_t lossRows = 0,
-                        const std::function<void()>& between = nullptr);
+                        const std::function<Status()>& between = nullptr);
   bool failed() const { return !failure_.empty(); }
 
  private:
@@ -94,6 +112,8 @@ class PipelineDriver final {
   std::vector<caf::actor> stages_;
   std::chrono::milliseconds timeout_;
   int replicas_;
+  bool hold_;
+  std::vector<std::pair<caf::actor, std::string>> watch_;
   std::string failure_;
   bool timedOut_ = false;  // the failure was the deadline
 };
@@ -138,11 +158,99 @@ class InProcessPipeline final {
   void setLearningRate(float lr);
 
  private:
-  void sumGradients();  // each stage's, over its replicas, into every replica's
+  Status sumGradients();  // each stage's, over its replicas, into every replica's
 
   int replicas_;
   std::vector<std::shared_ptr<PipelineStage>> stages_;  // each read by its actor during a step
   std::vector<caf::actor> actors_;
+  PipelineDriver driver_;
+};
+
+// Replica d's share of a batch cut among `replicas`: rows [d R / D,
+// (d + 1) R / D) (possibly none), the in-process replicas' cut and the
+// processes'. Fails for a batch whose features or labels do not fit its rows.
+Expected<BatchPtr> replicaShare(const Batch& batch, int replica, int replicas);
+
+// The name a stage actor of a job's process is published under
+// (transport/remote_actors.h), by the process's rank.
+std::string pipelineStageName(int64_t rank);
+
+struct ProcessStageOptions {
+  PipelineStageOptions stage;      // the stage of its cut this process runs
+  int replica = 0, replicas = 1;   // which replica of the pipeline, of how many
+  // Every stage of its replica in stage order: the other processes' stage
+  // actors (proxies); its own entry is not used. The neighbours' are its
+  // links; all of them answer gatherWeights.
+  std::vector<caf::actor> replicaStages;
+  std::vector<int64_t> replicaRanks;  // the job's rank of each (for messages)
+  std::chrono::milliseconds stepTimeout{120000};
+};
+
+// One stage of a pipeline whose stages are the processes of a job
+// (workers/worker_role.cc: rank r runs stage r % p of replica r / p): its
+// stage actor, linked to the neighbours' in the processes of ranks r - 1
+// and r + 1, and the driver of its steps in this process. Every process
+// reads every batch; a step runs the stage on its replica's share
+// (replicaShare), then sums its gradients over the stage's replicas (the
+// stage group's communicator; the loss averages over the whole batch, so
+// the sum is the batch's mean gradient) and steps its optimizer: every
+// replica of a stage holds the same bits, and the job's steps are the
+// in-process pipeline's (InProcessPipeline, with `replicas` replicas).
+//
+// Threading: one owner (the worker actor's core), which may block in step
+// and gatherWeights.
+class ProcessStage final {
+ public:
+  // Throws SetupError for options PipelineStage refuses or that do not name
+  // every stage of the replica.
+  ProcessStage(caf::actor_system& system, ProcessStageOptions options);
+  ~ProcessStage();
+  ProcessStage(const ProcessStage&) = delete;
+  ProcessStage& operator=(const ProcessStage&) = delete;
+
+  // The stage actor, to publish under pipelineStageName(rank).
+  const caf::actor& actor() const { return actor_; }
+  // Waits until both neighbours answer (their processes may start later
+  // than this one): a Timeout naming the one that did not.
+  Status connect(std::chrono::milliseconds timeout);
+  // Step `step` (1, 2, ...) on the batch every process reads for it: the
+  // stage's instructions on this replica's share, the gradients summed
+  // over `comm` (the stage's replicas; null or of size 1: this one only),
+  // the optimizer step. The loss (the last stage's; 0 for the others), or
+  // the error: a neighbour gone, a step not done within the timeout, a
+  // failed sum. A failed step is the stage's end (as InProcessPipeline's).
+  Expected<double> step(int64_t step, const BatchPtr& batch, collectives::Communicator* comm);
+  bool failed() const { return driver_.failed(); }
+
+  int stage() const { return stage_->stage(); }
+  int stages() const { return stage_->stages(); }
+  bool last() const { return stage_->last(); }
+  int replica() const { return replica_; }
+  int replicas() const { return replicas_; }
+  // Its replica's rows of a batch of `rows`.
+  int64_t shareRows(int64_t rows) const;
+  // Between steps: its slice of the unsplit model's weights from / into
+  // `model`, and its slice's size.
+  void loadWeights(const float* model);
+  void copyWeights(float* model) const;
+  int64_t parameterCount() const { return stage_->parameters().size(); }
+  void setLearningRate(float lr);
+  // The unsplit model's weights after step `step` into `model` (of the whole
+  // MLP's size): its own slice, and each other stage's of its replica as
+  // that stage answers once its optimizer took step `step`. Fails naming a
+  // stage that does not answer within `timeout` or answers a slice that
+  // is not its own.
+  Status gatherWeights(float* model, int64_t step, std::chrono::milliseconds timeout);
+  // The stage itself, between steps (its counters).
+  const PipelineStage& local() const { return *stage_; }
+
+ private:
+  caf::actor_system& system_;
+  std::shared_ptr<PipelineStage> stage_;
+  int replica_, replicas_;
+  std::vector<caf::actor> replicaStages_;
+  std::vector<int64_t> replicaRanks_;
+  caf::actor actor_;
   PipelineDriver driver_;
 };
 

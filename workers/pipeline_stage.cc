@@ -36,6 +36,16 @@ std::vector<PipelineStageOptions> mlpStageOptions(const std::vector<int64_t>& wi
   return out;
 }
 
+std::pair<int64_t, int64_t> mlpStageSlice(const std::vector<int64_t>& widths, const std::vector<int>& cut, int stage) {
+  if (stage < 0 || size_t(stage) + 1 >= cut.size() || cut[size_t(stage)] < 0 ||
+      cut[size_t(stage) + 1] <= cut[size_t(stage)] || size_t(cut[size_t(stage) + 1]) >= widths.size()) {
+    TROUPE_SETUP_ERROR("pipeline: stage {} of a cut {} of {} layers", stage, fmt::join(cut, ","), int(widths.size()) - 1);
+  }
+  const int a = cut[size_t(stage)], b = cut[size_t(stage) + 1];
+  std::vector<int64_t> before(widths.begin(), widths.begin() + a + 1), own(widths.begin() + a, widths.begin() + b + 1);
+  return {a == 0 ? 0 : Mlp::parameterCount(before), Mlp::parameterCount(own)};
+}
+
 PipelineStage::PipelineStage(PipelineStageOptions options) : options_(std::move(options)) {
   const auto& cut = options_.cut;
   const int layers = int(options_.widths.size()) - 1;

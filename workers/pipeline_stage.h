@@ -28,6 +28,7 @@
 #include <memory>
 #include <set>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -72,6 +73,11 @@ std::vector<PipelineStageOptions> mlpStageOptions(const std::vector<int64_t>& wi
                                                   const kernels::OptimizerConfig& optimizer, int threads,
                                                   int replicas = 1);
 
+// The slice [first, first + count) of the unsplit MLP's parameters that
+// stage `stage` of `cut` holds (PipelineStage::parameterOffset and the size
+// of its parameters). Throws SetupError for a stage out of the cut.
+std::pair<int64_t, int64_t> mlpStageSlice(const std::vector<int64_t>& widths, const std::vector<int>& cut, int stage);
+
 class PipelineStage final {
  public:
   // Throws SetupError for a stage out of the cut or a cut that does not fit
@@ -79,6 +85,7 @@ class PipelineStage final {
   explicit PipelineStage(PipelineStageOptions options);
 
   int stage() const { return options_.stage; }
+  const PipelineStageOptions& options() const { return options_; }
   int microBatches() const { return options_.microBatches; }
   PipelineSchedule schedule() const { return options_.schedule; }
   int stages() const { return int(options_.cut.size()) - 1; }
@@ -105,6 +112,9 @@ class PipelineStage final {
   Status run(const std::function<void(StageMessage&&)>& send);
   // The step begun last (0: none yet).
   int64_t currentStep() const { return step_; }
+  // The last step whose optimizer step was taken (0: none yet): the step
+  // the weights are of.
+  int64_t appliedStep() const { return !begun_ ? 0 : applied_ ? step_ : step_ - 1; }
   // Every instruction of the step ran.
   bool stepDone() const { return begun_ && next_ == instructions_.size(); }
   // The optimizer step on the accumulated gradients: once a step, after

@@ -83,6 +83,7 @@ WorkerLoss workerLossPolicy(const Config& config) {
 TrainingJob::TrainingJob(const Config& config, TrainingJobOptions options)
     : onProgress_(std::move(options.onProgress)), configText_(config.toToml()), config_(config) {
   generation_ = config.getInt("cluster.generation");
+  if (const PipelineConfig pipe = pipelineOf(config); pipe.any()) pipelineStages_ = pipe.stages;
   checkpointBase_ = options.checkpointDir;
   if (!checkpointBase_.empty()) shape_ = jobShapeOf(config);
   checkpointEverySteps_ = std::max<int64_t>(0, config.getInt("checkpoint.every_steps"));
@@ -1428,11 +1429,11 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
           }
         }
         maybeCheckpoint(job);
-        if (!onProgress_) return;
+        if (!onProgress_ || !countsTraining(p.rank, false)) return;  // (a pipeline's loss is its last stages')
         JobProgress out{p.rank, p.step, p.epoch, p.epochRows, p.rowsPerEpoch, p.loss, 0, p.wireRatio};
         const auto& members = job.members("worker");
         for (size_t w = 0; w < members.size() && w < rate_.size(); ++w) {
-          if (members[w].live() && !reported_[w]) out.samplesPerSec += rate_[w];
+          if (members[w].live() && !reported_[w] && countsTraining(int64_t(w), false)) out.samplesPerSec += rate_[w];
         }
         onProgress_(out);
       },
@@ -1485,8 +1486,8 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
         o.workers[size_t(r.rank)] = WorkerSummary{r.rank,         false,          r.steps,     r.samples, r.pushesAcked,
                                                   r.pulledRows,   r.trainSeconds, r.denseHash, restarts,  r.resumedAt,
                                                   r.stepsRedone,  r.pushesAcknowledged};
-        o.steps += r.steps;
-        o.samples += r.samples;
+        if (countsTraining(r.rank, true)) o.steps += r.steps;
+        if (countsTraining(r.rank, false)) o.samples += r.samples;
         for (size_t i = 0; i < r.wirePaths.size() && (i + 1) * kWireFigures <= r.wireFigures.size(); ++i) {
           auto it = std::find_if(o.traffic.begin(), o.traffic.end(),
                                  [&](const PathTraffic& t) { return t.path == r.wirePaths[i]; });

@@ -255,6 +255,13 @@ class TrainingJob final : public actors::JobPolicy {
   void rebuildCopy(actors::JobContext& job, int64_t shard, int64_t backup, uint64_t node, int attempt, int64_t token);
 
   int64_t workers_ = 0, servers_ = 0;
+  // A pipeline across the workers (rank r: stage r % p of replica r / p):
+  // p, else 0. Its samples and steps are counted once a replica (at the
+  // last stages), not once a stage.
+  int64_t pipelineStages_ = 0;
+  bool countsTraining(int64_t rank, bool steps) const {
+    return pipelineStages_ == 0 || (rank % pipelineStages_ == pipelineStages_ - 1 && (!steps || rank < pipelineStages_));
+  }
   int64_t replicas_ = 1;
   std::vector<int64_t> primaryHost_;  // ps.replicas = 2: per shard, the ps rank whose process serves it
   std::vector<bool> backupSynced_;    // per shard: its other copy is live and identical

@@ -150,7 +150,7 @@ void reportProgress(Self* self, bool stepDue) {
 void afterStep(Self* self, const Batch& batch) {
   auto& st = self->state;
   st.trainSeconds += secondsSince(st.stepStart);
-  st.report->samples += batch.rows;
+  st.report->samples += st.core->trainedRows(batch);
   st.epochRows += batch.rows;
   ++st.epochSteps;
   const int64_t step = st.core->steps();
@@ -424,6 +424,12 @@ void evaluate(Self* self) {
   if (!st.options.evaluateEachEpoch && !last) {
     ++st.epoch;
     return startEpoch(self);
+  }
+  if (last) {
+    // A pipeline stage's process: the whole model, for the evaluation and
+    // the report (a no-op for other cores).
+    Status s = st.core->assembleModel(st.options.requestTimeout);
+    if (!s.isOk()) return fail(self, s);
   }
   if (last && st.options.evalGate) return passGate(self);
   startEvaluation(self);

@@ -43,6 +43,17 @@ WorkerCore::WorkerCore(const WorkerCoreOptions& options)
       // The stages start from the unsplit model's initial weights.
       options_.pipeline->loadWeights(params_->weights());
     }
+    if (options_.stage) {
+      // Every process makes the whole model from the same seed; its stage
+      // takes its slice.
+      if (options_.pipeline || options_.denseOnServers || options_.keepPrevious || options_.compression) {
+        TROUPE_SETUP_ERROR("a pipeline stage of a job's process is all-reduced plainly over its replicas, and "
+                           "alone in its process");
+      }
+      const auto& o = options_.stage->local().options();
+      if (o.widths != options_.mlpWidths) TROUPE_SETUP_ERROR("pipeline stage of another MLP than the core's");
+      options_.stage->loadWeights(params_->weights());
+    }
   } else {
     params_ = std::make_unique<DenseParameters>(kCountDense, options_.denseOptimizer);  // zeros
   }
@@ -63,7 +74,8 @@ void WorkerCore::setCommunicator(std::shared_ptr<collectives::Communicator> comm
   options_.comm = std::move(comm);
   if (options_.compression) options_.compression->reset();  // a new group: what it owes starts again
   collectiveFailed_ = false;
-  if (!options_.comm) return;
+  // (A pipeline stage sums its own slice's gradients over the stage group.)
+  if (!options_.comm || options_.stage) return;
   // The count model has one gradient, made all at once (countStep).
   std::vector<std::pair<int64_t, int64_t>> order =
       dlrm_ ? dlrm_->gradientOrder() : mlp_ ? mlp_->gradientOrder() : std::vector<std::pair<int64_t, int64_t>>{{0, kCountDense}};
@@ -86,8 +98,10 @@ Expected<bool> WorkerCore::agreeToStep(int64_t rows) {
     agreedRows_ = rows;
     return rows > 0;
   }
-  // [ranks with a batch, rows of all]: exact in float32 up to 2^24 rows a step.
-  float agree[2] = {rows > 0 ? 1.0f : 0.0f, float(rows)};
+  // [ranks with a batch, rows of all]: exact in float32 up to 2^24 rows a
+  // step. (The replicas of a pipeline stage each count their share of the
+  // batch every process reads.)
+  float agree[2] = {rows > 0 ? 1.0f : 0.0f, float(options_.stage ? options_.stage->shareRows(rows) : rows)};
   Status s = options_.comm->allReduce(agree, 2, transport::DType::kFloat32, collectives::ReduceOp::kSum);
   if (!s.isOk()) {
     collectiveFailed_ = true;
@@ -211,6 +225,16 @@ void WorkerCore::setDenseLearningRateScale(double scale) {
   const float lr = float(double(options_.denseOptimizer.learningRate) * scale);
   dense().setLearningRate(lr);
   if (options_.pipeline) options_.pipeline->setLearningRate(lr);
+  if (options_.stage) options_.stage->setLearningRate(lr);
+}
+
+Status WorkerCore::assembleModel(std::chrono::milliseconds timeout) {
+  if (!options_.stage) return Status::ok();
+  return options_.stage->gatherWeights(params_->weights(), steps_, timeout);
+}
+
+int64_t WorkerCore::trainedRows(const Batch& batch) const {
+  return options_.stage ? options_.stage->shareRows(batch.rows) : batch.rows;
 }
 
 double WorkerCore::takeMeanLoss() {
@@ -398,6 +422,22 @@ Expected<ps::PushRequestPtr> WorkerCore::trainStepOnce(const Batch& batch, const
     lossSum_ += *loss;
     ++lossCount_;
     options_.pipeline->copyWeights(params_->weights());
+    return ps::PushRequestPtr();
+  }
+  if (mlp_ && options_.stage) {
+    // This process's stage of the step; its neighbours' in theirs.
+    if (batch.denseWidth != mlp_->inputWidth()) {
+      return Status::invalidArgument(
+          fmt::format("batch has {} features, the MLP takes {}", batch.denseWidth, mlp_->inputWidth()));
+    }
+    ++steps_;
+    auto loss = options_.stage->step(steps_, std::make_shared<const Batch>(batch), options_.comm.get());
+    if (!loss.hasValue()) return loss.status();
+    if (options_.stage->last()) {  // (the loss is the last stage's)
+      lossSum_ += *loss;
+      ++lossCount_;
+    }
+    options_.stage->copyWeights(params_->weights());
     return ps::PushRequestPtr();
   }
   Status s = forward(batch, rows);

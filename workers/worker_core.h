@@ -13,6 +13,7 @@
 // Threading: one owner. Kernels run on the core's own compute pool.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -39,6 +40,7 @@ namespace troupe::workers {
 
 class Mlp;
 class InProcessPipeline;
+class ProcessStage;
 
 // kCount is the exact-count model (chaos draws it to check that nothing is
 // lost or applied twice): on DLRM-shaped data (its tables and embedding
@@ -94,6 +96,12 @@ struct WorkerCoreOptions {
   // and optimizer state; the core's own weights are a copy of theirs after
   // every step (evaluation, predictions, the dense hash read them).
   std::shared_ptr<InProcessPipeline> pipeline;
+  // kMlp, a pipeline whose stages are the job's processes: this process's
+  // stage (workers/pipeline_actor.h), which holds its slice's weights and
+  // optimizer state; `comm` is its stage group's (the stage's replicas).
+  // The core's own weights are the whole model's, of which only this
+  // stage's slice follows the steps; assembleModel makes them whole.
+  std::shared_ptr<ProcessStage> stage;
 };
 
 // Metrics of one pass over an evaluation set.
@@ -142,6 +150,15 @@ class WorkerCore final {
   // the values seen with the counts of the evaluation set (the training
   // set) times `epochs`, the passes over it that training took.
   void finishEval(EvalResult* eval, int64_t epochs = 1);
+
+  // A pipeline across processes: the whole model's weights after the steps
+  // taken, from the other stages of its replica (a collective of the
+  // replica's stages: each answers once its optimizer took the step). A
+  // no-op for every other core.
+  Status assembleModel(std::chrono::milliseconds timeout);
+  // The rows of `batch` this process trains on (a pipeline across
+  // processes: its replica's share of the batch every process reads).
+  int64_t trainedRows(const Batch& batch) const;
 
   int64_t steps() const { return steps_; }
   // Samples whose gradients the steps taken so far applied: of every rank in

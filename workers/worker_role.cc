@@ -24,7 +24,9 @@
 #include "workers/job_setup.h"
 #include "workers/loader_actor.h"
 #include "workers/messages.h"
+#include "workers/mlp.h"
 #include "workers/model_image.h"
+#include "workers/pipeline_actor.h"
 #include "workers/ps_client.h"
 #include "workers/training_job.h"
 #include "workers/worker_actor.h"
@@ -231,9 +233,25 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   const bool rejoin = mode != TrainMode::kPs && ctx.welcome.incarnation > 0 &&
                       config.getString("checkpoint.resume").empty() && !config.getBool("cluster.fresh_start");
   bool regroupFirst = false;  // the first group failed as it formed
+  // A pipeline across processes (train_command checked the job): rank r
+  // runs stage r % p of replica r / p, and its ring is its stage group's,
+  // the same stage of every replica.
+  const PipelineConfig pipe = pipelineOf(config);
+  const bool staged = pipe.any();
+  const int stageOf = staged ? int(rank % pipe.stages) : 0, replicaOf = staged ? int(rank / pipe.stages) : 0;
+  std::vector<uint64_t> ringNodes = workerNodes;
+  if (staged) {
+    if (mode != TrainMode::kAllReduce || model.kind != ModelKind::kMlp ||
+        workers != int64_t(pipe.stages) * pipe.replicas) {
+      TROUPE_SETUP_ERROR("worker {}: a pipeline of {} stages x {} replicas runs an MLP in allreduce mode on as many "
+                         "worker processes; this job has {}", rank, pipe.stages, pipe.replicas, workers);
+    }
+    ringNodes.clear();
+    for (int d = 0; d < pipe.replicas; ++d) ringNodes.push_back(workerNodes[size_t(d * pipe.stages + stageOf)]);
+  }
   collectives::RingOptions ro;
-  ro.rank = int(rank);
-  ro.nodes = workerNodes;
+  ro.rank = staged ? replicaOf : int(rank);
+  ro.nodes = ringNodes;
   ro.chunkBytes = size_t(positive(config, "collectives.chunk_kb")) << 10;
   ro.smallBytes = size_t(std::max<int64_t>(0, config.getInt("collectives.small_kb"))) << 10;
   ro.timeout = collectivesTimeout(config);
@@ -241,7 +259,7 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   ro.spin = std::chrono::microseconds(std::max<int64_t>(0, config.getInt("collectives.spin_us")));
   std::string backend = "ring";
   if (mode != TrainMode::kPs && !rejoin) {
-    const std::string requested = collectivesBackend(config);
+    const std::string requested = staged ? std::string("ring") : collectivesBackend(config);
     Tensor ncclId;
     int device = -1;
     if (requested != "ring") {
@@ -318,6 +336,35 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
     }
     model.replicatedTables = mode == TrainMode::kAllReduce && model.kind != ModelKind::kMlp;
     model.keepPrevious = mode == TrainMode::kHybrid;
+  }
+  if (staged) {
+    // Its stage actor, published for its neighbours and the model's
+    // gathering, and linked to theirs once they answer.
+    ProcessStageOptions so;
+    so.stage.widths = model.mlpWidths;
+    so.stage.cut = pipelineCut(pipe, model.mlpWidths);
+    so.stage.stage = stageOf;
+    so.stage.microBatches = pipe.microBatches;
+    so.stage.schedule = pipe.schedule;
+    so.stage.optimizer = model.denseOptimizer;
+    so.stage.kernels = kernels;
+    so.replica = replicaOf;
+    so.replicas = pipe.replicas;
+    for (int s = 0; s < pipe.stages; ++s) {
+      const int64_t r = int64_t(replicaOf) * pipe.stages + s;
+      so.replicaRanks.push_back(r);
+      so.replicaStages.push_back(r == rank ? caf::actor()
+                                           : ctx.remote.remoteActor(workerNodes[size_t(r)], pipelineStageName(r)));
+    }
+    so.stepTimeout = std::chrono::seconds(positive(config, "supervision.stall_timeout_s"));
+    auto stage = std::make_shared<ProcessStage>(ctx.system, std::move(so));
+    ctx.remote.publish(stage->actor(), pipelineStageName(rank));
+    Status up = stage->connect(std::chrono::seconds(positive(config, "cluster.start_timeout_s")));
+    if (!up.isOk()) TROUPE_SETUP_ERROR("worker {}: {}", rank, up.message());
+    const auto slice = mlpStageSlice(model.mlpWidths, stage->local().options().cut, stageOf);
+    logger("job")->info("worker {}: pipeline stage {} of replica {} ({} of the MLP's {} weights, from {})", rank,
+                        stageOf, replicaOf, slice.second, Mlp::parameterCount(model.mlpWidths), slice.first);
+    model.stage = std::move(stage);
   }
   // A worker resumes at the first step of its rank that not every shard
   // has: 0 in a new job; where a lost one left off (a step some shard has is
@@ -527,8 +574,9 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
     }
   }
   const int prefetch = int(positive(config, "data.prefetch"));
-  std::shared_ptr<BatchSource> share = everyNthBatch(data.train, rank, workers);
-  DataDivision division{0, 0, workers};
+  // (Every stage of a pipeline reads every batch; each replica takes its share of the rows.)
+  std::shared_ptr<BatchSource> share = staged ? everyNthBatch(data.train, 0, 1) : everyNthBatch(data.train, rank, workers);
+  DataDivision division{0, 0, staged ? 1 : workers};
   if (resumedModel) {
     // The ranks divide what is left of the cut's epoch.
     division = DataDivision{resumedModel->epoch, resumedModel->epochBatch, workers};
@@ -551,6 +599,7 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   // The core holds the communicator; the options must not (a group formed
   // again replaces it, and the old one must go first).
   wo.core.comm.reset();
+  wo.core.stage.reset();  // (the stage goes with the core, before the transport)
   // A pull waits at a shard at most pullWaitBound (the shard then fails it,
   // naming whom it waited for); the requests allow for that.
   wo.requestTimeout = pullWaitBound(config) + std::chrono::seconds(30);
@@ -562,7 +611,7 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   wo.faultRecorder = ctx.coordinator;
   wo.firedAs = actors::FaultFired{0, "worker", rank, ctx.welcome.incarnation, 0};
   wo.progressInterval = std::chrono::seconds(1);
-  if (mode != TrainMode::kPs && backend == "ring") {
+  if (mode != TrainMode::kPs && backend == "ring" && !staged) {
     wo.regroup.leave = [this] { comm_.reset(); };
     // The nodes of the group it was in last: one its transport found down
     // is named when it is ready for the next.

@@ -1955,6 +1955,169 @@ TEST_F(ClusterTest, CompressionABadSettingIsRefusedBeforeTheJobStarts) {
   }
 }
 
+// ---------------------------------------------------------------- pipelines
+
+// A pipelined MLP job (pipeline.*) of 200 steps: in one process (no
+// cluster.workers) or a stage a process. One compute thread a stage in
+// both, so that the GEMMs block alike and the bits can be compared.
+struct PipelineRun {
+  int exitCode = -1;
+  std::string err;
+  nlohmann::json summary;
+  std::vector<std::string> hashes;  // every worker's (a job of processes), or the run's
+};
+
+PipelineRun pipelineRun(const TempDir& dir, const std::string& name, int workers, std::vector<std::string> sets,
+                        std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"train", "--config", std::string(TROUPE_SOURCE_ROOT) + "/configs/mlp-fashion-mnist.toml",
+                                   "--set", "train.max_steps=200", "--set", "model.hidden=[128, 64, 32]",
+                                   "--set", "run.threads=1", "--set", "run.dir=" + dir.file("runs"), "--set",
+                                   "run.name=" + name, "--summary-json", dir.file(name + ".json")};
+  if (workers > 0) {
+    sets.insert(sets.end(), {"cluster.workers=" + std::to_string(workers), "cluster.worker_threads=1",
+                             "train.mode=allreduce", "supervision.on_worker_loss=fail"});
+  }
+  for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+  auto r = troupe(plus(args, extra));
+  PipelineRun out;
+  out.exitCode = r.exitCode;
+  out.err = r.err;
+  if (r.exitCode != 0) return out;
+  const std::string json = readFile(dir.file(name + ".json"));
+  out.summary = nlohmann::json::parse(json);
+  if (workers > 0) {
+    out.hashes = denseHashes(json);
+  } else {
+    out.hashes = {out.summary.at("dense_hash").get<std::string>()};
+  }
+  return out;
+}
+
+// Stages in processes of their own compute what the stage actors of one
+// process do (workers_pipeline_test holds those to the unsplit model), bit
+// for bit: 2, 3 and 4 stages under either schedule, and two replicas of
+// two stages summing each stage's gradients over the ring of its group.
+// Every stage's process ends with the same whole model (gathered from the
+// others), the job counts each sample once (not once a stage), and it
+// learns.
+TEST_F(ClusterTest, PipelineStagesInProcessesOfTheirOwnEqualTheStagesInOneProcessBitForBit) {
+  sharedMemoryFifo();  // no process is killed: the default transports
+  TempDir dir;
+  const PipelineRun one = pipelineRun(dir, "in-process-2", 0, {"pipeline.stages=2"});
+  ASSERT_EQ(one.exitCode, 0) << one.err;
+  const std::string unsplit = one.hashes.at(0);
+  struct Case {
+    std::string name;
+    int stages;
+    std::string schedule;
+  };
+  for (const Case& c : {Case{"procs-2-1f1b", 2, "1f1b"}, Case{"procs-3-gpipe", 3, "gpipe"},
+                        Case{"procs-4-gpipe", 4, "gpipe"}}) {
+    SCOPED_TRACE(c.name);
+    const PipelineRun run = pipelineRun(dir, c.name, c.stages, {"pipeline.stages=" + std::to_string(c.stages),
+                                                                "pipeline.schedule=" + c.schedule});
+    ASSERT_EQ(run.exitCode, 0) << run.err;
+    EXPECT_NE(run.err.find("a process a stage"), std::string::npos) << run.err;
+    ASSERT_EQ(run.hashes.size(), size_t(c.stages));
+    for (const auto& h : run.hashes) EXPECT_EQ(h, unsplit) << "every stage's process holds the in-process model";
+    EXPECT_EQ(run.summary.at("steps").get<int64_t>(), 200);
+    EXPECT_EQ(run.summary.at("samples").get<int64_t>(), 200 * 128);
+    EXPECT_EQ(run.summary.at("test_loss").get<double>(), one.summary.at("test_loss").get<double>());
+    EXPECT_GT(run.summary.at("test_accuracy").get<double>(), 0.75);
+  }
+  // Data parallelism: two replicas of two stages, each on half of every
+  // batch, in one process and in four.
+  const PipelineRun oneDp = pipelineRun(dir, "in-process-2x2", 0, {"pipeline.stages=2", "pipeline.replicas=2"});
+  ASSERT_EQ(oneDp.exitCode, 0) << oneDp.err;
+  const PipelineRun dp = pipelineRun(dir, "procs-2x2", 4, {"pipeline.stages=2", "pipeline.replicas=2"});
+  ASSERT_EQ(dp.exitCode, 0) << dp.err;
+  ASSERT_EQ(dp.hashes.size(), 4u);
+  for (const auto& h : dp.hashes) EXPECT_EQ(h, oneDp.hashes.at(0));
+  EXPECT_NE(oneDp.hashes.at(0), unsplit) << "two halves summed round differently from one whole";
+  EXPECT_EQ(dp.summary.at("samples").get<int64_t>(), 200 * 128);
+  for (const auto& w : dp.summary.at("worker_reports")) {
+    EXPECT_EQ(w.at("samples").get<int64_t>(), 200 * 64) << "a replica's share: " << w.dump();
+  }
+  EXPECT_EQ(dp.summary.at("ledger").at("samples_applied").get<int64_t>(), 200 * 128);
+  EXPECT_GT(dp.summary.at("test_accuracy").get<double>(), 0.75);
+  // Messages between the stages delayed (and doubled and reordered below
+  // the reliable links): the schedules wait, nothing deadlocks, and the
+  // bits are the same.
+  const PipelineRun faulty = pipelineRun(
+      dir, "procs-2x2-faults", 4, {"pipeline.stages=2", "pipeline.replicas=2", "pipeline.schedule=gpipe"},
+      {"--fault", "kind=delay,from=worker,to=worker,p=0.3,delay_ms=1-15", "--fault",
+       "kind=dup,from=worker,to=worker,p=0.1", "--fault", "kind=reorder,from=worker,to=worker,p=0.1"});
+  ASSERT_EQ(faulty.exitCode, 0) << faulty.err;
+  for (const auto& h : faulty.hashes) EXPECT_EQ(h, oneDp.hashes.at(0));
+}
+
+// A stage's process killed mid-training: the job ends on every rank,
+// naming the worker, well within a collective's timeout (a lost stage is
+// not replaced yet: supervision.on_worker_loss = fail is the only policy a
+// pipeline takes). (Its neighbour's step failing at once, naming the
+// stage it lost, is held exactly in workers_pipeline_test: here the
+// coordinator's word may reach it first.)
+TEST_F(ClusterTest, PipelineALostStageEndsTheJobOnEveryRankNamingIt) {
+  TempDir dir;
+  std::vector<std::string> config = {
+      "--config", std::string(TROUPE_SOURCE_ROOT) + "/configs/mlp-fashion-mnist.toml", "--set",
+      "model.hidden=[128, 64, 32]", "--set", "run.dir=" + dir.file("runs"), "--set", "cluster.worker_threads=1",
+      "--set", "train.mode=allreduce", "--set", "pipeline.stages=2", "--set", "pipeline.replicas=2", "--set",
+      "supervision.on_worker_loss=fail", "--set", "transport.heartbeat_timeout_ms=1000", "--set",
+      "train.progress_every=10", "--fault", "kind=slow,target=worker:0,delay_ms=15"};
+  LaunchedJob job(dir, config, 4, 0, dir.file("pipe.json"));
+  ASSERT_TRUE(job.startTraining(4)) << readFile(dir.file("coordinator.log"));
+  // Under way: the last stage of replica 0 has reported steps.
+  ASSERT_TRUE(waitForText(dir.file("coordinator.log"), "worker 1: epoch 1/20  step ", 60s))
+      << readFile(dir.file("coordinator.log"));
+  const auto killed = std::chrono::steady_clock::now();
+  job.workers[3]->kill(SIGKILL);  // stage 1 of replica 1
+  auto c = job.coordinator->wait(60s);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  const std::string log = readFile(dir.file("coordinator.log"));
+  EXPECT_EQ(c.exitCode, 1) << log;
+  EXPECT_NE(log.find("job failed: worker 3 (127.0.0.1:"), std::string::npos) << log;
+  EXPECT_NE(log.find("(supervision.on_worker_loss = fail)"), std::string::npos) << log;
+  EXPECT_LT(took, 15.0) << log;
+  for (int w : {0, 1, 2}) {
+    auto r = job.workers[size_t(w)]->wait(20s);
+    EXPECT_FALSE(r.timedOut) << "worker " << w;
+    const std::string wlog = readFile(dir.file("worker-" + std::to_string(w) + ".log"));
+    EXPECT_NE(wlog.find("the job ended: worker 3 (127.0.0.1:"), std::string::npos) << "worker " << w << ":\n" << wlog;
+  }
+}
+
+// What a pipeline across processes refuses before any process starts, in
+// one line each.
+TEST_F(ClusterTest, PipelineABadSettingIsRefusedBeforeTheJobStarts) {
+  TempDir dir;
+  struct Case {
+    std::vector<std::string> sets;
+    std::string needle;
+  };
+  const std::string what = "pipeline.stages = 2, pipeline.replicas = 1 across processes";
+  for (const Case& c : {
+           Case{{"cluster.workers=3"}, "needs cluster.workers = 2 (a stage a process), not 3"},
+           Case{{"train.mode=ps", "cluster.servers=1"}, what + " sums each stage's gradients over its replicas: "
+                                                               "train.mode = allreduce, not ps"},
+           Case{{"supervision.on_worker_loss=restart"}, "a lost stage cannot be replaced yet"},
+           Case{{"collectives.backend=nccl"}, "sums over the ring"},
+           Case{{"checkpoint.every_steps=50"}, "writes no checkpoints yet"},
+           Case{{"compression.allreduce=fp16"}, "sends its gradients uncompressed"},
+       }) {
+    std::vector<std::string> args = {"train", "--config",
+                                     std::string(TROUPE_SOURCE_ROOT) + "/configs/mlp-fashion-mnist.toml", "--set",
+                                     "run.dir=" + dir.file("runs"), "--set", "pipeline.stages=2", "--set",
+                                     "cluster.workers=2", "--set", "train.mode=allreduce", "--set",
+                                     "supervision.on_worker_loss=fail"};
+    for (const auto& x : c.sets) args.insert(args.end(), {"--set", x});
+    auto r = troupe(args);
+    EXPECT_EQ(r.exitCode, 2) << c.needle << ": " << r.err;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << "wanted '" << c.needle << "' in: " << r.err;
+    EXPECT_EQ(r.err.find("joined"), std::string::npos) << "no process started: " << r.err;
+  }
+}
+
 // A bad fault plan is refused before any process starts, naming the fault
 // and the field; so is a plan for a job of one process.
 TEST_F(ClusterTest, ABadFaultPlanIsRefusedBeforeTheJobStarts) {

@@ -372,6 +372,7 @@ TEST(Pipeline, AStepThatCannotFinishIsATimeoutNamingTheStages) {
   EXPECT_NE(next.status().message().find("step 2 after a failed step"), std::string::npos) << next.status().message();
 }
 
+
 }  // namespace
 }  // namespace troupe::workers
 
@@ -467,6 +468,94 @@ TEST(Pipeline, StagesOnTwoNodesOfTheTransportGiveTheUnsplitModelsBits) {
     }
   }
   for (auto& a : spawned) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+}
+
+
+// One stage a node, as a job's processes run them (ProcessStage: each
+// process drives its own stage, and only the activations and gradients
+// cross): the unsplit model's bits, each node assembles the whole model
+// from the other's answer, and when the other node crashes mid-step the
+// step fails at once naming the stage it lost. A neighbour that never
+// comes up is a timeout naming it.
+TEST(Pipeline, StagesDrivenInTwoProcessesGiveTheUnsplitModelsBitsAndFindALostNeighbour) {
+  using namespace std::chrono_literals;
+  auto net = transport::LocalNetwork::create();
+  caf::actor_system_config c1, c2;
+  c1.set("scheduler.max-threads", 2);
+  c2.set("scheduler.max-threads", 2);
+  caf::actor_system s1{c1}, s2{c2};
+  transport::NodeOptions o;
+  o.token = "test-token";
+  o.heartbeatInterval = 50ms;
+  o.heartbeatTimeout = 2000ms;
+  o.network = net;
+  o.nodeId = 1;
+  o.isCoordinator = true;
+  auto r1 = transport::RemoteActors::start(s1, o);
+  ASSERT_TRUE(r1.hasValue()) << r1.status().message();
+  o.nodeId = 2;
+  o.isCoordinator = false;
+  o.coordinator = (*r1)->node().address();
+  auto r2 = transport::RemoteActors::start(s2, o);
+  ASSERT_TRUE(r2.hasValue()) << r2.status().message();
+  ASSERT_TRUE((*r2)->node().waitForMembers(2, 5s).isOk());
+
+  const int m = 4;
+  auto options = stagesOf(2, m, PipelineSchedule::k1F1B);
+  auto make = [&](int s, caf::actor_system& sys, transport::RemoteActors& remote, uint64_t other) {
+    ProcessStageOptions po;
+    po.stage = options[size_t(s)];
+    po.replicaRanks = {0, 1};
+    po.replicaStages = {caf::actor(), caf::actor()};
+    po.replicaStages[size_t(1 - s)] = remote.remoteActor(other, pipelineStageName(1 - s));
+    po.stepTimeout = 30s;
+    auto stage = std::make_unique<ProcessStage>(sys, std::move(po));
+    remote.publish(stage->actor(), pipelineStageName(s));
+    return stage;
+  };
+  auto first = make(0, s1, **r1, 2);
+  // Nobody is stage 1 yet: the wait for it ends, naming it.
+  Status early = first->connect(300ms);
+  EXPECT_EQ(early.code(), Status::Code::kTimeout);
+  EXPECT_NE(early.message().find("stage 1 (worker 1) did not answer within 300 ms"), std::string::npos)
+      << early.message();
+  auto second = make(1, s2, **r2, 1);
+  ASSERT_TRUE(first->connect(5s).isOk());
+  ASSERT_TRUE(second->connect(5s).isOk());
+  Unsplit ref;
+  first->loadWeights(ref.params.weights());
+  second->loadWeights(ref.params.weights());
+  for (int64_t step = 1; step <= 3; ++step) {
+    const BatchPtr batch = randomBatch(24, uint64_t(step) * 7);
+    ref.step(step, *batch, m);
+    Expected<double> other = Status::internal("not run");
+    std::thread t([&] { other = second->step(step, batch, nullptr); });
+    auto mine = first->step(step, batch, nullptr);
+    t.join();
+    ASSERT_TRUE(mine.hasValue()) << mine.status().message();
+    ASSERT_TRUE(other.hasValue()) << other.status().message();
+    EXPECT_GT(*other, 0.0) << "the last stage's loss";
+  }
+  // Each node gathers the whole model: the unsplit one's bits.
+  for (ProcessStage* stage : {first.get(), second.get()}) {
+    std::vector<float> whole(size_t(ref.params.size()), -1.0f);
+    Status s = stage->gatherWeights(whole.data(), 3, 5s);
+    ASSERT_TRUE(s.isOk()) << s.message();
+    EXPECT_EQ(std::memcmp(whole.data(), ref.params.weights(), whole.size() * 4), 0) << "stage " << stage->stage();
+  }
+  // Weights of a step its neighbour has gone past are refused, naming both steps.
+  std::vector<float> whole(size_t(ref.params.size()));
+  Status stale = first->gatherWeights(whole.data(), 2, 5s);
+  EXPECT_NE(stale.message().find("weights of step 2 asked for at step 3"), std::string::npos) << stale.message();
+  // Node 2 crashes as stage 0 waits for its gradients: found by the transport.
+  ASSERT_TRUE(net->crash(2));
+  const auto started = std::chrono::steady_clock::now();
+  auto lost = first->step(4, randomBatch(24, 99), nullptr);
+  ASSERT_FALSE(lost.hasValue());
+  EXPECT_NE(lost.status().message().find("the stage after (worker 1) went during step 4"), std::string::npos)
+      << lost.status().message();
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 10s) << "found by the transport, not the 30 s timeout";
+  EXPECT_TRUE(first->failed());
 }
 
 }  // namespace
