@@ -407,10 +407,9 @@ int runTrain(const TrainFlags& flags) {
       if (collectivesBackend(config) == "nccl") {
         TROUPE_SETUP_ERROR("config: {} across processes sums over the ring (collectives.backend = ring or auto)", what);
       }
-      if (config.getString("supervision.on_worker_loss") != "fail") {
-        TROUPE_SETUP_ERROR("config: {} across processes: a lost stage cannot be replaced yet (its weights are in its "
-                           "process only); set supervision.on_worker_loss = fail, not {}", what,
-                           config.getString("supervision.on_worker_loss"));
+      if (config.getString("supervision.on_worker_loss") == "shrink") {
+        TROUPE_SETUP_ERROR("config: {} across processes cannot go on without a stage (supervision.on_worker_loss = "
+                           "shrink): restart (every stage starts again from the latest checkpoint) or fail", what);
       }
       if (config.getInt("checkpoint.every_steps") > 0 || config.getInt("checkpoint.every_seconds") > 0 ||
           !config.getString("checkpoint.resume").empty()) {

@@ -146,10 +146,12 @@ std::vector<Config::Key> troupeConfigSchema() {
       // ---- pipeline stages (DESIGN.md, Pipeline stages) ----
       {"pipeline.stages", T::kInt, int64_t{1},
        "the MLP cut into this many stages by layers, each a stage actor; activations go forward and gradients back "
-       "as messages, micro-batch by micro-batch (1: no pipeline; today in a run of one process)"},
+       "as messages, micro-batch by micro-batch (1: no pipeline); in a job of processes (cluster.workers = stages x "
+       "replicas, train.mode = allreduce) a worker process a stage"},
       {"pipeline.replicas", T::kInt, int64_t{1},
-       "data parallelism in one process: this many copies of the pipeline, each on a share of every batch, each "
-       "stage's gradients summed over its copies before the optimizer step (1: one pipeline)"},
+       "data parallelism: this many copies of the pipeline, each on a share of every batch, each stage's gradients "
+       "summed over its copies before the optimizer step (in a job of processes by the ring of the stage's "
+       "processes) (1: one pipeline)"},
       {"pipeline.micro_batches", T::kInt, int64_t{4},
        "pipeline.stages > 1 or pipeline.replicas > 1: micro-batches each replica's share of a batch is cut into "
        "(micro_batches x replicas at most train.batch_size)"},

@@ -65,7 +65,7 @@ CompressionConfig compressionOf(const Config& c);
 // the key.
 struct PipelineConfig {
   int stages = 1;
-  int replicas = 1;  // data-parallel copies of the pipeline (one process)
+  int replicas = 1;  // data-parallel copies of the pipeline (in one process, or a process a stage)
   int microBatches = 4;
   bool any() const { return stages > 1 || replicas > 1; }
   PipelineSchedule schedule = PipelineSchedule::k1F1B;

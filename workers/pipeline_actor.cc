@@ -57,8 +57,19 @@ void answerWeights(StageSelf* self) {
   }
 }
 
+// Every ask for its weights, refused: its step failed, or it is going.
+void refuseWeights(StageSelf* self, const std::string& why) {
+  for (auto& [step, rp] : self->state.weightWaiters) {
+    rp.deliver(caf::make_error(caf::sec::runtime_error,
+                               fmt::format("pipeline stage {} has no weights of step {}: {}",
+                                           self->state.stage->stage(), step, why)));
+  }
+  self->state.weightWaiters.clear();
+}
+
 void tell(StageSelf* self, int64_t step, double loss, const std::string& error) {
   auto& st = self->state;
+  if (!error.empty()) refuseWeights(self, error);
   st.reported = step;
   if (st.driver) self->send(st.driver, pipe_done_atom::value, int32_t(st.stage->stage()), step, loss, error);
 }
@@ -126,6 +137,10 @@ caf::behavior stageActor(StageSelf* self, std::shared_ptr<PipelineStage> stage, 
   self->state.link = std::move(link);
   self->state.batches = std::move(batches);
   self->state.holdOptimizer = holdOptimizer;
+  self->set_exit_handler([self](caf::exit_msg& m) {
+    refuseWeights(self, "it stopped");
+    self->quit(m.reason);
+  });
   return {
       [=](pipe_links_atom, caf::actor prev, caf::actor next, bool prevRemote, bool nextRemote) {
         auto& st = self->state;
@@ -144,7 +159,10 @@ caf::behavior stageActor(StageSelf* self, std::shared_ptr<PipelineStage> stage, 
           return refuse(self, step, fmt::format("told to apply step {} during step {}", step, st.stage->currentStep()));
         }
         Status s = st.stage->applyOptimizer();
-        if (!s.isOk()) return refuse(self, step, s.message());
+        if (!s.isOk()) {
+          refuseWeights(self, s.message());
+          return refuse(self, step, s.message());
+        }
         answerWeights(self);
         st.driver = caf::actor_cast<caf::actor>(self->current_sender());
         tell(self, step, 0.0, std::string());
@@ -318,16 +336,21 @@ Expected<double> InProcessPipeline::step(int64_t step, BatchPtr batch) {
 
 PipelineDriver::PipelineDriver(caf::actor_system& system, std::vector<caf::actor> stages,
                                std::chrono::milliseconds stepTimeout, int replicas, bool holdOptimizer,
-                               std::vector<std::pair<caf::actor, std::string>> watch)
+                               std::vector<std::pair<caf::actor, std::string>> watch, std::vector<int> stageNumbers)
     : system_(system),
       stages_(std::move(stages)),
       timeout_(stepTimeout),
       replicas_(replicas),
       hold_(holdOptimizer || replicas > 1),
-      watch_(std::move(watch)) {
+      watch_(std::move(watch)),
+      numbers_(std::move(stageNumbers)) {
   if (replicas_ < 1 || stages_.empty() || stages_.size() % size_t(replicas_) != 0) {
     TROUPE_SETUP_ERROR("pipeline: {} stage actors do not make {} equal replicas", stages_.size(), replicas_);
   }
+}
+
+int PipelineDriver::stageNumber(size_t i) const {
+  return i < numbers_.size() ? numbers_[i] : int(i % (stages_.size() / size_t(replicas_)));
 }
 
 bool PipelineDriver::awaitAll(caf::scoped_actor& self, int64_t step, std::chrono::steady_clock::time_point deadline,
@@ -363,26 +386,34 @@ bool PipelineDriver::awaitAll(caf::scoped_actor& self, int64_t step, std::chrono
           }
           if (!why.empty()) {
             // (a stage's own errors name it already)
-            error = why.rfind("pipeline stage", 0) == 0 ? why : fmt::format("pipeline stage {}: {}", at % p, why);
+            error = why.rfind("pipeline stage", 0) == 0 ? why : fmt::format("pipeline stage {}: {}", stageNumber(at), why);
           }
           if (loss && at % p == p - 1) *loss += stageLoss;
         },
         [&](caf::down_msg& d) {
           for (size_t i = 0; i < stages_.size(); ++i) {
             if (d.source == stages_[i].address()) {
-              error = fmt::format("pipeline stage {} went during step {}: {}", i % p, step, system_.render(d.reason));
+              error = fmt::format("pipeline stage {} went during step {}: {}", stageNumber(i), step,
+                                  system_.render(d.reason));
+              wentDown_ = true;
             }
           }
           for (const auto& [a, name] : watch_) {
             if (d.source == a.address()) {
               error = fmt::format("pipeline: {} went during step {}: {}", name, step, system_.render(d.reason));
+              wentDown_ = true;
             }
           }
         },
         caf::after(std::max(wait, std::chrono::milliseconds(0))) >> [&] { timedOut = true; });
     if (timedOut) {
       std::vector<std::string> named;
-      for (size_t i : left) named.push_back(replicas_ > 1 ? fmt::format("{} (replica {})", i % p, i / p) : fmt::format("{}", i));
+      for (size_t i : left) {
+        named.push_back(replicas_ > 1 ? fmt::format("{} (replica {})", stageNumber(i), i / p)
+                                      : fmt::format("{}", stageNumber(i)));
+      }
+      // (a stage driven alone waits for its neighbours)
+      for (const auto& w : watch_) named.push_back(fmt::format("or {}", w.second));
       error = fmt::format("pipeline: step {} not done within {} ms ({}): stages {} still at work", step,
                           timeout_.count(), what, fmt::join(named, ", "));
       timedOut_ = true;
@@ -425,20 +456,22 @@ Expected<double> PipelineDriver::step(int64_t step, const std::vector<BatchPtr>&
   }
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
   double loss = 0;
-  if (!awaitAll(self, step, deadline, "forward and backward", &loss)) {
-    return timedOut_ ? Status::timeout(failure_) : Status::internal(failure_);
-  }
+  auto failed = [this] {
+    return timedOut_ ? Status::timeout(failure_) : wentDown_ ? Status::unavailable(failure_) : Status::internal(failure_);
+  };
+  if (!awaitAll(self, step, deadline, "forward and backward", &loss)) return failed();
   if (hold_) {
     // Every stage waits for its apply: their gradients can be read and made one here.
     Status s = between();
     if (!s.isOk()) {
       failure_ = fmt::format("pipeline: step {}: the sum of the replicas' gradients: {}", step, s.message());
-      return s.code() == Status::Code::kTimeout ? Status::timeout(failure_) : Status::internal(failure_);
+      timedOut_ = s.code() == Status::Code::kTimeout;
+      wentDown_ = s.code() == Status::Code::kUnavailable;
+      return failed();
     }
+    // (the sum may have taken a while: the optimizer steps get a deadline of their own)
     for (const auto& a : stages_) self->send(a, pipe_apply_atom::value, step);
-    if (!awaitAll(self, step, deadline, "optimizer", nullptr)) {
-      return timedOut_ ? Status::timeout(failure_) : Status::internal(failure_);
-    }
+    if (!awaitAll(self, step, std::chrono::steady_clock::now() + timeout_, "optimizer", nullptr)) return failed();
   }
   return loss;
 }
@@ -487,7 +520,7 @@ ProcessStage::ProcessStage(caf::actor_system& system, ProcessStageOptions option
       replicaRanks_(std::move(options.replicaRanks)),
       actor_(spawnPipelineStage(system, stage_, nullptr, nullptr, true)),
       driver_(system, {actor_}, options.stepTimeout, 1, true,
-              neighbours(stage_->stage(), stage_->stages(), replicaStages_, replicaRanks_)) {
+              neighbours(stage_->stage(), stage_->stages(), replicaStages_, replicaRanks_), {stage_->stage()}) {
   const int s = stage(), p = stages();
   caf::anon_send(actor_, pipe_links_atom::value, s > 0 ? replicaStages_[size_t(s - 1)] : caf::actor(),
                  s + 1 < p ? replicaStages_[size_t(s + 1)] : caf::actor(), true, true);
@@ -501,11 +534,12 @@ Status ProcessStage::connect(std::chrono::milliseconds timeout) {
   for (int s : {stage() - 1, stage() + 1}) {
     if (s < 0 || s >= stages()) continue;
     // A process that has not published its stage yet drops the ask (no
-    // such actor): asked again, every 100 ms, until the deadline.
+    // such actor): asked again, 100 ms later, until the deadline (each ask
+    // waits at most 500 ms).
     std::string last = "no answer";
     for (;;) {
       bool up = false;
-      self->request(replicaStages_[size_t(s)], std::chrono::seconds(2), pipe_ready_atom::value)
+      self->request(replicaStages_[size_t(s)], std::chrono::milliseconds(500), pipe_ready_atom::value)
           .receive([&](int32_t answered) {
                      up = answered == s;
                      if (!up) last = fmt::format("it says it is stage {}", answered);
@@ -536,7 +570,14 @@ Expected<double> ProcessStage::step(int64_t step, const BatchPtr& batch, collect
     DenseParameters& p = stage_->parameters();
     return comm->allReduce(p.grads(), size_t(p.size()), transport::DType::kFloat32, collectives::ReduceOp::kSum);
   };
-  return driver_.step(step, {std::move(*share)}, batch->rows, sum);
+  auto loss = driver_.step(step, {std::move(*share)}, batch->rows, sum);
+  if (!loss.hasValue() || !last() || !comm || comm->size() == 1) return loss;
+  // The last stages' losses are their shares' (over the whole batch's
+  // rows): the step's is their sum.
+  float total = float(*loss);
+  Status s = comm->allReduce(&total, 1, transport::DType::kFloat32, collectives::ReduceOp::kSum);
+  if (!s.isOk()) return s.code() == Status::Code::kUnavailable ? Status::unavailable(s.message()) : s;
+  return double(total);
 }
 
 void ProcessStage::loadWeights(const float* model) {

@@ -93,16 +93,21 @@ class PipelineDriver final {
  public:
   PipelineDriver(caf::actor_system& system, std::vector<caf::actor> stages, std::chrono::milliseconds stepTimeout,
                  int replicas = 1, bool holdOptimizer = false,
-                 std::vector<std::pair<caf::actor, std::string>> watch = {});
+                 std::vector<std::pair<caf::actor, std::string>> watch = {}, std::vector<int> stageNumbers = {});
   // `batches`: one a replica, or none (the wire form); `lossRows`: the rows
   // the loss averages over (0: each replica's own). The step's loss: the
   // sum of the replicas' last stages' (each weighted by its rows). An error
-  // of `between` fails the step.
+  // of `between` fails the step. A step failed by a stage or watched actor
+  // gone is Unavailable (as is one `between` failed so), by the deadline a
+  // Timeout.
   Expected<double> step(int64_t step, const std::vector<BatchPtr>& batches, int64_t lossRows = 0,
                         const std::function<Status()>& between = nullptr);
   bool failed() const { return !failure_.empty(); }
 
  private:
+  // The stage number of stages_[i] in messages (`stageNumbers`, else its
+  // place in its replica).
+  int stageNumber(size_t i) const;
   // Waits for one pipe_done from every stage: false (and failure_) on an
   // error, a stage gone or the deadline.
   bool awaitAll(caf::scoped_actor& self, int64_t step, std::chrono::steady_clock::time_point deadline,
@@ -114,8 +119,10 @@ class PipelineDriver final {
   int replicas_;
   bool hold_;
   std::vector<std::pair<caf::actor, std::string>> watch_;
+  std::vector<int> numbers_;
   std::string failure_;
   bool timedOut_ = false;  // the failure was the deadline
+  bool wentDown_ = false;  // the failure was a stage or watched actor gone (Unavailable)
 };
 
 class InProcessPipeline final {
@@ -216,9 +223,12 @@ class ProcessStage final {
   // Step `step` (1, 2, ...) on the batch every process reads for it: the
   // stage's instructions on this replica's share, the gradients summed
   // over `comm` (the stage's replicas; null or of size 1: this one only),
-  // the optimizer step. The loss (the last stage's; 0 for the others), or
-  // the error: a neighbour gone, a step not done within the timeout, a
-  // failed sum. A failed step is the stage's end (as InProcessPipeline's).
+  // the optimizer step. The step's loss (a last stage's: its replicas'
+  // summed over `comm`; 0 for the other stages), or the error: a neighbour
+  // or a replica gone (Unavailable), a step not done within the timeout,
+  // a failed sum. A failed step is the stage's end (as InProcessPipeline's).
+  // With 3 or more replicas the ring sums in another order than the
+  // in-process replicas do (equal to rounding, not bit for bit).
   Expected<double> step(int64_t step, const BatchPtr& batch, collectives::Communicator* comm);
   bool failed() const { return driver_.failed(); }
 

@@ -135,7 +135,8 @@ TrainingJob::TrainingJob(const Config& config, TrainingJobOptions options)
   outcome_.workers.resize(size_t(workers_));
   for (int64_t w = 0; w < workers_; ++w) outcome_.workers[size_t(w)].rank = w;
   if (mode_ != TrainMode::kPs) outcome_.collectivesBackend = "ring";
-  divisions_.push_back(DataDivision{0, 0, workers_});
+  // (A pipeline's processes all read every batch: one part.)
+  divisions_.push_back(DataDivision{0, 0, pipelineStages_ > 0 ? 1 : workers_});
   if (options.resumedFrom && mode_ != TrainMode::kPs) {
     // How the data was divided up to the cut (a group may have shrunk), then
     // the resumed job's ranks, all of them, divide what is left of the
@@ -351,6 +352,15 @@ actors::LossDecision TrainingJob::decideLoss(actors::JobContext& job, const acto
         job.self()->send(job.self(), recheck_atom::value);
         return actors::LossDecision::goOn();
       }
+    }
+    if (pipelineStages_ > 0) {
+      // A pipeline's stage is in one process a replica, and the stages of
+      // the others have gone on without its gradients or stopped mid-step:
+      // every process starts again, from the latest checkpoint (step 0
+      // without one: its initial model is the seed's), and redoes the steps.
+      outcome_.workers[size_t(m.rank)].restarts += 1;
+      rollBack(job, -1, what + "; it held a pipeline stage");
+      return actors::LossDecision::replace();
     }
     awaitingGroup_ = true;  // no checkpoint until the group trains again
     // Without a checkpoint in sync modes the model lives in the workers: a

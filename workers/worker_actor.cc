@@ -112,6 +112,24 @@ bool canRegroup(Self* self) {
   return self->state.options.regroup.join && self->state.core->collectiveFailed();
 }
 
+// A step (or the agreement to take one) failed: the group forms again
+// (sync modes), the job restarts the pipeline (a stage whose peer went),
+// or the worker fails.
+void stepFailed(Self* self, const Status& why) {
+  auto& st = self->state;
+  if (canRegroup(self)) return enterRegroup(self, why);
+  if (st.options.awaitRestart.count() > 0 && st.core->collectiveFailed() && !st.regrouping) {
+    logger("worker")->warn("worker {}: {}; it waits for the job to start every stage again",
+                           st.core->options().worker, why.message());
+    st.regrouping = true;  // (no step, checkpoint or group from now on)
+    ++st.attempt;
+    st.whenDrained = nullptr;
+    self->delayed_send(self, st.options.awaitRestart, regroup_timeout_atom::value, ++st.regroupToken);
+    return;
+  }
+  fail(self, why);
+}
+
 void finish(Self* self) {
   auto& st = self->state;
   st.finished = true;
@@ -240,7 +258,7 @@ void trainOn(Self* self, BatchPtr batch, ps::PullReplyPtr rows) {
     st.recentWork.push_back(secondsSince(workStart));
     if (st.recentWork.size() > 8) st.recentWork.pop_front();
   }
-  if (!push.hasValue()) return canRegroup(self) ? enterRegroup(self, push.status()) : fail(self, push.status());
+  if (!push.hasValue()) return stepFailed(self, push.status());
   if (*push) {
     // The holder applies pushes and pulls in arrival order, so the next pull
     // sees this update; the acknowledgement is only counted.
@@ -323,7 +341,7 @@ void nextTrainBatch(Self* self) {
               // Synchronous modes: a step only when every rank has a batch
               // (ranks may hold one batch more or less of an epoch).
               auto go = st.core->agreeToStep(batch ? batch->rows : 0);
-              if (!go.hasValue()) return canRegroup(self) ? enterRegroup(self, go.status()) : fail(self, go.status());
+              if (!go.hasValue()) return stepFailed(self, go.status());
               if (!*go) return evaluate(self);
             }
             if (!batch) return evaluate(self);
@@ -705,6 +723,11 @@ caf::behavior worker(Self* self, WorkerOptions options, std::shared_ptr<WorkerCo
       [=](regroup_timeout_atom, int64_t token) {
         auto& st = self->state;
         if (!st.regrouping || token != st.regroupToken) return;
+        if (st.options.awaitRestart.count() > 0 && !st.options.regroup.join) {
+          return fail(self, Status::timeout(fmt::format("worker {}: the job did not start its pipeline's stages again "
+                                                        "within {} s", st.core->options().worker,
+                                                        st.options.awaitRestart.count())));
+        }
         fail(self, Status::timeout(fmt::format("worker {}: the group did not form again within {} s",
                                                st.core->options().worker, st.options.regroup.timeout.count())));
       },

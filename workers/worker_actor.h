@@ -90,6 +90,11 @@ struct WorkerOptions {
   std::chrono::milliseconds progressInterval{0};
   bool evaluateEachEpoch = true;  // otherwise only after the last
   double lrDecayPerEpoch = 1.0;   // dense learning rate x this^epoch
+  // A pipeline stage's process (WorkerCoreOptions::stage): a step that
+  // fails because a peer went (a neighbour stage, a replica of its stage)
+  // is the coordinator's to handle, which starts every stage again; the
+  // worker waits this long to be stopped, then fails (0: it fails at once).
+  std::chrono::seconds awaitRestart{0};
   std::chrono::seconds requestTimeout{600};
   // A job of several workers: before its final evaluation the worker waits
   // for every push to be acknowledged, tells the tables it leaves

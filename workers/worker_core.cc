@@ -432,7 +432,12 @@ Expected<ps::PushRequestPtr> WorkerCore::trainStepOnce(const Batch& batch, const
     }
     ++steps_;
     auto loss = options_.stage->step(steps_, std::make_shared<const Batch>(batch), options_.comm.get());
-    if (!loss.hasValue()) return loss.status();
+    if (!loss.hasValue()) {
+      // A peer went (a neighbour stage, a replica in the sum): the job's to
+      // handle. (The step is not undone: every stage starts again.)
+      if (loss.status().code() == Status::Code::kUnavailable) collectiveFailed_ = true;
+      return loss.status();
+    }
     if (options_.stage->last()) {  // (the loss is the last stage's)
       lossSum_ += *loss;
       ++lossCount_;

@@ -241,10 +241,14 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   const int stageOf = staged ? int(rank % pipe.stages) : 0, replicaOf = staged ? int(rank / pipe.stages) : 0;
   std::vector<uint64_t> ringNodes = workerNodes;
   if (staged) {
-    if (mode != TrainMode::kAllReduce || model.kind != ModelKind::kMlp ||
-        workers != int64_t(pipe.stages) * pipe.replicas) {
-      TROUPE_SETUP_ERROR("worker {}: a pipeline of {} stages x {} replicas runs an MLP in allreduce mode on as many "
-                         "worker processes; this job has {}", rank, pipe.stages, pipe.replicas, workers);
+    // (train_command refused these before any process started; a launched
+    // worker takes the coordinator's config.)
+    if (mode != TrainMode::kAllReduce || model.kind != ModelKind::kMlp) {
+      TROUPE_SETUP_ERROR("worker {}: a pipeline across processes runs the MLP in allreduce mode", rank);
+    }
+    if (workers != int64_t(pipe.stages) * pipe.replicas) {
+      TROUPE_SETUP_ERROR("worker {}: a pipeline of {} stages x {} replicas needs as many worker processes; this job "
+                         "has {}", rank, pipe.stages, pipe.replicas, workers);
     }
     ringNodes.clear();
     for (int d = 0; d < pipe.replicas; ++d) ringNodes.push_back(workerNodes[size_t(d * pipe.stages + stageOf)]);
@@ -589,6 +593,9 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   wo.core = model;
   wo.pushResiduals = mode != TrainMode::kAllReduce && compression.push.kind != kernels::CodecKind::kNone;
   wo.epochs = positive(config, "train.epochs");
+  // The dense learning rate decays per epoch where the workers hold the
+  // dense optimizer (the sync modes; in ps mode it is the shards').
+  if (mode != TrainMode::kPs && model.kind != ModelKind::kCount) wo.lrDecayPerEpoch = config.getFloat("train.lr_decay");
   wo.maxSteps = config.getInt("train.max_steps");
   wo.progressEverySteps = positive(config, "train.progress_every");
   wo.evaluateEachEpoch = false;
@@ -611,6 +618,11 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   wo.faultRecorder = ctx.coordinator;
   wo.firedAs = actors::FaultFired{0, "worker", rank, ctx.welcome.incarnation, 0};
   wo.progressInterval = std::chrono::seconds(1);
+  if (staged) {
+    // A lost peer is the coordinator's to handle (it restarts every stage,
+    // or ends the job): it finds the loss within the heartbeat timeout.
+    wo.awaitRestart = std::chrono::seconds(2 * config.getInt("transport.heartbeat_timeout_ms") / 1000 + 30);
+  }
   if (mode != TrainMode::kPs && backend == "ring" && !staged) {
     wo.regroup.leave = [this] { comm_.reset(); };
     // The nodes of the group it was in last: one its transport found down

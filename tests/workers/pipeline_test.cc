@@ -547,13 +547,15 @@ TEST(Pipeline, StagesDrivenInTwoProcessesGiveTheUnsplitModelsBitsAndFindALostNei
   std::vector<float> whole(size_t(ref.params.size()));
   Status stale = first->gatherWeights(whole.data(), 2, 5s);
   EXPECT_NE(stale.message().find("weights of step 2 asked for at step 3"), std::string::npos) << stale.message();
-  // Node 2 crashes as stage 0 waits for its gradients: found by the transport.
+  // Node 2 crashes before step 4: stage 0's step finds its neighbour gone
+  // at once (found by the transport), not at the timeout.
   ASSERT_TRUE(net->crash(2));
   const auto started = std::chrono::steady_clock::now();
   auto lost = first->step(4, randomBatch(24, 99), nullptr);
   ASSERT_FALSE(lost.hasValue());
   EXPECT_NE(lost.status().message().find("the stage after (worker 1) went during step 4"), std::string::npos)
       << lost.status().message();
+  EXPECT_EQ(lost.status().code(), Status::Code::kUnavailable) << "a peer gone: the job's to handle";
   EXPECT_LT(std::chrono::steady_clock::now() - started, 10s) << "found by the transport, not the 30 s timeout";
   EXPECT_TRUE(first->failed());
 }
