@@ -145,7 +145,10 @@ workers::JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, c
                                 compressing ? fmt::format("  wire x{:.3f}", p.wireRatio) : std::string()));
   };
   const bool checkpoints = config.getInt("checkpoint.every_steps") > 0 || config.getInt("checkpoint.every_seconds") > 0;
-  if (checkpoints && mode != workers::TrainMode::kPs && workers::collectivesBackend(config) != "ring") {
+  // (A pipeline across processes sums over the ring whatever the backend says.)
+  const bool pipelineProcesses = pipe.any() && config.getInt("cluster.workers") > 0;
+  if (checkpoints && mode != workers::TrainMode::kPs && !pipelineProcesses &&
+      workers::collectivesBackend(config) != "ring") {
     TROUPE_SETUP_ERROR("config: checkpoints of a {} job are written with collectives.backend = ring; this job asks "
                        "for {}",
                        workers::trainModeName(mode), workers::collectivesBackend(config));
@@ -390,9 +393,18 @@ int runTrain(const TrainFlags& flags) {
   if (pipeline.any()) {
     const std::string what = fmt::format("pipeline.stages = {}, pipeline.replicas = {}", pipeline.stages,
                                          pipeline.replicas);
-    if (worker.core.kind != workers::ModelKind::kMlp) {
-      TROUPE_SETUP_ERROR("config: {} runs the MLP (model.kind = mlp) in stages; the {} model is not cut into "
-                         "stages yet", what, config.getString("model.kind"));
+    const bool dlrm = worker.core.kind == workers::ModelKind::kDlrm;
+    if (worker.core.kind != workers::ModelKind::kMlp && !dlrm) {
+      TROUPE_SETUP_ERROR("config: {} cuts the MLP or the DLRM into stages; the {} model is not cut", what,
+                         config.getString("model.kind"));
+    }
+    if (dlrm && (pipeline.stages != 2 || !pipeline.cut.empty())) {
+      TROUPE_SETUP_ERROR("config: {}: the DLRM is cut into 2 stages (its bottom MLP; the interaction and the top "
+                         "MLP), with no pipeline.cut", what);
+    }
+    if (dlrm && clusterWorkers > 0) {
+      TROUPE_SETUP_ERROR("config: {}: the DLRM's stages run in one process today (leave cluster.workers at 0); "
+                         "across processes only the MLP's", what);
     }
     if (clusterWorkers > 0) {
       // A stage a process: rank r runs stage r % p of replica r / p.
@@ -411,11 +423,6 @@ int runTrain(const TrainFlags& flags) {
         TROUPE_SETUP_ERROR("config: {} across processes cannot go on without a stage (supervision.on_worker_loss = "
                            "shrink): restart (every stage starts again from the latest checkpoint) or fail", what);
       }
-      if (config.getInt("checkpoint.every_steps") > 0 || config.getInt("checkpoint.every_seconds") > 0 ||
-          !config.getString("checkpoint.resume").empty()) {
-        TROUPE_SETUP_ERROR("config: {} across processes writes no checkpoints yet (checkpoint.every_steps, "
-                           "checkpoint.every_seconds, --resume)", what);
-      }
       if (workers::compressionOf(config).any()) {
         TROUPE_SETUP_ERROR("config: {} across processes sends its gradients uncompressed (compression.*)", what);
       }
@@ -430,13 +437,15 @@ int runTrain(const TrainFlags& flags) {
                          pipeline.stages * pipeline.replicas);
     }
     job.pipeline = pipeline;
-    job.pipelineCut = workers::pipelineCut(pipeline, worker.core.mlpWidths);
+    job.pipelineCut = dlrm ? std::vector<int>{0, 1, 2} : workers::pipelineCut(pipeline, worker.core.mlpWidths);
     job.pipelineStepTimeout = std::chrono::seconds(positive(config, "supervision.stall_timeout_s"));
     std::vector<std::string> stages;
     for (int st = 0; st < pipeline.stages; ++st) {
       stages.push_back(fmt::format("layers {}-{}", job.pipelineCut[size_t(st)], job.pipelineCut[size_t(st) + 1] - 1));
     }
-    log->info("train: the MLP in {} pipeline stages ({}), {} micro-batches a batch, schedule {}{}{}", pipeline.stages,
+    if (dlrm) stages = {"the embeddings and the bottom MLP", "the interaction and the top MLP"};
+    log->info("train: the {} in {} pipeline stages ({}), {} micro-batches a batch, schedule {}{}{}",
+              dlrm ? "DLRM" : "MLP", pipeline.stages,
               fmt::join(stages, ", "), pipeline.microBatches, workers::pipelineScheduleName(pipeline.schedule),
               pipeline.replicas > 1 ? fmt::format(", {} replicas (data parallel)", pipeline.replicas) : "",
               clusterWorkers > 0 ? ", a process a stage" : "");

@@ -78,6 +78,7 @@ JobShape jobShapeOf(const Config& c) {
   s.denseOptimizer = c.getString("train.dense_optimizer");
   s.workers = c.getInt("cluster.workers");
   s.servers = serverCount(c);
+  if (const PipelineConfig p = pipelineOf(c); p.any() && s.workers > 0) s.pipelineStages = p.stages;
   WorkerCoreOptions model = modelOptions(c, 1);
   WorkerCore core(model);
   s.denseParameters = core.denseParameters();
@@ -93,6 +94,9 @@ Status checkShape(const JobShape& a, const JobShape& b) {
   if (a.mode != b.mode) return differs("train.mode", a.mode, b.mode);
   if (a.consistency != b.consistency) return differs("ps.consistency", a.consistency, b.consistency);
   if (a.workers != b.workers) return differs("cluster.workers", a.workers, b.workers);
+  if (a.pipelineStages != b.pipelineStages) {
+    return differs("pipeline across the workers (its stages; 0: none)", a.pipelineStages, b.pipelineStages);
+  }
   if (a.servers != b.servers) return differs("number of parameter servers", a.servers, b.servers);
   if (a.tableDims.size() != b.tableDims.size()) {
     return differs("number of embedding tables", a.tableDims.size(), b.tableDims.size());
@@ -122,6 +126,7 @@ Status writeManifest(const std::string& dir, const CheckpointManifest& m) {
   const JobShape& s = m.shape;
   t += fmt::format("model = {}\nmode = {}\nconsistency = {}\nworkers = {}\nservers = {}\n", quoted(s.model),
                    quoted(s.mode), quoted(s.consistency), s.workers, s.servers);
+  if (s.pipelineStages > 0) t += fmt::format("pipeline_stages = {}\n", s.pipelineStages);
   t += fmt::format("table_dims = [{}]\ndense_parameters = {}\nembedding_optimizer = {}\ndense_optimizer = {}\n",
                    fmt::join(s.tableDims, ", "), s.denseParameters, quoted(s.embeddingOptimizer),
                    quoted(s.denseOptimizer));
@@ -213,6 +218,10 @@ Expected<CheckpointManifest> readManifest(const std::string& dir) {
     m.shape.consistency = str("consistency");
     m.shape.workers = num("workers");
     m.shape.servers = num("servers");
+    m.shape.pipelineStages = tbl["pipeline_stages"].value<int64_t>().value_or(0);
+    if (m.shape.pipelineStages < 0 || m.shape.pipelineStages > m.shape.workers) {
+      TROUPE_SETUP_ERROR("{}: pipeline_stages = {} for {} workers", path, m.shape.pipelineStages, m.shape.workers);
+    }
     m.shape.tableDims = list("table_dims");
     m.shape.denseParameters = num("dense_parameters");
     m.shape.embeddingOptimizer = str("embedding_optimizer");
@@ -237,11 +246,12 @@ Expected<CheckpointManifest> readManifest(const std::string& dir) {
         // The job's own first ({0, 0, workers}), then each in order, of no
         // more ranks than the job has, none past the cut.
         const bool first = m.divisions.empty();
+        const int64_t parts = m.shape.pipelineStages > 0 ? 1 : m.shape.workers;  // (a pipeline's: one)
         const DataDivision before = first ? DataDivision{0, 0, 0} : m.divisions.back();
         const bool ordered = next.epoch > before.epoch || (next.epoch == before.epoch && next.fromBatch >= before.fromBatch);
         const bool pastCut = next.epoch > m.cutEpoch || (next.epoch == m.cutEpoch && next.fromBatch > m.cutBatch);
-        if ((first && (next.epoch != 0 || next.fromBatch != 0 || next.parts != m.shape.workers)) || !ordered ||
-            next.parts < 1 || next.parts > m.shape.workers || pastCut) {
+        if ((first && (next.epoch != 0 || next.fromBatch != 0 || next.parts != parts)) || !ordered ||
+            next.parts < 1 || next.parts > parts || pastCut) {
           TROUPE_SETUP_ERROR("{}: 'divisions' entry [{}, {}, {}] does not follow from the job ({} workers) and the "
                              "cut (batch {} of epoch {})",
                              path, next.epoch, next.fromBatch, next.parts, m.shape.workers, m.cutBatch, m.cutEpoch);

@@ -49,6 +49,9 @@ struct JobShape {
   std::string mode, consistency, model, embeddingOptimizer, denseOptimizer;
   int64_t workers = 0, servers = 0, denseParameters = 0;
   std::vector<int64_t> tableDims;
+  // A pipeline across the workers (pipeline.stages; 0: none): every
+  // process reads every batch, so the data is divided in one part.
+  int64_t pipelineStages = 0;
 };
 
 JobShape jobShapeOf(const Config& config);

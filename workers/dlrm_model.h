@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -35,6 +36,49 @@ struct DlrmShape {
   bool concatEmbeddings = false;
 };
 
+// The DLRM above its bottom MLP, over a slice of `params` from `offset`:
+// the pairwise dot interaction of Z = {x, e_1, ..., e_T} (and the pooled
+// embeddings themselves with concatEmbeddings), then the top MLP down to
+// one logit. DlrmModel's upper half, and a pipeline's last stage
+// (workers/pipeline_stage.h).
+class DlrmTop final {
+ public:
+  // The top MLP's widths: {interaction width, top..., 1}.
+  static std::vector<int64_t> widths(const DlrmShape& shape);
+  DlrmTop(const DlrmShape& shape, DenseParameters* params, int64_t offset);
+
+  Mlp& mlp() { return *mlp_; }
+  int64_t interactionWidth() const { return inWidth_; }
+  // x [batch x dim]; embeddings: numTables pointers to [batch x dim]; both
+  // kept until backward. The logits: logits() [batch].
+  Status forward(kernels::Kernels& k, const float* x, const float* const* embeddings, int64_t batch);
+  const float* logits() const { return mlp_->output(); }
+  // dLogits [batch] -> dX [batch x dim] and dEmbeddings (numTables
+  // pointers to [batch x dim]), overwritten; the weights' gradients
+  // overwritten, or added to with `accumulate`.
+  Status backward(kernels::Kernels& k, const float* dLogits, float* dX, float* const* dEmbeddings,
+                  bool accumulate = false);
+  // What a forward keeps for its backward (a pipeline stage holds one per
+  // micro-batch in flight).
+  struct Activations {
+    Mlp::Activations mlp;
+    std::vector<const float*> z;
+    std::vector<float> topIn;
+    int64_t batch = 0;
+  };
+  Activations takeActivations();
+  void restoreActivations(Activations&& a);
+
+ private:
+  DlrmShape shape_;
+  std::unique_ptr<Mlp> mlp_;
+  int64_t inWidth_;
+  int64_t batch_ = 0;
+  std::vector<const float*> z_;  // {x, e_1..e_T} of the last forward
+  std::vector<float> topIn_, dTopIn_, dInteractionX_;
+  std::vector<float*> dZ_;
+};
+
 class DlrmModel final {
  public:
   // Throws SetupError on an inconsistent shape.
@@ -43,7 +87,9 @@ class DlrmModel final {
   const DlrmShape& shape() const { return shape_; }
   DenseParameters& parameters() { return params_; }
   // Width of the top MLP's input.
-  int64_t interactionWidth() const { return topInWidth_; }
+  int64_t interactionWidth() const { return top_->interactionWidth(); }
+  // The bottom MLP's widths: {numDense, bottom...}.
+  static std::vector<int64_t> bottomWidths(const DlrmShape& shape);
   // Multiply-adds per sample in the dense layers and the interaction.
   int64_t macsPerSample() const;
 
@@ -64,13 +110,9 @@ class DlrmModel final {
   DlrmShape shape_;
   DenseParameters params_;
   std::unique_ptr<Mlp> bottom_;
-  std::unique_ptr<Mlp> top_;
-  int64_t topInWidth_;
+  std::unique_ptr<DlrmTop> top_;
   int64_t batch_ = 0;
-  std::vector<const float*> z_;  // {x, e_1..e_T} of the last forward
-  std::vector<float> topIn_, dTopIn_, dX_;
-  std::vector<float*> dZ_;
-  std::vector<float> dInteractionX_;
+  std::vector<float> dX_;
 };
 
 }  // namespace troupe::workers

@@ -26,8 +26,14 @@ struct StageState {
   StageBatches batches;
   bool holdOptimizer = false;  // data parallelism: step only at pipe_apply
   int64_t reported = 0;  // the last step told to the driver
-  // Asks for its weights after a step it has not stepped to yet.
-  std::vector<std::pair<int64_t, caf::response_promise>> weightWaiters;
+  // Asks for its weights (or its whole block: weights and optimizer
+  // state) after a step it has not stepped to yet.
+  struct WeightAsk {
+    int64_t step;
+    bool state;
+    caf::response_promise promise;
+  };
+  std::vector<WeightAsk> weightWaiters;
   static inline const char* name = "pipeline_stage";
 };
 
@@ -40,18 +46,19 @@ void answerWeights(StageSelf* self) {
   const int64_t applied = st.stage->appliedStep();
   auto& waiters = st.weightWaiters;
   for (auto it = waiters.begin(); it != waiters.end();) {
-    if (it->first > applied) {
+    if (it->step > applied) {
       ++it;
       continue;
     }
-    if (it->first < applied) {
-      it->second.deliver(caf::make_error(caf::sec::runtime_error,
-                                         fmt::format("pipeline stage {}: weights of step {} asked for at step {}",
-                                                     st.stage->stage(), it->first, applied)));
+    if (it->step < applied) {
+      it->promise.deliver(caf::make_error(caf::sec::runtime_error,
+                                          fmt::format("pipeline stage {}: weights of step {} asked for at step {}",
+                                                      st.stage->stage(), it->step, applied)));
     } else {
       const DenseParameters& p = st.stage->parameters();
-      it->second.deliver(st.stage->parameterOffset(),
-                         transport::Tensor::copyOf(p.weights(), size_t(p.size()) * 4, transport::DType::kFloat32));
+      const size_t floats = size_t(it->state ? p.blockFloats() : p.size());
+      it->promise.deliver(st.stage->parameterOffset(),
+                          transport::Tensor::copyOf(p.block(), floats * 4, transport::DType::kFloat32));
     }
     it = waiters.erase(it);
   }
@@ -59,10 +66,10 @@ void answerWeights(StageSelf* self) {
 
 // Every ask for its weights, refused: its step failed, or it is going.
 void refuseWeights(StageSelf* self, const std::string& why) {
-  for (auto& [step, rp] : self->state.weightWaiters) {
-    rp.deliver(caf::make_error(caf::sec::runtime_error,
-                               fmt::format("pipeline stage {} has no weights of step {}: {}",
-                                           self->state.stage->stage(), step, why)));
+  for (auto& ask : self->state.weightWaiters) {
+    ask.promise.deliver(caf::make_error(caf::sec::runtime_error,
+                                        fmt::format("pipeline stage {} has no weights of step {}: {}",
+                                                    self->state.stage->stage(), ask.step, why)));
   }
   self->state.weightWaiters.clear();
 }
@@ -168,9 +175,9 @@ caf::behavior stageActor(StageSelf* self, std::shared_ptr<PipelineStage> stage, 
         tell(self, step, 0.0, std::string());
       },
       [=](pipe_ready_atom) { return int32_t(self->state.stage->stage()); },
-      [=](pipe_weights_atom, int64_t step) {
+      [=](pipe_weights_atom, int64_t step, bool state) {
         auto rp = self->make_response_promise();
-        self->state.weightWaiters.emplace_back(step, rp);
+        self->state.weightWaiters.push_back(StageState::WeightAsk{step, state, rp});
         answerWeights(self);
         return rp;
       },
@@ -281,6 +288,16 @@ int64_t InProcessPipeline::parameterCount() const {
   return n;
 }
 
+std::vector<float> InProcessPipeline::inputGradients() const {
+  TROUPE_CHECK(!failed(), "pipeline: input gradients read after a failed step");
+  std::vector<float> out;
+  for (int d = 0; d < replicas_; ++d) {  // (the replicas' shares are the batch's rows in order)
+    const auto& g = stages_[size_t(d * stages())]->inputGradients();
+    out.insert(out.end(), g.begin(), g.end());
+  }
+  return out;
+}
+
 void InProcessPipeline::setLearningRate(float lr) {
   TROUPE_CHECK(!failed(), "pipeline: learning rate set after a failed step");
   for (auto& s : stages_) s->parameters().setLearningRate(lr);  // every replica's
@@ -302,7 +319,8 @@ Status InProcessPipeline::sumGradients() {
 
 Expected<BatchPtr> replicaShare(const Batch& b, int replica, int replicas) {
   if (b.rows < 0 || b.denseWidth < 0 || int64_t(b.dense.size()) != b.rows * b.denseWidth ||
-      (!b.classes.empty() && int64_t(b.classes.size()) != b.rows) || replicas < 1 || replica < 0 ||
+      (!b.classes.empty() && int64_t(b.classes.size()) != b.rows) ||
+      (!b.labels.empty() && int64_t(b.labels.size()) != b.rows) || replicas < 1 || replica < 0 ||
       replica >= replicas) {
     return Status::invalidArgument(fmt::format("pipeline: a batch of {} rows holds {} features of width {} and {} "
                                                "labels (share {} of {})", b.rows, b.dense.size(), b.denseWidth,
@@ -316,6 +334,7 @@ Expected<BatchPtr> replicaShare(const Batch& b, int replica, int replicas) {
   share->denseWidth = b.denseWidth;
   share->dense.assign(b.dense.begin() + first * b.denseWidth, b.dense.begin() + (first + rows) * b.denseWidth);
   if (!b.classes.empty()) share->classes.assign(b.classes.begin() + first, b.classes.begin() + first + rows);
+  if (!b.labels.empty()) share->labels.assign(b.labels.begin() + first, b.labels.begin() + first + rows);
   return BatchPtr(std::move(share));
 }
 
@@ -595,31 +614,48 @@ void ProcessStage::setLearningRate(float lr) {
   stage_->parameters().setLearningRate(lr);
 }
 
-Status ProcessStage::gatherWeights(float* model, int64_t step, std::chrono::milliseconds timeout) {
+void ProcessStage::loadState(const float* block, int64_t modelSize) {
+  TROUPE_CHECK(!failed(), "pipeline: state loaded after a failed step");
+  DenseParameters& p = stage_->parameters();
+  const int64_t n = p.size(), at = stage_->parameterOffset(), parts = p.blockFloats() / n;
+  for (int64_t k = 0; k < parts; ++k) std::copy_n(block + k * modelSize + at, n, p.block() + k * n);
+}
+
+Status ProcessStage::gatherWeights(float* model, int64_t step, std::chrono::milliseconds timeout, bool state,
+                                   int64_t modelSize) {
   if (failed()) return Status::internal("pipeline: the model gathered after a failed step");
-  copyWeights(model);
-  caf::scoped_actor self{system_};
   const auto& o = stage_->options();
+  const DenseParameters& mine = stage_->parameters();
+  const int64_t parts = state ? mine.blockFloats() / mine.size() : 1;  // weights, then each optimizer slot
+  if (state && modelSize < mine.size()) return Status::invalidArgument("pipeline: a model smaller than a stage");
+  for (int64_t k = 0; k < parts; ++k) {
+    std::copy_n(mine.block() + k * mine.size(), mine.size(), model + k * modelSize + stage_->parameterOffset());
+  }
+  caf::scoped_actor self{system_};
   for (int s = 0; s < stages(); ++s) {
     if (s == stage()) continue;
     // It answers once its optimizer took the step (all do, one after another).
     const auto slice = mlpStageSlice(o.widths, o.cut, s);
     std::string error;
-    self->request(replicaStages_[size_t(s)], timeout, pipe_weights_atom::value, step)
+    self->request(replicaStages_[size_t(s)], timeout, pipe_weights_atom::value, step, state)
         .receive(
             [&](int64_t offset, const transport::Tensor& w) {
               if (offset != slice.first || w.dtype != transport::DType::kFloat32 ||
-                  w.bytes != size_t(slice.second) * 4) {
-                error = fmt::format("it answered {} bytes of type {} at offset {}; its slice is {} floats at {}",
-                                    w.bytes, int(w.dtype), offset, slice.second, slice.first);
+                  w.bytes != size_t(slice.second * parts) * 4) {
+                error = fmt::format("it answered {} bytes of type {} at offset {}; its slice is {} x {} floats at {}",
+                                    w.bytes, int(w.dtype), offset, parts, slice.second, slice.first);
                 return;
               }
-              std::memcpy(model + slice.first, w.data, w.bytes);
+              const float* from = w.as<float>();
+              for (int64_t k = 0; k < parts; ++k) {
+                std::memcpy(model + k * modelSize + slice.first, from + k * slice.second, size_t(slice.second) * 4);
+              }
             },
             [&](caf::error& e) { error = system_.render(e); });
     if (!error.empty()) {
-      return Status::unavailable(fmt::format("pipeline stage {}: the weights of stage {} (worker {}) after step {}: {}",
-                                             stage(), s, replicaRanks_[size_t(s)], step, error));
+      return Status::unavailable(fmt::format("pipeline stage {}: the {} of stage {} (worker {}) after step {}: {}",
+                                             stage(), state ? "weights and optimizer state" : "weights", s,
+                                             replicaRanks_[size_t(s)], step, error));
     }
   }
   return Status::ok();

@@ -22,9 +22,10 @@
 //        its neighbours (an invalid handle: none), and which are in
 //        another process (a proxy, transport/remote_actors.h)
 //   (pipe_ready_atom) -> i32 stage         a neighbour's check that it is up
-//   (pipe_weights_atom, i64 step) -> (i64 offset, Tensor weights)
-//        its weights once its optimizer has taken step `step` (at once if
-//        it has), as a float32 buffer, with where they go in the unsplit
+//   (pipe_weights_atom, i64 step, bool state) -> (i64 offset, Tensor)
+//        its weights (state: its whole block, the weights then each
+//        optimizer slot) once its optimizer has taken step `step` (at once
+//        if it has), as a float32 buffer, with where they go in the unsplit
 //        model: how a process assembles the model its stage is a slice of
 //
 // Threading: the driver reads a stage (its parameters, counters) only
@@ -163,6 +164,9 @@ class InProcessPipeline final {
   int64_t parameterCount() const;
   // Every replica's stages' (a schedule's, per epoch).
   void setLearningRate(float lr);
+  // Stage 0's input gradients (PipelineStageOptions::inputGradients) of the
+  // step taken last, every replica's share in row order: [R x its width].
+  std::vector<float> inputGradients() const;
 
  private:
   Status sumGradients();  // each stage's, over its replicas, into every replica's
@@ -250,7 +254,13 @@ class ProcessStage final {
   // that stage answers once its optimizer took step `step`. Fails naming a
   // stage that does not answer within `timeout` or answers a slice that
   // is not its own.
-  Status gatherWeights(float* model, int64_t step, std::chrono::milliseconds timeout);
+  // state: `model` is the unsplit model's whole block of `modelSize`
+  // parameters (DenseParameters: the weights, then each optimizer slot),
+  // and every part of it is gathered (a checkpoint's copy).
+  Status gatherWeights(float* model, int64_t step, std::chrono::milliseconds timeout, bool state = false,
+                       int64_t modelSize = 0);
+  // Its slice of every part of the unsplit model's block (a resumed checkpoint's).
+  void loadState(const float* block, int64_t modelSize);
   // The stage itself, between steps (its counters).
   const PipelineStage& local() const { return *stage_; }
 

@@ -9,7 +9,8 @@
 // micro-batch's activation from the stage before and a backward for its
 // gradient from the stage after. Messages come in any order, late, or twice:
 // each is kept until its instruction runs (one of a later step until that
-// step begins), and a second copy, or one of a step gone, is dropped. An
+// step begins; before its first step, of any step: a resumed job starts at
+// its checkpoint's), and a second copy, or one of a step gone, is dropped. An
 // asynchronous mailbox therefore cannot deadlock a schedule whose lists can
 // finish at all (pipelineBubble checks that they can).
 //
@@ -26,6 +27,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <tuple>
 #include <utility>
@@ -35,6 +37,7 @@
 #include "kernels/row_optimizer.h"
 #include "workers/batch.h"
 #include "workers/dense_parameters.h"
+#include "workers/dlrm_model.h"
 #include "workers/mlp.h"
 #include "workers/pipeline_schedule.h"
 
@@ -58,6 +61,17 @@ struct StageMessage {
 struct PipelineStageOptions {
   std::vector<int64_t> widths;  // the whole MLP's: {in, h1, ..., classes}
   std::vector<int> cut;         // cutMlpLayers: the first layer of each stage, then the layer count
+  // A DLRM's dense part instead of an MLP (widths unused; cut {0, 1, 2}):
+  // stage 0 its bottom MLP, stage 1 the interaction and top MLP. Stage 0's
+  // input row is the row's dense features then its T pooled embeddings
+  // (dlrmStageRows), and it passes the embeddings on beside the bottom
+  // MLP's output x: [x | e_1 ... e_T]. The loss is the sigmoid
+  // cross-entropy of the batch's labels. The weights: DlrmModel's buffer
+  // (bottom, then top).
+  std::optional<DlrmShape> dlrm;
+  // Stage 0: keep the gradient of each row's input (inputGradients()): a
+  // DLRM's pooled embeddings', for the embedding bags' backward.
+  bool inputGradients = false;
   int stage = 0;
   int microBatches = 1;
   PipelineSchedule schedule = PipelineSchedule::k1F1B;
@@ -78,11 +92,28 @@ std::vector<PipelineStageOptions> mlpStageOptions(const std::vector<int64_t>& wi
 // of its parameters). Throws SetupError for a stage out of the cut.
 std::pair<int64_t, int64_t> mlpStageSlice(const std::vector<int64_t>& widths, const std::vector<int>& cut, int stage);
 
+// What a stage computes (pipeline_stage.cc): an MLP's layers, or a DLRM's
+// halves.
+class StageLayers;
+
+// A DLRM batch as its pipeline's stage 0 reads it: each row its dense
+// features then its pooled embeddings (`pooled`: numTables pointers to
+// [rows x dim]), the labels as they are.
+BatchPtr dlrmStageRows(const Batch& batch, const DlrmShape& shape, const float* const* pooled);
+
+// The options of `replicas` pipelines of a DLRM's dense part in its two
+// stages (replica-major), stage 0 keeping its input gradients, each stage
+// with kernels of its own on `threads` threads.
+std::vector<PipelineStageOptions> dlrmStageOptions(const DlrmShape& shape, int microBatches, PipelineSchedule schedule,
+                                                   const kernels::OptimizerConfig& optimizer, int threads,
+                                                   int replicas = 1);
+
 class PipelineStage final {
  public:
   // Throws SetupError for a stage out of the cut or a cut that does not fit
   // the widths.
   explicit PipelineStage(PipelineStageOptions options);
+  ~PipelineStage();
 
   int stage() const { return options_.stage; }
   const PipelineStageOptions& options() const { return options_; }
@@ -124,6 +155,11 @@ class PipelineStage final {
   // The last stage: the step's mean loss (over its micro-batches, weighted
   // by rows).
   double stepLoss() const { return loss_; }
+  // inputGradients: the gradient of each row of the step's batch
+  // [R x input width], once the step's backwards ran (a DLRM's stage 0:
+  // the dense features' columns 0, the pooled embeddings' theirs).
+  const std::vector<float>& inputGradients() const { return inputGrads_; }
+  int64_t inputWidth() const;
   // The most micro-batches whose activations this stage held at once
   // (since it was made).
   int peakHeld() const { return peakHeld_; }
@@ -142,10 +178,10 @@ class PipelineStage final {
   Status backward(int mb, const std::function<void(StageMessage&&)>& send);
 
   PipelineStageOptions options_;
-  std::vector<int64_t> stageWidths_;
   int64_t offset_ = 0;
   std::unique_ptr<DenseParameters> params_;
-  std::unique_ptr<Mlp> mlp_;
+  std::unique_ptr<StageLayers> layers_;
+  std::vector<float> inputGrads_;
   std::vector<PipeInstr> instructions_;
   int64_t step_ = 0;
   bool begun_ = false;
@@ -155,7 +191,7 @@ class PipelineStage final {
   BatchPtr batch_;
   std::map<Key, StageMessage> held_;  // arrived, not yet used
   std::set<Key> used_;                // of the current step
-  std::map<int, Mlp::Activations> inFlight_;
+  std::map<int, std::shared_ptr<void>> inFlight_;  // each micro-batch's activations (the layers' own kind)
   std::map<int, std::vector<float>> inputs_;  // activations received, kept until the backward
   std::map<int, std::vector<float>> dLogits_;  // the last stage's
   std::vector<float> gradient_;  // the gradient of the backward under way (from the next stage)

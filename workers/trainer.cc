@@ -24,12 +24,15 @@ Expected<TrainReport> runInProcess(const InProcessJob& job) {
   coreOptions.kernels = kernels;
   ps::TableHolderOptions tableOptions = job.tables;
   tableOptions.kernels = kernels;
-  if (job.pipeline.any() && coreOptions.kind == ModelKind::kMlp) {
+  if (job.pipeline.any() && (coreOptions.kind == ModelKind::kMlp || coreOptions.kind == ModelKind::kDlrm)) {
     // Each stage computes on a share of the threads (at least one).
     const int replicas = job.pipeline.replicas;
     const int threads = std::max(1, job.worker.core.threads / (job.pipeline.stages * replicas));
-    auto stages = mlpStageOptions(coreOptions.mlpWidths, job.pipelineCut, job.pipeline.microBatches,
-                                  job.pipeline.schedule, coreOptions.denseOptimizer, threads, replicas);
+    auto stages = coreOptions.kind == ModelKind::kMlp
+                      ? mlpStageOptions(coreOptions.mlpWidths, job.pipelineCut, job.pipeline.microBatches,
+                                        job.pipeline.schedule, coreOptions.denseOptimizer, threads, replicas)
+                      : dlrmStageOptions(coreOptions.dlrm, job.pipeline.microBatches, job.pipeline.schedule,
+                                         coreOptions.denseOptimizer, threads, replicas);
     coreOptions.pipeline = std::make_shared<InProcessPipeline>(
         system, std::move(stages), nullptr, std::chrono::duration_cast<std::chrono::milliseconds>(job.pipelineStepTimeout),
         replicas);

@@ -142,7 +142,8 @@ TrainingJob::TrainingJob(const Config& config, TrainingJobOptions options)
     // the resumed job's ranks, all of them, divide what is left of the
     // cut's epoch.
     if (!options.resumedFrom->divisions.empty()) divisions_ = options.resumedFrom->divisions;
-    divisions_.push_back(DataDivision{options.resumedFrom->cutEpoch, options.resumedFrom->cutBatch, workers_});
+    divisions_.push_back(DataDivision{options.resumedFrom->cutEpoch, options.resumedFrom->cutBatch,
+                                      pipelineStages_ > 0 ? 1 : workers_});
   }
 }
 

@@ -769,6 +769,13 @@ caf::behavior worker(Self* self, WorkerOptions options, std::shared_ptr<WorkerCo
                                              core.options().worker, m.id));
         }
         const auto copyStart = Clock::now();
+        // A pipeline stage's process: the whole model and optimizer state
+        // from its replica's stages, paused at this step too.
+        Status whole = core.assembleModel(st.options.requestTimeout, true);
+        if (!whole.isOk()) {
+          return caf::make_error(caf::sec::runtime_error,
+                                 fmt::format("worker {}: {}", core.options().worker, whole.message()));
+        }
         auto img = std::make_shared<ModelImage>();
         img->workers = m.workers;
         img->step = core.steps();

@@ -25,6 +25,19 @@ WorkerCore::WorkerCore(const WorkerCoreOptions& options)
                                      kernels::createKernels({kernels::Device::kCpu, options.threads}))) {
   if (options_.kind == ModelKind::kDlrm) {
     dlrm_ = std::make_unique<DlrmModel>(options_.dlrm, options_.denseOptimizer, options_.seed);
+    if (options_.pipeline) {
+      // Its two stages hold the dense weights and optimizer state (the
+      // tables stay where they are); the core keeps a copy of the weights.
+      if (options_.pipeline->parameterCount() != dlrm_->parameters().size()) {
+        TROUPE_SETUP_ERROR("pipeline of {} weights for a DLRM of {}", options_.pipeline->parameterCount(),
+                           dlrm_->parameters().size());
+      }
+      if (options_.comm || options_.denseOnServers || options_.keepPrevious || options_.replicatedTables) {
+        TROUPE_SETUP_ERROR("a DLRM's pipeline stages run in one process; their gradients are not all-reduced or "
+                           "pushed yet");
+      }
+      options_.pipeline->loadWeights(dlrm_->parameters().weights());
+    }
   } else if (options_.kind == ModelKind::kMlp) {
     params_ = std::make_unique<DenseParameters>(Mlp::parameterCount(options_.mlpWidths), options_.denseOptimizer);
     mlp_ = std::make_unique<Mlp>(options_.mlpWidths, false, params_.get(), 0);
@@ -228,9 +241,14 @@ void WorkerCore::setDenseLearningRateScale(double scale) {
   if (options_.stage) options_.stage->setLearningRate(lr);
 }
 
-Status WorkerCore::assembleModel(std::chrono::milliseconds timeout) {
+Status WorkerCore::assembleModel(std::chrono::milliseconds timeout, bool state) {
   if (!options_.stage) return Status::ok();
-  return options_.stage->gatherWeights(params_->weights(), steps_, timeout);
+  return options_.stage->gatherWeights(state ? params_->block() : params_->weights(), steps_, timeout, state,
+                                       params_->size());
+}
+
+void WorkerCore::denseStateLoaded() {
+  if (options_.stage) options_.stage->loadState(params_->block(), params_->size());
 }
 
 int64_t WorkerCore::trainedRows(const Batch& batch) const {
@@ -409,7 +427,59 @@ Status WorkerCore::keepPreviousState() {
   return Status::ok();
 }
 
+Expected<std::shared_ptr<ps::PushRequest>> WorkerCore::embeddingPush(const Batch& batch) {
+  // One embedding-bag backward for every table (layout of embed()).
+  const int tables = options_.dlrm.numTables;
+  const int64_t dim = options_.dlrm.embeddingDim;
+  const int64_t totalRows = rowOffset_.back();
+  gradRows_.assign(size_t(totalRows * dim), 0.0f);
+  Status s = kernels_->embeddingBagBackward(dPooled_.data(), dim, allBags(batch.rows), gradRows_.data(), totalRows);
+  if (!s.isOk()) return s;
+  auto push = newPush(batch.rows);
+  push->keys.resize(size_t(tables));
+  push->grads.resize(size_t(tables));
+  for (int t = 0; t < tables; ++t) {
+    push->keys[size_t(t)] = uniqueKeys_[size_t(t)];
+    push->grads[size_t(t)].assign(gradRows_.begin() + rowOffset_[size_t(t)] * dim,
+                                  gradRows_.begin() + rowOffset_[size_t(t) + 1] * dim);
+  }
+  return push;
+}
+
 Expected<ps::PushRequestPtr> WorkerCore::trainStepOnce(const Batch& batch, const ps::PullReplyPtr& rows) {
+  if (dlrm_ && options_.pipeline) {
+    // The embeddings here; the bottom MLP in stage 0, the interaction and
+    // the top MLP in stage 1; the pooled embeddings' gradients back from
+    // stage 0, and the embedding bags' backward here again.
+    if (!rows) return Status::invalidArgument("a DLRM step needs the pulled rows");
+    if (batch.denseWidth != options_.dlrm.numDense) {
+      return Status::invalidArgument(
+          fmt::format("batch has {} dense features, the model {}", batch.denseWidth, options_.dlrm.numDense));
+    }
+    Status s = embed(batch, *rows);
+    if (!s.isOk()) return s;
+    ++steps_;
+    auto loss = options_.pipeline->step(steps_, dlrmStageRows(batch, options_.dlrm, pooledPtrs_.data()));
+    if (!loss.hasValue()) return loss.status();
+    lossSum_ += *loss;
+    ++lossCount_;
+    const std::vector<float> in = options_.pipeline->inputGradients();
+    const int tables = options_.dlrm.numTables;
+    const int64_t dim = options_.dlrm.embeddingDim, dense = options_.dlrm.numDense, width = dense + tables * dim;
+    if (int64_t(in.size()) != batch.rows * width) {
+      return Status::internal(fmt::format("pipeline: {} input gradients for {} rows of {}", in.size(), batch.rows, width));
+    }
+    dPooled_.resize(size_t(tables * batch.rows * dim));
+    for (int64_t r = 0; r < batch.rows; ++r) {
+      for (int t = 0; t < tables; ++t) {
+        std::copy_n(in.data() + r * width + dense + t * dim, dim, dPooled_.data() + (t * batch.rows + r) * dim);
+      }
+    }
+    auto push = embeddingPush(batch);
+    if (!push.hasValue()) return push.status();
+    options_.pipeline->copyWeights(dlrm_->parameters().weights());
+    return ps::PushRequestPtr(std::move(*push));
+  }
   if (mlp_ && options_.pipeline) {
     // The stages run the whole step, micro-batch by micro-batch.
     if (batch.denseWidth != mlp_->inputWidth()) {
@@ -463,21 +533,11 @@ Expected<ps::PushRequestPtr> WorkerCore::trainStepOnce(const Batch& batch, const
     for (int t = 0; t < tables; ++t) dPooledPtrs_[size_t(t)] = dPooled_.data() + t * batch.rows * dim;
     s = dlrm_->backward(*kernels_, dLogits_.data(), dPooledPtrs_.data());
     if (!s.isOk()) return s;
-    // One embedding-bag backward for every table (layout of embed()).
-    const int64_t totalRows = rowOffset_.back();
-    gradRows_.assign(size_t(totalRows * dim), 0.0f);
-    s = kernels_->embeddingBagBackward(dPooled_.data(), dim, allBags(batch.rows), gradRows_.data(), totalRows);
-    if (!s.isOk()) return s;
+    auto made = embeddingPush(batch);
+    if (!made.hasValue()) return made.status();
+    auto push = std::move(*made);
     s = finishDenseSync();
     if (!s.isOk()) return s;
-    auto push = newPush(batch.rows);
-    push->keys.resize(size_t(tables));
-    push->grads.resize(size_t(tables));
-    for (int t = 0; t < tables; ++t) {
-      push->keys[size_t(t)] = uniqueKeys_[size_t(t)];
-      push->grads[size_t(t)].assign(gradRows_.begin() + rowOffset_[size_t(t)] * dim,
-                                    gradRows_.begin() + rowOffset_[size_t(t) + 1] * dim);
-    }
     if (options_.replicatedTables) {
       s = mergePushes(push.get());
       if (!s.isOk()) return s;

@@ -91,7 +91,8 @@ struct WorkerCoreOptions {
   // (collectives/compressed_allreduce.h); null: plain float32. Kept across
   // setCommunicator (its residuals start again when the group changes).
   std::shared_ptr<collectives::CompressedAllReduce> compression;
-  // kMlp, pipeline.stages > 1 in one process: each step runs through these
+  // kMlp (or kDlrm: its dense part in 2 stages), pipeline.stages > 1 in one
+  // process: each step runs through these
   // stage actors (workers/pipeline_actor.h), which hold the model's weights
   // and optimizer state; the core's own weights are a copy of theirs after
   // every step (evaluation, predictions, the dense hash read them).
@@ -155,7 +156,11 @@ class WorkerCore final {
   // taken, from the other stages of its replica (a collective of the
   // replica's stages: each answers once its optimizer took the step). A
   // no-op for every other core.
-  Status assembleModel(std::chrono::milliseconds timeout);
+  // state: the optimizer state too (denseState(), for a checkpoint).
+  Status assembleModel(std::chrono::milliseconds timeout, bool state = false);
+  // After denseState() was written (a checkpoint resumed): a pipeline stage
+  // takes its slice of it.
+  void denseStateLoaded();
   // The rows of `batch` this process trains on (a pipeline across
   // processes: its replica's share of the batch every process reads).
   int64_t trainedRows(const Batch& batch) const;
@@ -215,6 +220,9 @@ class WorkerCore final {
   // next sequence number.
   std::shared_ptr<ps::PushRequest> newPush(int64_t samples);
   Expected<ps::PushRequestPtr> trainStepOnce(const Batch& batch, const ps::PullReplyPtr& rows);
+  // The DLRM's embedding rows' gradients from dPooled_ (table-major, of the
+  // batch embedded last), as the step's push.
+  Expected<std::shared_ptr<ps::PushRequest>> embeddingPush(const Batch& batch);
   Status keepPreviousState();
   // Dense gradients of the step averaged over the ranks (sync modes).
   Status finishDenseSync();

@@ -471,6 +471,7 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
                                   c.denseStateFloats(), tables ? model.dlrm.numTables : 0);
     if (!fits.isOk()) TROUPE_SETUP_ERROR("{}", fits.message());
     std::copy(resumedModel->dense.begin(), resumedModel->dense.end(), c.denseState());
+    c.denseStateLoaded();
     c.setPosition(resumedModel->step, resumedModel->samplesApplied);
   }
   // Compression with error feedback, resumed from a checkpoint: what this
@@ -583,8 +584,9 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   DataDivision division{0, 0, staged ? 1 : workers};
   if (resumedModel) {
     // The ranks divide what is left of the cut's epoch.
-    division = DataDivision{resumedModel->epoch, resumedModel->epochBatch, workers};
-    Status s = share->reshare(division.epoch, division.fromBatch, rank, workers);
+    division = DataDivision{resumedModel->epoch, resumedModel->epochBatch, staged ? 1 : workers};
+    Status s = staged ? share->reshare(division.epoch, division.fromBatch, 0, 1)
+                      : share->reshare(division.epoch, division.fromBatch, rank, workers);
     if (!s.isOk()) TROUPE_SETUP_ERROR("{}: {}", modelPath, s.message());
   }
   auto trainLoader = spawnLoader(ctx.system, share, prefetch);

@@ -165,6 +165,48 @@ TEST(TrainTest, APipelinedMlpLearnsAndEveryCutPredictsAlike) {
   }
 }
 
+// pipeline.stages = 2 cuts the DLRM into its bottom MLP (with the
+// embeddings, in the worker) and its interaction and top MLP: one
+// micro-batch a batch is the unsplit model, bit for bit (the same
+// predictions at one thread, held for every weight in
+// workers_pipeline_test); four micro-batches learn as well.
+TEST(TrainTest, ADlrmInTwoStagesPredictsAsTheUnsplitOne) {
+  TempDir dir;
+  auto run = [&](const std::string& name, std::vector<std::string> sets) {
+    auto args = smallDlrm(dir, name);
+    args.insert(args.end(), {"--set", "run.threads=1", "--set", "train.epochs=1"});
+    for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+    auto r = troupe(args);
+    EXPECT_EQ(r.exitCode, 0) << name << ": " << r.err;
+    return r;
+  };
+  run("whole", {});
+  auto one = run("one", {"pipeline.stages=2", "pipeline.micro_batches=1"});
+  EXPECT_NE(one.err.find("the DLRM in 2 pipeline stages (the embeddings and the bottom MLP, the interaction and the "
+                         "top MLP), 1 micro-batches a batch"),
+            std::string::npos)
+      << one.err;
+  EXPECT_TRUE(readFile(dir.file("whole.tsv")) == readFile(dir.file("one.tsv")))
+      << "one micro-batch: the unsplit model's predictions";
+  run("four", {"pipeline.stages=2", "pipeline.micro_batches=4", "pipeline.schedule=gpipe"});
+  const double whole = field(readFile(dir.file("whole.json")), "test_auc");
+  const double four = field(readFile(dir.file("four.json")), "test_auc");
+  EXPECT_GT(whole, 0.70);
+  EXPECT_NEAR(four, whole, 0.002) << "four micro-batches: the same sums in another order";
+  // What the DLRM's pipeline refuses, in one line.
+  for (const auto& [sets, needle] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"pipeline.stages=3"}, "the DLRM is cut into 2 stages"},
+           {{"pipeline.stages=2", "pipeline.cut=1"}, "the DLRM is cut into 2 stages"},
+           {{"pipeline.stages=2", "cluster.workers=2", "train.mode=allreduce"},
+            "the DLRM's stages run in one process today"}}) {
+    auto args = smallDlrm(dir, "bad");
+    for (const auto& x : sets) args.insert(args.end(), {"--set", x});
+    auto r = troupe(args);
+    EXPECT_EQ(r.exitCode, 2) << needle << ": " << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << "wanted '" << needle << "' in: " << r.err;
+  }
+}
+
 TEST(TrainTest, BadConfigurationsAreOneLineErrors) {
   TempDir dir;
   struct Case {
@@ -178,8 +220,8 @@ TEST(TrainTest, BadConfigurationsAreOneLineErrors) {
       {{"train.batch_size=0"}, "train.batch_size must be >= 1"},
       {{"data.kind=criteo"}, "data.kind 'criteo' needs data.train and data.test"},
       {{"data.kind=criteo", "data.train=/nonexistent/t.tsv", "data.test=/nonexistent/t.tsv"}, "/nonexistent/t.tsv"},
-      {{"pipeline.stages=2"}, "pipeline.stages = 2, pipeline.replicas = 1 runs the MLP (model.kind = mlp) in stages; "
-                              "the dlrm model is not cut"},
+      {{"pipeline.stages=2", "model.kind=count"}, "pipeline.stages = 2, pipeline.replicas = 1 cuts the MLP or the "
+                                                  "DLRM into stages; the count model is not cut"},
       {{"pipeline.replicas=0"}, "pipeline.replicas must be 1 to 64, got 0"},
       {{"pipeline.schedule=zb"}, "pipeline.schedule must be gpipe or 1f1b, got 'zb'"},
       {{"pipeline.stages=3", "pipeline.cut=2,1"}, "pipeline.cut must list increasing layer numbers"},

@@ -2078,16 +2078,25 @@ TEST_F(ClusterTest, PipelineALostStageRestartsEveryStageAndTheJobEndsWithTheUnin
   struct Case {
     std::string name;
     int stages, replicas, killed;
+    bool checkpoints;  // every 50 steps: the job goes back to the latest, not to step 0
   };
-  for (const Case& c : {Case{"three-stages", 3, 1, 1}, Case{"two-by-two", 2, 2, 3}}) {
+  for (const Case& c : {Case{"three-stages", 3, 1, 1, false}, Case{"two-by-two", 2, 2, 3, false},
+                        Case{"two-by-two-checkpoints", 2, 2, 2, true}}) {
     SCOPED_TRACE(c.name);
-    const std::vector<std::string> sets = {"pipeline.stages=" + std::to_string(c.stages),
-                                           "pipeline.replicas=" + std::to_string(c.replicas)};
+    std::vector<std::string> sets = {"pipeline.stages=" + std::to_string(c.stages),
+                                     "pipeline.replicas=" + std::to_string(c.replicas)};
     const int workers = c.stages * c.replicas;
     const PipelineRun free = pipelineRun(dir, c.name + "-free", workers, sets);
     ASSERT_EQ(free.exitCode, 0) << free.err;
-    const PipelineRun killed = pipelineRun(dir, c.name + "-killed", workers, sets,
-                                           {"--fault", fmt::format("kind=kill,target=worker:{},at_step=60", c.killed)});
+    std::vector<std::string> faults = {"--fault", fmt::format("kind=kill,target=worker:{},at_step={}", c.killed,
+                                                              c.checkpoints ? 170 : 60)};
+    if (c.checkpoints) {
+      // Checkpoints pause every stage at a step half a second ahead: slowed
+      // to 50 steps a second, the first comes well before step 170.
+      sets.push_back("checkpoint.every_steps=50");
+      faults.insert(faults.end(), {"--fault", "kind=slow,target=worker:0,delay_ms=20"});
+    }
+    const PipelineRun killed = pipelineRun(dir, c.name + "-killed", workers, sets, faults);
     ASSERT_EQ(killed.exitCode, 0) << killed.err;
     ASSERT_EQ(killed.hashes.size(), size_t(workers));
     for (const auto& h : killed.hashes) EXPECT_EQ(h, free.hashes.at(0)) << "the uninterrupted run's bits";
@@ -2098,12 +2107,50 @@ TEST_F(ClusterTest, PipelineALostStageRestartsEveryStageAndTheJobEndsWithTheUnin
       if (w != c.killed) EXPECT_EQ(s.at("worker_reports").at(size_t(w)).at("restarts").get<int64_t>(), 0) << w;
     }
     EXPECT_EQ(s.at("steps").get<int64_t>(), 200);
-    EXPECT_EQ(s.at("samples").get<int64_t>(), 200 * 128);
+    // (what the processes trained since the job went back: all of it from step 0)
+    if (!c.checkpoints) EXPECT_EQ(s.at("samples").get<int64_t>(), 200 * 128);
     EXPECT_EQ(s.at("ledger").at("samples_applied").get<int64_t>(), 200 * 128);
     EXPECT_NE(killed.err.find(fmt::format("worker {} (127.0.0.1:", c.killed)), std::string::npos) << killed.err;
-    EXPECT_NE(killed.err.find("it held a pipeline stage: the job starts again from step 0"), std::string::npos)
-        << killed.err;
+    if (!c.checkpoints) {
+      EXPECT_NE(killed.err.find("it held a pipeline stage: the job starts again from step 0"), std::string::npos)
+          << killed.err;
+    } else {
+      EXPECT_NE(killed.err.find("it held a pipeline stage: the job rolls back to checkpoint "), std::string::npos)
+          << killed.err;
+      EXPECT_GE(s.at("rollbacks").at(0).at("checkpoint").get<int64_t>(), 1) << s.dump();
+    }
   }
+}
+
+// A pipeline job that writes checkpoints ends with its stage lost
+// (supervision.on_worker_loss = fail); `troupe train --resume` goes on
+// from its latest checkpoint, each stage taking its slice of the model
+// and optimizer state the checkpoint gathered, and ends with the bits of
+// the uninterrupted run.
+TEST_F(ClusterTest, PipelineAResumedJobEqualsTheUninterruptedOne) {
+  TempDir dir;
+  const std::vector<std::string> sets = {"pipeline.stages=2", "pipeline.micro_batches=8", "pipeline.schedule=gpipe"};
+  const PipelineRun free = pipelineRun(dir, "free", 2, sets);
+  ASSERT_EQ(free.exitCode, 0) << free.err;
+  // (Slowed to 50 steps a second: the checkpoints pause the stages half a
+  // second ahead, well before step 170 kills.)
+  const PipelineRun crashed =
+      pipelineRun(dir, "crashed", 2, plus(sets, {"checkpoint.every_steps=50", "supervision.on_worker_loss=fail"}),
+                  {"--fault", "kind=kill,target=worker:1,at_step=170", "--fault", "kind=slow,target=worker:0,delay_ms=20"});
+  ASSERT_EQ(crashed.exitCode, 1) << crashed.err;
+  ASSERT_NE(crashed.err.find("checkpoint 1 written"), std::string::npos) << crashed.err;
+  auto inspect = troupe({"inspect", dir.file("runs/crashed")});
+  EXPECT_EQ(inspect.exitCode, 0) << inspect.err;
+  EXPECT_NE(inspect.out.find("every size and checksum verified"), std::string::npos) << inspect.out;
+  auto resumed = troupe({"train", "--resume", dir.file("runs/crashed"), "--summary-json", dir.file("resumed.json")});
+  ASSERT_EQ(resumed.exitCode, 0) << resumed.err;
+  const std::string json = readFile(dir.file("resumed.json"));
+  EXPECT_GT(field(json, "resumed_from_step"), 0) << json;
+  EXPECT_LT(field(json, "resumed_from_step"), 170) << json;
+  EXPECT_EQ(field(json, "steps"), 200) << json;
+  const auto hashes = denseHashes(json);
+  ASSERT_EQ(hashes.size(), 2u) << json;
+  for (const auto& h : hashes) EXPECT_EQ(h, free.hashes.at(0)) << "the uninterrupted run's bits";
 }
 
 // A stage's process killed mid-training: the job ends on every rank,
@@ -2157,7 +2204,6 @@ TEST_F(ClusterTest, PipelineABadSettingIsRefusedBeforeTheJobStarts) {
            Case{{"supervision.on_worker_loss=shrink"}, "cannot go on without a stage (supervision.on_worker_loss = "
                                                        "shrink)"},
            Case{{"collectives.backend=nccl"}, "sums over the ring"},
-           Case{{"checkpoint.every_steps=50"}, "writes no checkpoints yet"},
            Case{{"compression.allreduce=fp16"}, "sends its gradients uncompressed"},
        }) {
     std::vector<std::string> args = {"train", "--config",

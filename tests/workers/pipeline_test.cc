@@ -7,6 +7,7 @@
 // stages, both schedules, and with messages delayed, duplicated and
 // reordered on the way.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -19,6 +20,7 @@
 #include "common/hash.h"
 #include "kernels/kernels.h"
 #include "workers/dense_parameters.h"
+#include "workers/dlrm_model.h"
 #include "workers/mlp.h"
 #include "workers/pipeline_actor.h"
 #include "workers/pipeline_schedule.h"
@@ -353,6 +355,38 @@ TEST(Pipeline, AMessageOfTheWrongShapeIsRefusedNamingIt) {
   EXPECT_EQ(stage.beginStep(2, randomBatch(1, 2)).code(), Status::Code::kInternal) << "step 1 is not done";
 }
 
+// A resumed job's stages start at the checkpoint's step, and a
+// neighbour's first message may come before its stage begins: a stage that
+// has not begun keeps a message of any step, and runs it once it begins
+// that step (a job rolled back to step 105 would otherwise wait forever).
+TEST(Pipeline, AStageResumedAtALaterStepKeepsTheMessagesThatComeFirst) {
+  auto opts = stagesOf(2, 2, PipelineSchedule::k1F1B);
+  PipelineStage first(opts[0]), last(opts[1]);
+  const BatchPtr batch = randomBatch(8, 3);
+  std::vector<StageMessage> toLast, toFirst;
+  ASSERT_TRUE(first.beginStep(105, batch).isOk());
+  ASSERT_TRUE(first.run([&](StageMessage&& m) { toLast.push_back(std::move(m)); }).isOk());
+  ASSERT_FALSE(toLast.empty());
+  for (const auto& m : toLast) EXPECT_TRUE(last.deliver(m)) << "micro-batch " << m.microBatch << " before step 105 began";
+  StageMessage zero = toLast.front();
+  zero.step = 0;
+  EXPECT_FALSE(last.deliver(zero)) << "no step 0";
+  ASSERT_TRUE(last.beginStep(105, batch).isOk());
+  for (int round = 0; round < 4 && !(first.stepDone() && last.stepDone()); ++round) {
+    ASSERT_TRUE(last.run([&](StageMessage&& m) { toFirst.push_back(std::move(m)); }).isOk());
+    for (auto& m : toFirst) first.deliver(m);
+    toFirst.clear();
+    toLast.clear();
+    ASSERT_TRUE(first.run([&](StageMessage&& m) { toLast.push_back(std::move(m)); }).isOk());
+    for (auto& m : toLast) last.deliver(m);
+  }
+  EXPECT_TRUE(first.stepDone());
+  EXPECT_TRUE(last.stepDone());
+  EXPECT_TRUE(first.applyOptimizer().isOk());
+  EXPECT_TRUE(last.applyOptimizer().isOk());
+  EXPECT_EQ(last.appliedStep(), 105);
+}
+
 TEST(Pipeline, AStepThatCannotFinishIsATimeoutNamingTheStages) {
   caf::actor_system_config cfg;
   caf::actor_system system{cfg};
@@ -374,6 +408,108 @@ TEST(Pipeline, AStepThatCannotFinishIsATimeoutNamingTheStages) {
 
 
 }  // namespace
+
+// The DLRM's dense part in its two stages (the bottom MLP; the interaction
+// and the top MLP), the pooled embeddings passed through stage 0: with one
+// micro-batch a step is the unsplit DlrmModel's, bit for bit (weights,
+// optimizer state, and the pooled embeddings' gradients stage 0 gives
+// back); with four, and two replicas, the same sums in another order, equal
+// to rounding.
+TEST(Pipeline, TheDlrmInTwoStagesGivesTheUnsplitModelsBits) {
+  DlrmShape shape;
+  shape.numDense = 5;
+  shape.numTables = 3;
+  shape.embeddingDim = 4;
+  shape.bottom = {8, 4};
+  shape.top = {8, 6};
+  shape.concatEmbeddings = true;
+  const int64_t rows = 24, dim = shape.embeddingDim;
+  struct Case {
+    int m, replicas;
+    bool exact;
+  };
+  for (const Case& c : {Case{1, 1, true}, Case{4, 1, false}, Case{3, 2, false}}) {
+    for (PipelineSchedule schedule : kSchedules) {
+      const std::string tag = fmt::format("m {} replicas {} {}", c.m, c.replicas, pipelineScheduleName(schedule));
+      auto k = kernels::createKernels({kernels::Device::kCpu, 1});
+      DlrmModel ref(shape, adam(), 11);
+      caf::actor_system_config cfg;
+      caf::actor_system system{cfg};
+      InProcessPipeline pipe(system, dlrmStageOptions(shape, c.m, schedule, adam(), 1, c.replicas), nullptr,
+                             std::chrono::seconds(30), c.replicas);
+      ASSERT_EQ(pipe.parameterCount(), ref.parameters().size());
+      pipe.loadWeights(ref.parameters().weights());
+      for (int64_t step = 1; step <= 3; ++step) {
+        Rng rng(uint64_t(step) * 31);
+        Batch b;
+        b.rows = rows;
+        b.denseWidth = shape.numDense;
+        for (int64_t i = 0; i < rows * shape.numDense; ++i) b.dense.push_back(float(rng.normal()));
+        for (int64_t i = 0; i < rows; ++i) b.labels.push_back(float(rng.below(2)));
+        std::vector<std::vector<float>> pooled(size_t(shape.numTables), std::vector<float>(size_t(rows * dim)));
+        std::vector<const float*> pooledPtrs;
+        for (auto& t : pooled) {
+          for (float& v : t) v = float(rng.normal()) * 0.5f;
+          pooledPtrs.push_back(t.data());
+        }
+        // The unsplit model: the whole batch at once.
+        std::vector<float> logits(static_cast<size_t>(rows)), dLogits(static_cast<size_t>(rows));
+        ASSERT_TRUE(ref.forward(*k, b.dense.data(), pooledPtrs.data(), rows, logits.data()).isOk());
+        ASSERT_TRUE(k->sigmoidCrossEntropy(logits.data(), b.labels.data(), rows, dLogits.data()).hasValue());
+        std::vector<std::vector<float>> dPooled(size_t(shape.numTables), std::vector<float>(size_t(rows * dim)));
+        std::vector<float*> dPtrs;
+        for (auto& t : dPooled) dPtrs.push_back(t.data());
+        ASSERT_TRUE(ref.backward(*k, dLogits.data(), dPtrs.data()).isOk());
+        ASSERT_TRUE(ref.parameters().apply(*k, step).isOk());
+        auto loss = pipe.step(step, dlrmStageRows(b, shape, pooledPtrs.data()));
+        ASSERT_TRUE(loss.hasValue()) << tag << ": " << loss.status().message();
+        // Stage 0's input gradients: [rows x (dense | e_1 .. e_T)].
+        const auto in = pipe.inputGradients();
+        const int64_t width = shape.numDense + shape.numTables * dim;
+        ASSERT_EQ(int64_t(in.size()), rows * width) << tag;
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int t = 0; t < shape.numTables; ++t) {
+            for (int64_t d = 0; d < dim; ++d) {
+              const float got = in[size_t(r * width + shape.numDense + t * dim + d)];
+              const float want = dPooled[size_t(t)][size_t(r * dim + d)];
+              if (c.exact) {
+                ASSERT_EQ(got, want) << tag << " step " << step << " row " << r << " table " << t;
+              } else {
+                ASSERT_NEAR(got, want, 1e-5f + 1e-4f * std::fabs(want)) << tag << " step " << step;
+              }
+            }
+          }
+          for (int64_t d = 0; d < shape.numDense; ++d) ASSERT_EQ(in[size_t(r * width + d)], 0.0f);
+        }
+      }
+      std::vector<float> weights(size_t(pipe.parameterCount()));
+      pipe.copyWeights(weights.data());
+      const float* want = ref.parameters().weights();
+      for (size_t i = 0; i < weights.size(); ++i) {
+        if (c.exact) {
+          ASSERT_EQ(weights[i], want[i]) << tag << " weight " << i;
+        } else {
+          ASSERT_NEAR(weights[i], want[i], 1e-5f + 1e-4f * std::fabs(want[i])) << tag << " weight " << i;
+        }
+      }
+      if (c.exact) {
+        // The optimizer state too, stage by stage.
+        const int64_t total = ref.parameters().size();
+        for (int s = 0; s < 2; ++s) {
+          DenseParameters& p = pipe.stage(s).parameters();
+          for (int slot = 1; slot <= 2; ++slot) {
+            ASSERT_EQ(std::memcmp(p.block() + slot * p.size(),
+                                  ref.parameters().block() + slot * total + pipe.stage(s).parameterOffset(),
+                                  size_t(p.size()) * 4),
+                      0)
+                << tag << " stage " << s << " slot " << slot;
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace troupe::workers
 
 namespace troupe::workers {
