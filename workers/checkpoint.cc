@@ -219,7 +219,8 @@ Expected<CheckpointManifest> readManifest(const std::string& dir) {
     m.shape.workers = num("workers");
     m.shape.servers = num("servers");
     m.shape.pipelineStages = tbl["pipeline_stages"].value<int64_t>().value_or(0);
-    if (m.shape.pipelineStages < 0 || m.shape.pipelineStages > m.shape.workers) {
+    if (m.shape.pipelineStages < 0 || m.shape.pipelineStages > m.shape.workers ||
+        (m.shape.pipelineStages > 0 && m.shape.workers % m.shape.pipelineStages != 0)) {
       TROUPE_SETUP_ERROR("{}: pipeline_stages = {} for {} workers", path, m.shape.pipelineStages, m.shape.workers);
     }
     m.shape.tableDims = list("table_dims");
@@ -252,9 +253,10 @@ Expected<CheckpointManifest> readManifest(const std::string& dir) {
         const bool pastCut = next.epoch > m.cutEpoch || (next.epoch == m.cutEpoch && next.fromBatch > m.cutBatch);
         if ((first && (next.epoch != 0 || next.fromBatch != 0 || next.parts != parts)) || !ordered ||
             next.parts < 1 || next.parts > parts || pastCut) {
-          TROUPE_SETUP_ERROR("{}: 'divisions' entry [{}, {}, {}] does not follow from the job ({} workers) and the "
-                             "cut (batch {} of epoch {})",
-                             path, next.epoch, next.fromBatch, next.parts, m.shape.workers, m.cutBatch, m.cutEpoch);
+          TROUPE_SETUP_ERROR("{}: 'divisions' entry [{}, {}, {}] does not follow from the job ({} workers{}: the data "
+                             "in at most {} parts) and the cut (batch {} of epoch {})",
+                             path, next.epoch, next.fromBatch, next.parts, m.shape.workers,
+                             m.shape.pipelineStages > 0 ? ", a pipeline" : "", parts, m.cutBatch, m.cutEpoch);
         }
         m.divisions.push_back(next);
       }

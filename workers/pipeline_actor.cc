@@ -322,9 +322,9 @@ Expected<BatchPtr> replicaShare(const Batch& b, int replica, int replicas) {
       (!b.classes.empty() && int64_t(b.classes.size()) != b.rows) ||
       (!b.labels.empty() && int64_t(b.labels.size()) != b.rows) || replicas < 1 || replica < 0 ||
       replica >= replicas) {
-    return Status::invalidArgument(fmt::format("pipeline: a batch of {} rows holds {} features of width {} and {} "
-                                               "labels (share {} of {})", b.rows, b.dense.size(), b.denseWidth,
-                                               b.classes.size(), replica, replicas));
+    return Status::invalidArgument(fmt::format("pipeline: a batch of {} rows holds {} features of width {}, {} "
+                                               "classes and {} click labels (share {} of {})", b.rows, b.dense.size(),
+                                               b.denseWidth, b.classes.size(), b.labels.size(), replica, replicas));
   }
   const int64_t first = b.rows * replica / replicas, rows = b.rows * (replica + 1) / replicas - first;
   auto share = std::make_shared<Batch>();
@@ -614,11 +614,12 @@ void ProcessStage::setLearningRate(float lr) {
   stage_->parameters().setLearningRate(lr);
 }
 
-void ProcessStage::loadState(const float* block, int64_t modelSize) {
+void ProcessStage::loadState(const float* block, int64_t modelSize, int64_t step) {
   TROUPE_CHECK(!failed(), "pipeline: state loaded after a failed step");
   DenseParameters& p = stage_->parameters();
   const int64_t n = p.size(), at = stage_->parameterOffset(), parts = p.blockFloats() / n;
   for (int64_t k = 0; k < parts; ++k) std::copy_n(block + k * modelSize + at, n, p.block() + k * n);
+  stage_->resumeAt(step);  // (its weights are of that step: asks for them are answered at once)
 }
 
 Status ProcessStage::gatherWeights(float* model, int64_t step, std::chrono::milliseconds timeout, bool state,

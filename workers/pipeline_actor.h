@@ -1,5 +1,5 @@
 // Pipeline stages as actors (DESIGN.md, Pipeline stages): each stage of a
-// cut MLP (workers/pipeline_stage.h) is a CAF actor; activations flow to
+// cut MLP or DLRM (workers/pipeline_stage.h) is a CAF actor; activations flow to
 // the next stage and gradients back as messages, and an InProcessPipeline
 // drives the steps. A stage runs every instruction its inputs allow as
 // each message lands, so the order, delay or duplication of messages
@@ -224,7 +224,7 @@ class ProcessStage final {
   // Waits until both neighbours answer (their processes may start later
   // than this one): a Timeout naming the one that did not.
   Status connect(std::chrono::milliseconds timeout);
-  // Step `step` (1, 2, ...) on the batch every process reads for it: the
+  // Step `step` (1, 2, ...; after loadState, from its step + 1) on the batch every process reads for it: the
   // stage's instructions on this replica's share, the gradients summed
   // over `comm` (the stage's replicas; null or of size 1: this one only),
   // the optimizer step. The step's loss (a last stage's: its replicas'
@@ -259,8 +259,10 @@ class ProcessStage final {
   // and every part of it is gathered (a checkpoint's copy).
   Status gatherWeights(float* model, int64_t step, std::chrono::milliseconds timeout, bool state = false,
                        int64_t modelSize = 0);
-  // Its slice of every part of the unsplit model's block (a resumed checkpoint's).
-  void loadState(const float* block, int64_t modelSize);
+  // Before its first step: its slice of every part of the unsplit model's
+  // block (a resumed checkpoint's, of step `step`); its next step is
+  // step + 1.
+  void loadState(const float* block, int64_t modelSize, int64_t step);
   // The stage itself, between steps (its counters).
   const PipelineStage& local() const { return *stage_; }
 

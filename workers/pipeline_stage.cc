@@ -281,6 +281,20 @@ PipelineStage::~PipelineStage() = default;
 
 int64_t PipelineStage::inputWidth() const { return layers_->inWidth(); }
 
+void PipelineStage::resumeAt(int64_t step) {
+  TROUPE_CHECK(!begun_ && step >= 0, "pipeline stage {}: resumed at step {} after step {}", stage(), step, step_);
+  if (step == 0) return;
+  // As if step `step` had run and stepped its optimizer: the next begins at step + 1.
+  step_ = step;
+  begun_ = true;
+  applied_ = true;
+  next_ = instructions_.size();
+  for (auto it = held_.begin(); it != held_.end();) {
+    const int64_t s = std::get<0>(it->first);
+    it = s <= step || s > step + 1 ? held_.erase(it) : std::next(it);
+  }
+}
+
 int64_t PipelineStage::firstRowOf(int mb) const { return batch_->rows * mb / options_.microBatches; }
 int64_t PipelineStage::rowsOf(int mb) const { return firstRowOf(mb + 1) - firstRowOf(mb); }
 
@@ -326,8 +340,11 @@ Status PipelineStage::beginStep(int64_t step, BatchPtr batch, int64_t lossRows) 
   inputs_.clear();
   dLogits_.clear();
   if (first() && options_.inputGradients) inputGrads_.assign(size_t(batch_->rows * layers_->inWidth()), 0.0f);
+  // (held before the stage's first step, a message may be of any step:
+  // only this step's are of use)
   for (auto it = held_.begin(); it != held_.end();) {
-    it = std::get<0>(it->first) < step ? held_.erase(it) : std::next(it);
+    const int64_t s = std::get<0>(it->first);
+    it = s < step || s > step + 1 ? held_.erase(it) : std::next(it);
   }
   return Status::ok();
 }

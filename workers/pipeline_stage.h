@@ -1,7 +1,8 @@
-// PipelineStage: one stage of an MLP cut into stages (workers/pipeline_schedule.h):
-// a contiguous range of its layers with their weights, optimizer state and
-// gradients (a DenseParameters of its own), running its schedule's
-// instructions for each step's micro-batches as their inputs arrive.
+// PipelineStage: one stage of an MLP cut into stages (workers/pipeline_schedule.h),
+// or one of a DLRM's two: a contiguous range of its layers with their
+// weights, optimizer state and gradients (a DenseParameters of its own),
+// running its schedule's instructions for each step's micro-batches as
+// their inputs arrive.
 //
 // A step's batch is cut into m micro-batches of contiguous rows (micro-batch
 // i: rows [i R / m, (i + 1) R / m)). Stage 0 reads their features from the
@@ -14,11 +15,13 @@
 // asynchronous mailbox therefore cannot deadlock a schedule whose lists can
 // finish at all (pipelineBubble checks that they can).
 //
-// The loss: each micro-batch's softmax cross-entropy gradient (averaged
-// over its rows) times rows / R, so the accumulated gradient is the whole
-// batch's mean; backwards run in micro-batch order, the first overwriting
-// the gradients and the rest adding to them: the unsplit model's
-// micro-batch loop gives the same bits.
+// The loss: each micro-batch's softmax cross-entropy gradient (the DLRM's:
+// sigmoid cross-entropy of the click labels), averaged over its rows, times
+// rows / R, so the accumulated gradient is the whole batch's mean;
+// backwards run in micro-batch order, the first overwriting the gradients
+// and the rest adding to them: the unsplit MLP's micro-batch loop gives the
+// same bits (the DLRM has no such loop: with one micro-batch its stages are
+// the unsplit DlrmModel's bits).
 //
 // Threading: one owner (a stage actor, workers/pipeline_actor.h).
 #pragma once
@@ -127,7 +130,7 @@ class PipelineStage final {
   DenseParameters& parameters() { return *params_; }
   int64_t parameterOffset() const { return offset_; }
 
-  // Starts step `step` (>= 1, one after another) on `batch` (R >= 1 rows;
+  // Starts step `step` (>= 1, one after another; after resumeAt(K), K + 1 first) on `batch` (R >= 1 rows;
   // with R < m some micro-batches are empty: an epoch's last batch may be
   // short); messages of an earlier step still held are dropped.
   // `lossRows` (0: the batch's rows) is the R the loss averages over: a
@@ -141,6 +144,10 @@ class PipelineStage final {
   // Runs every instruction whose input is here; sends what it makes through
   // `send`. The first error ends the step.
   Status run(const std::function<void(StageMessage&&)>& send);
+  // A resumed job's stage, before its first step: its weights and
+  // optimizer state (loaded by the caller) are of step `step`, and its next
+  // step is step + 1.
+  void resumeAt(int64_t step);
   // The step begun last (0: none yet).
   int64_t currentStep() const { return step_; }
   // The last step whose optimizer step was taken (0: none yet): the step

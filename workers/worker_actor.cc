@@ -771,7 +771,11 @@ caf::behavior worker(Self* self, WorkerOptions options, std::shared_ptr<WorkerCo
         const auto copyStart = Clock::now();
         // A pipeline stage's process: the whole model and optimizer state
         // from its replica's stages, paused at this step too.
-        Status whole = core.assembleModel(st.options.requestTimeout, true);
+        // (within the coordinator's 60 s for the copy: a stage that does not
+        // answer gives the checkpoint up, not this worker's next steps)
+        Status whole = core.assembleModel(std::min<std::chrono::milliseconds>(st.options.requestTimeout,
+                                                                              std::chrono::seconds(50)),
+                                          true);
         if (!whole.isOk()) {
           return caf::make_error(caf::sec::runtime_error,
                                  fmt::format("worker {}: {}", core.options().worker, whole.message()));

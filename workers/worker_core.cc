@@ -248,7 +248,7 @@ Status WorkerCore::assembleModel(std::chrono::milliseconds timeout, bool state) 
 }
 
 void WorkerCore::denseStateLoaded() {
-  if (options_.stage) options_.stage->loadState(params_->block(), params_->size());
+  if (options_.stage) options_.stage->loadState(params_->block(), params_->size(), steps_);
 }
 
 int64_t WorkerCore::trainedRows(const Batch& batch) const {
@@ -461,6 +461,7 @@ Expected<ps::PushRequestPtr> WorkerCore::trainStepOnce(const Batch& batch, const
     ++steps_;
     auto loss = options_.pipeline->step(steps_, dlrmStageRows(batch, options_.dlrm, pooledPtrs_.data()));
     if (!loss.hasValue()) return loss.status();
+    options_.pipeline->copyWeights(dlrm_->parameters().weights());  // (the stages stepped their optimizers)
     lossSum_ += *loss;
     ++lossCount_;
     const std::vector<float> in = options_.pipeline->inputGradients();
@@ -477,7 +478,6 @@ Expected<ps::PushRequestPtr> WorkerCore::trainStepOnce(const Batch& batch, const
     }
     auto push = embeddingPush(batch);
     if (!push.hasValue()) return push.status();
-    options_.pipeline->copyWeights(dlrm_->parameters().weights());
     return ps::PushRequestPtr(std::move(*push));
   }
   if (mlp_ && options_.pipeline) {

@@ -158,8 +158,8 @@ class WorkerCore final {
   // no-op for every other core.
   // state: the optimizer state too (denseState(), for a checkpoint).
   Status assembleModel(std::chrono::milliseconds timeout, bool state = false);
-  // After denseState() was written (a checkpoint resumed): a pipeline stage
-  // takes its slice of it.
+  // After denseState() was written and setPosition called (a checkpoint
+  // resumed): a pipeline stage takes its slice of it, of step steps().
   void denseStateLoaded();
   // The rows of `batch` this process trains on (a pipeline across
   // processes: its replica's share of the batch every process reads).

@@ -471,8 +471,8 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
                                   c.denseStateFloats(), tables ? model.dlrm.numTables : 0);
     if (!fits.isOk()) TROUPE_SETUP_ERROR("{}", fits.message());
     std::copy(resumedModel->dense.begin(), resumedModel->dense.end(), c.denseState());
-    c.denseStateLoaded();
     c.setPosition(resumedModel->step, resumedModel->samplesApplied);
+    c.denseStateLoaded();
   }
   // Compression with error feedback, resumed from a checkpoint: what this
   // rank's codecs held back at the cut (its own file), so that it sends

@@ -2069,7 +2069,7 @@ TEST_F(ClusterTest, PipelineStagesInProcessesOfTheirOwnEqualTheStagesInOneProces
 // A stage's process killed mid-step (supervision.on_worker_loss = restart,
 // the default): no other process holds its stage's weights, and the other
 // stages stopped mid-step or went on without its gradients, so every
-// process starts again (here from step 0: no checkpoint) and redoes the
+// process starts again (from step 0, or with checkpoints from the latest) and redoes the
 // steps; the job ends with the bits of a run without the loss, counting
 // every sample once. A middle stage of one pipeline, and a last stage of
 // one of two replicas.

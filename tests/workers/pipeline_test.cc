@@ -364,6 +364,11 @@ TEST(Pipeline, AStageResumedAtALaterStepKeepsTheMessagesThatComeFirst) {
   PipelineStage first(opts[0]), last(opts[1]);
   const BatchPtr batch = randomBatch(8, 3);
   std::vector<StageMessage> toLast, toFirst;
+  // Stage 0 resumed (its weights of step 104: asks for them are answered at once), stage 1 not yet.
+  first.resumeAt(104);
+  EXPECT_EQ(first.appliedStep(), 104);
+  EXPECT_TRUE(first.stepDone());
+  EXPECT_EQ(first.beginStep(104, batch).code(), Status::Code::kInternal) << "step 104 is done";
   ASSERT_TRUE(first.beginStep(105, batch).isOk());
   ASSERT_TRUE(first.run([&](StageMessage&& m) { toLast.push_back(std::move(m)); }).isOk());
   ASSERT_FALSE(toLast.empty());
@@ -423,14 +428,18 @@ TEST(Pipeline, TheDlrmInTwoStagesGivesTheUnsplitModelsBits) {
   shape.bottom = {8, 4};
   shape.top = {8, 6};
   shape.concatEmbeddings = true;
-  const int64_t rows = 24, dim = shape.embeddingDim;
+  const int64_t dim = shape.embeddingDim;
   struct Case {
     int m, replicas;
     bool exact;
+    int64_t rows;  // under m x replicas: some micro-batches, or a replica's share, are empty
   };
-  for (const Case& c : {Case{1, 1, true}, Case{4, 1, false}, Case{3, 2, false}}) {
+  for (const Case& c : {Case{1, 1, true, 24}, Case{4, 1, false, 24}, Case{3, 2, false, 24}, Case{8, 1, false, 5},
+                        Case{3, 2, false, 5}, Case{2, 2, false, 1}}) {
+    const int64_t rows = c.rows;
     for (PipelineSchedule schedule : kSchedules) {
-      const std::string tag = fmt::format("m {} replicas {} {}", c.m, c.replicas, pipelineScheduleName(schedule));
+      const std::string tag =
+          fmt::format("rows {} m {} replicas {} {}", c.rows, c.m, c.replicas, pipelineScheduleName(schedule));
       auto k = kernels::createKernels({kernels::Device::kCpu, 1});
       DlrmModel ref(shape, adam(), 11);
       caf::actor_system_config cfg;
@@ -678,6 +687,47 @@ TEST(Pipeline, StagesDrivenInTwoProcessesGiveTheUnsplitModelsBitsAndFindALostNei
     Status s = stage->gatherWeights(whole.data(), 3, 5s);
     ASSERT_TRUE(s.isOk()) << s.message();
     EXPECT_EQ(std::memcmp(whole.data(), ref.params.weights(), whole.size() * 4), 0) << "stage " << stage->stage();
+  }
+  // A job resumed from that model (a checkpoint's: weights and optimizer
+  // state) before any step: new stages load their slices, as of step 3, and
+  // answer for that step at once; their next step is 4, the same as the
+  // stages that ran on.
+  {
+    std::vector<float> block(size_t(ref.params.blockFloats()));
+    ASSERT_TRUE(first->gatherWeights(block.data(), 3, 5s, true, ref.params.size()).isOk());
+    ASSERT_EQ(std::memcmp(block.data(), ref.params.block(), block.size() * 4), 0) << "weights and optimizer state";
+    auto again = [&](int s, caf::actor_system& sys, transport::RemoteActors& remote, uint64_t other) {
+      ProcessStageOptions po;
+      po.stage = options[size_t(s)];
+      po.replicaRanks = {0, 1};
+      po.replicaStages = {caf::actor(), caf::actor()};
+      po.replicaStages[size_t(1 - s)] = remote.remoteActor(other, "resumed-" + pipelineStageName(1 - s));
+      po.stepTimeout = 30s;
+      auto stage = std::make_unique<ProcessStage>(sys, std::move(po));
+      remote.publish(stage->actor(), "resumed-" + pipelineStageName(s));
+      stage->loadState(block.data(), ref.params.size(), 3);
+      return stage;
+    };
+    auto first2 = again(0, s1, **r1, 2);
+    auto second2 = again(1, s2, **r2, 1);
+    ASSERT_TRUE(first2->connect(5s).isOk());
+    std::vector<float> whole(size_t(ref.params.size()), -1.0f);
+    Status s = first2->gatherWeights(whole.data(), 3, 2s);
+    ASSERT_TRUE(s.isOk()) << "a stage resumed at step 3 answers for it before any step: " << s.message();
+    EXPECT_EQ(std::memcmp(whole.data(), ref.params.weights(), whole.size() * 4), 0);
+    // Step 4 goes on from there as the unsplit model does (Adam's state and
+    // step count included).
+    const BatchPtr batch = randomBatch(24, 4 * 7);
+    ref.step(4, *batch, m);
+    Expected<double> other = Status::internal("not run");
+    std::thread t([&] { other = second2->step(4, batch, nullptr); });
+    auto mine = first2->step(4, batch, nullptr);
+    t.join();
+    ASSERT_TRUE(mine.hasValue()) << mine.status().message();
+    ASSERT_TRUE(other.hasValue()) << other.status().message();
+    s = first2->gatherWeights(whole.data(), 4, 5s);
+    ASSERT_TRUE(s.isOk()) << s.message();
+    EXPECT_EQ(std::memcmp(whole.data(), ref.params.weights(), whole.size() * 4), 0) << "step 4 after the resume";
   }
   // Weights of a step its neighbour has gone past are refused, naming both steps.
   std::vector<float> whole(size_t(ref.params.size()));
