@@ -616,6 +616,15 @@ int runTrain(const TrainFlags& flags) {
     field("compression_warmup_steps", std::to_string(compression.warmupSteps));
     field("wire", "[" + wire + "]");
     field("shards", "[" + shards + "]");
+    if (!outcome.shards.empty()) {
+      // How many updates each push's gradient missed, over every shard
+      // (ps::ShardStats::staleness; histogram[k]: pushes that missed k).
+      const workers::StalenessSummary st = workers::summarizeStaleness(outcome.shards);
+      field("staleness", fmt::format("{{\"pushes\": {}, \"unknown\": {}, \"mean\": {}, \"p50\": {}, \"p99\": {}, "
+                                     "\"max\": {}, \"histogram\": [{}]}}",
+                                     st.pushes, st.unknown, jsonNumber(st.mean), st.p50, st.p99, st.max,
+                                     fmt::join(st.histogram, ", ")));
+    }
     field("worker_reports", "[" + perWorker + "]");
     field("lost", "[" + lost + "]");
     field("recovery", "[" + recovery + "]");
@@ -701,6 +710,12 @@ int runTrain(const TrainFlags& flags) {
   }
   std::printf("%lld steps, %.0f samples/s, %.1f s training, %.1f s wall; run directory %s\n",
               static_cast<long long>(report->steps), samplesPerSec, report->trainSeconds, wall, runDir.c_str());
+  if (const auto st = workers::summarizeStaleness(outcome.shards); st.pushes > 0) {
+    std::printf("staleness (updates a push's gradient missed): mean %.2f, p50 %lld, p99 %lld, max %lld over %lld "
+                "pushes\n",
+                st.mean, static_cast<long long>(st.p50), static_cast<long long>(st.p99),
+                static_cast<long long>(st.max), static_cast<long long>(st.pushes));
+  }
   // The count model is a check: values that are not the counts fail it.
   return counting && !countsExact ? kExitFailure : kExitOk;
 }

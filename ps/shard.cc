@@ -157,6 +157,9 @@ struct ShardState {
   std::vector<ParkedPull> parked;
   std::map<int64_t, PendingStep> pending;  // bsp, by step
   ShardStats stats;
+  // The updates applied when each worker's training pull of a step was
+  // served (the primary's), until its push of that step is applied.
+  std::map<std::pair<int64_t, int64_t>, int64_t> pulledAt;  // (worker, step) -> updates
   std::shared_ptr<spdlog::logger> log = logger("ps");
   // Scratch of a combined BSP update.
   std::vector<uint64_t> counts, keys;
@@ -428,6 +431,7 @@ bool pullReady(const ShardState& st, const PullView& v) {
 void restoreFrom(ShardState& st, const ShardImage& img, bool exactLive = false) {
   st.dense = img.dense;
   st.updates = img.updates;
+  st.pulledAt.clear();  // (pulls of the state before: their pushes count as unknown)
   st.live.clear();
   for (int w = 0; w < st.options.workers; ++w) {
     const WorkerCut& c = img.workerCut[size_t(w)];
@@ -482,6 +486,7 @@ void serve(Self* self, const PullView& v, PullPromise& promise) {
   if (v.dense) dense.assign(st.dense.begin(), st.dense.begin() + st.denseSize);
   if (v.create && st.undo.step >= 0 && v.step == st.undo.step) overlayUndo(st, v, rows.data(), &dense);
   ++st.stats.pullsServed;
+  if (v.create && st.primary) st.pulledAt[{v.worker, v.step}] = st.updates;  // (its push's staleness)
   // compression.pull: a training pull past the warm-up gets its weights
   // cast (no residual: weights are sent whole every time).
   const kernels::Codec* codec = v.create && v.step >= st.options.warmupSteps ? st.pullCodec.get() : nullptr;
@@ -522,6 +527,25 @@ int64_t received(const ShardState& st, int64_t worker) {
     if (held) ++next;
   }
   return next;
+}
+
+// A push of `worker` for `step` about to be applied: how many updates its
+// gradient missed since the pull it was computed on (ShardStats::staleness).
+// The worker's older pulls are forgotten with it (a step it left undone).
+void recordStaleness(ShardState& st, int64_t worker, int64_t step) {
+  if (!st.primary) return;  // (a backup serves no pulls)
+  auto it = st.pulledAt.find({worker, step});
+  if (it == st.pulledAt.end()) {
+    ++st.stats.stalenessUnknown;
+  } else {
+    const int64_t missed = std::clamp<int64_t>(st.updates - it->second, 0, kStalenessBuckets - 1);
+    if (st.stats.staleness.size() <= size_t(missed)) st.stats.staleness.resize(size_t(missed) + 1, 0);
+    ++st.stats.staleness[size_t(missed)];
+  }
+  for (auto at = st.pulledAt.lower_bound({worker, std::numeric_limits<int64_t>::min()});
+       at != st.pulledAt.end() && at->first.first == worker && at->first.second <= step;) {
+    at = st.pulledAt.erase(at);
+  }
 }
 
 // One optimizer step for the tables and the dense slice.
@@ -609,6 +633,7 @@ void applyReadySteps(Self* self) {
     u.parts.clear();
     for (auto& [w, part] : step.parts) u.parts.push_back({w, part.view.sequence, part.view.samples});
     u.indexed = false;
+    for (auto& [w, part] : step.parts) recordStaleness(st, w, stepIndex);  // (one update for them all)
     Status s = apply(st, st.counts.data(), st.keys.data(), st.grads.data(), anyDense ? st.denseGrads.data() : nullptr);
     for (auto& [w, part] : step.parts) {
       if (s.isOk()) {
@@ -939,6 +964,7 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
           part.promises.push_back(ack);
           applyReadySteps(self);
         } else {
+          recordStaleness(st, worker, step);
           Status s = apply(st, view->counts, view->keys, view->grads, view->denseGrads);
           if (!s.isOk()) {
             settle(self, ack, caf::make_error(caf::sec::runtime_error, s.toString()));
@@ -1145,6 +1171,10 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
         for (const auto& w : st.applied) applied.push_back(w.floor() + int64_t(w.early()));
         return caf::make_message(s.rows, s.pushesApplied, s.duplicatePushes, s.pullsServed, s.pullsDelayed,
                                  s.maxLead, s.samplesApplied, std::move(applied));
+      },
+      [=](staleness_atom) {
+        const auto& s = self->state.stats;
+        return caf::make_message(s.staleness, s.stalenessUnknown);
       },
       [=](replicate_atom, int64_t node, const std::string& name, bool transfer) -> caf::result<int64_t> {
         return replicateTo(self, node, name, transfer);

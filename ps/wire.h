@@ -20,6 +20,9 @@
 //           its BSP step): where a replacement of the worker resumes
 //   stats:  (stats_atom) -> ShardStats as 7 x i64, and per worker the
 //           distinct pushes in the shard's state (vector<i64>: the ledger)
+//   staleness: (staleness_atom) -> (vector<i64> histogram, i64 unknown):
+//           for every push this copy applied as the primary, how many
+//           updates its gradient missed (ShardStats::staleness)
 //   restore: (restore_atom, string path, i64 generation) -> i64 generation:
 //           the shard drops its state for the checkpoint image at `path`
 //           (the job rolls back) and from then on refuses pulls and pushes
@@ -84,6 +87,7 @@
 namespace troupe::ps {
 
 using leave_atom = caf::atom_constant<caf::atom("leave")>;
+using staleness_atom = caf::atom_constant<caf::atom("staleness")>;
 using clock_atom = caf::atom_constant<caf::atom("clock")>;
 using snapshot_atom = caf::atom_constant<caf::atom("snapshot")>;
 using written_atom = caf::atom_constant<caf::atom("written")>;
@@ -189,6 +193,17 @@ struct ShardStats {
   int64_t pullsDelayed = 0;    // pulls that waited for the consistency clock
   int64_t maxLead = 0;         // largest (pull step - slowest live worker's clock) served
   int64_t samplesApplied = 0;  // rows of the batches of the pushes applied (the ledger)
+  // Staleness: for every push applied, the updates (optimizer steps of this
+  // shard) applied between the serving of the worker's training pull of
+  // that step, whose weights its gradient was computed on, and the push's
+  // own: staleness[k] pushes missed k updates (the last entry: k or more).
+  // BSP applies a step's pushes as one update: 0 for all. A push whose pull
+  // this copy did not serve (a backup promoted since, a process that
+  // started at a checkpoint) is counted in stalenessUnknown.
+  std::vector<int64_t> staleness;
+  int64_t stalenessUnknown = 0;
 };
+// The last staleness bucket: this many updates or more.
+inline constexpr int64_t kStalenessBuckets = 1024;
 
 }  // namespace troupe::ps

@@ -80,6 +80,30 @@ WorkerLoss workerLossPolicy(const Config& config) {
   TROUPE_SETUP_ERROR("config: supervision.on_worker_loss must be restart, shrink or fail, not '{}'", p);
 }
 
+StalenessSummary summarizeStaleness(const std::vector<ShardSummary>& shards) {
+  StalenessSummary out;
+  for (const auto& sh : shards) {
+    if (out.histogram.size() < sh.staleness.size()) out.histogram.resize(sh.staleness.size(), 0);
+    for (size_t k = 0; k < sh.staleness.size(); ++k) out.histogram[k] += sh.staleness[k];
+    out.unknown += sh.stalenessUnknown;
+  }
+  double sum = 0;
+  for (size_t k = 0; k < out.histogram.size(); ++k) {
+    out.pushes += out.histogram[k];
+    sum += double(k) * double(out.histogram[k]);
+    if (out.histogram[k] > 0) out.max = int64_t(k);
+  }
+  if (out.pushes == 0) return out;
+  out.mean = sum / double(out.pushes);
+  int64_t seen = 0;
+  for (size_t k = 0; k < out.histogram.size(); ++k) {
+    seen += out.histogram[k];
+    if (out.p50 < 0 && 2 * seen >= out.pushes) out.p50 = int64_t(k);
+    if (out.p99 < 0 && 100 * seen >= 99 * out.pushes) out.p99 = int64_t(k);
+  }
+  return out;
+}
+
 TrainingJob::TrainingJob(const Config& config, TrainingJobOptions options)
     : onProgress_(std::move(options.onProgress)), configText_(config.toToml()), config_(config) {
   generation_ = config.getInt("cluster.generation");
@@ -229,12 +253,28 @@ void TrainingJob::finalize(actors::JobContext& job) {
         .then(
             [this, s, done](int64_t rows, int64_t pushes, int64_t dups, int64_t served, int64_t delayed, int64_t lead,
                             int64_t samples, std::vector<int64_t>& byWorker) {
-              outcome_.shards[size_t(s)] =
-                  ShardSummary{s, rows, pushes, dups, served, delayed, lead, samples, std::move(byWorker)};
+              auto& out = outcome_.shards[size_t(s)];
+              const auto staleness = std::move(out.staleness);
+              const int64_t unknown = out.stalenessUnknown;
+              out = ShardSummary{s, rows, pushes, dups, served, delayed, lead, samples, std::move(byWorker)};
+              out.staleness = std::move(staleness);
+              out.stalenessUnknown = unknown;
               done();
             },
             [&job, s](caf::error& err) {
               job.fail(fmt::format("ps {} did not report its counters: {}", s, actors::describe(err)));
+            });
+    ++*left;
+    job.self()
+        ->request(shardActor(job, m.rank), 10s, ps::staleness_atom::value)
+        .then(
+            [this, s, done](std::vector<int64_t>& histogram, int64_t unknown) {
+              outcome_.shards[size_t(s)].staleness = std::move(histogram);
+              outcome_.shards[size_t(s)].stalenessUnknown = unknown;
+              done();
+            },
+            [&job, s](caf::error& err) {
+              job.fail(fmt::format("ps {} did not report its staleness: {}", s, actors::describe(err)));
             });
   }
   if (!faults_->plan().messages.empty()) {

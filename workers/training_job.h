@@ -87,7 +87,21 @@ struct ShardSummary {
   int64_t rows = 0, pushesApplied = 0, duplicatePushes = 0, pullsServed = 0, pullsDelayed = 0, maxLead = 0;
   int64_t samplesApplied = 0;  // the ledger: rows of the distinct pushes applied
   std::vector<int64_t> pushesByWorker;  // the ledger: per worker rank, the distinct pushes in the shard's state
+  // ps::ShardStats::staleness: pushes by the updates their gradients missed.
+  std::vector<int64_t> staleness;
+  int64_t stalenessUnknown = 0;
 };
+
+// Staleness over every shard (ShardSummary::staleness summed): its count,
+// mean and quantiles (the smallest k with at least that share of pushes at
+// or below it; -1 with no push).
+struct StalenessSummary {
+  std::vector<int64_t> histogram;
+  int64_t pushes = 0, unknown = 0;
+  double mean = 0;
+  int64_t p50 = -1, p99 = -1, max = -1;
+};
+StalenessSummary summarizeStaleness(const std::vector<ShardSummary>& shards);
 
 // supervision.on_worker_loss. Throws SetupError on another value.
 enum class WorkerLoss { kRestart, kShrink, kFail };

@@ -146,6 +146,27 @@ TEST_F(ClusterTest, EveryConsistencyModelLearnsWithTwoWorkersAndTwoShards) {
     ASSERT_EQ(rows.size(), 2u) << json;
     EXPECT_GT(rows[0], 0) << json;  // both shards hold part of the tables
     EXPECT_GT(rows[1], 0) << json;
+    // Staleness: every push of every step reached both shards, each after
+    // its own training pull. BSP applies a step's pushes as one update on
+    // the weights every pull of the step saw: none missed anything. SSP
+    // (bound 4): between a worker's pull of step t and its push, the other
+    // worker, at most 4 steps behind or ahead, applies at most 2 x 4 + 1
+    // pushes.
+    const auto summary = nlohmann::json::parse(json);
+    int64_t steps = 0;
+    for (const auto& w : summary.at("worker_reports")) steps += w.at("steps").get<int64_t>();
+    const auto& staleness = summary.at("staleness");
+    EXPECT_EQ(staleness.at("pushes").get<int64_t>(), 2 * steps) << staleness.dump();
+    EXPECT_EQ(staleness.at("unknown").get<int64_t>(), 0) << staleness.dump();
+    int64_t counted = 0;
+    for (const auto& c : staleness.at("histogram")) counted += c.get<int64_t>();
+    EXPECT_EQ(counted, 2 * steps) << staleness.dump();
+    if (mode == "bsp") {
+      EXPECT_EQ(staleness.at("histogram"), nlohmann::json::array({2 * steps})) << staleness.dump();
+      EXPECT_EQ(staleness.at("max").get<int64_t>(), 0);
+    }
+    if (mode == "ssp") EXPECT_LE(staleness.at("max").get<int64_t>(), 9) << staleness.dump();
+    EXPECT_NE(r.out.find("staleness (updates a push's gradient missed): mean "), std::string::npos) << r.out;
     const std::string run = dir.file("runs/" + mode);
     EXPECT_NE(readFile(run + "/ps-1.log").find("exits (0)"), std::string::npos);
     EXPECT_NE(readFile(run + "/worker-1.log").find("exits (0)"), std::string::npos);

@@ -225,6 +225,61 @@ TEST(Shard, SspBoundsTheLeadAndLeaveReleases) {
   EXPECT_EQ(lead, 1);
 }
 
+// Staleness: the updates a push's gradient missed, counted from the
+// serving of the worker's training pull of that step. The expected counts
+// follow from the order of the messages here.
+std::pair<std::vector<int64_t>, int64_t> stalenessOf(caf::scoped_actor& self, const caf::actor& shard) {
+  std::pair<std::vector<int64_t>, int64_t> out{{}, -1};
+  self->request(shard, kTimeout, staleness_atom::value)
+      .receive([&](const std::vector<int64_t>& h, int64_t unknown) { out = {h, unknown}; },
+               [](caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
+  return out;
+}
+
+TEST(Shard, EveryPushCountsTheUpdatesItsGradientMissed) {
+  std::vector<std::vector<uint64_t>> keys = {{3}, {4}};
+  {
+    // ASP: w0 and w1 pull step 0 at update 0; w0's push applies at 0 (missed
+    // 0), w1's at 1 (missed 1); w0 pulls step 1 at 2 and pushes at 2 (0);
+    // w1 pulls step 1 at 3, then w0 pulls and pushes step 2 (0), and w1's
+    // step 1 applies at 4 (missed 1). An evaluation pull records nothing;
+    // a push whose pull the shard never served is unknown.
+    Job job(2, 1, Consistency::kAsp);
+    caf::scoped_actor self{*job.system};
+    ASSERT_TRUE(pullNow(self, job.clients[0], pullOf(keys, 0)));
+    ASSERT_TRUE(pullNow(self, job.clients[1], pullOf(keys, 0)));
+    ASSERT_EQ(pushNow(self, job.clients[0], pushOf(0, 0, 0, keys, 0.1f, 0.1f)), 0);
+    ASSERT_EQ(pushNow(self, job.clients[1], pushOf(1, 0, 0, keys, 0.1f, 0.1f)), 0);
+    ASSERT_TRUE(pullNow(self, job.clients[0], pullOf(keys, 1)));
+    ASSERT_EQ(pushNow(self, job.clients[0], pushOf(0, 1, 1, keys, 0.1f, 0.1f)), 1);
+    ASSERT_TRUE(pullNow(self, job.clients[1], pullOf(keys, 1)));
+    ASSERT_TRUE(pullNow(self, job.clients[0], pullOf(keys, 2)));
+    ASSERT_TRUE(pullNow(self, job.clients[0], pullOf(keys, 9, false)));  // evaluation
+    ASSERT_EQ(pushNow(self, job.clients[0], pushOf(0, 2, 2, keys, 0.1f, 0.1f)), 2);
+    ASSERT_EQ(pushNow(self, job.clients[1], pushOf(1, 1, 1, keys, 0.1f, 0.1f)), 1);
+    ASSERT_EQ(pushNow(self, job.clients[1], pushOf(1, 2, 2, keys, 0.1f, 0.1f)), 2);  // never pulled
+    const auto [histogram, unknown] = stalenessOf(self, job.shards[0]);
+    EXPECT_EQ(histogram, (std::vector<int64_t>{3, 2}));
+    EXPECT_EQ(unknown, 1);
+  }
+  {
+    // BSP: a step's pushes are one update, on the weights every pull of the
+    // step saw: none missed anything.
+    Job job(2, 2, Consistency::kBsp);
+    caf::scoped_actor self{*job.system};
+    for (int64_t step = 0; step < 3; ++step) {
+      for (int w = 0; w < 2; ++w) ASSERT_TRUE(pullNow(self, job.clients[size_t(w)], pullOf(keys, step)));
+      for (int w = 0; w < 2; ++w) self->send(job.clients[size_t(w)], push_atom::value, pushOf(w, step, step, keys, 0.1f, 0.1f));
+      for (int i = 0; i < 2; ++i) self->receive([](int64_t) {}, caf::after(kTimeout) >> [] { ADD_FAILURE() << "no ack"; });
+    }
+    for (const auto& shard : job.shards) {
+      const auto [histogram, unknown] = stalenessOf(self, shard);
+      EXPECT_EQ(histogram, (std::vector<int64_t>{6}));
+      EXPECT_EQ(unknown, 0);
+    }
+  }
+}
+
 TEST(Shard, AspNeverWaits) {
   Job job(3, 2, Consistency::kAsp);
   caf::scoped_actor self{*job.system};
