@@ -9,6 +9,7 @@
 #include "apps/chaos_command.h"
 #include "apps/cli_common.h"
 #include "apps/config_command.h"
+#include "apps/experiment_command.h"
 #include "apps/gen_data_command.h"
 #include "apps/inspect_command.h"
 #include "apps/launch_command.h"
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
   troupe::apps::addBenchCommand(&app, &result);
   troupe::apps::addInspectCommand(&app, &result);
   troupe::apps::addChaosCommand(&app, &result);
+  troupe::apps::addExperimentCommand(&app, &result);
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
     std::string names;

@@ -30,6 +30,7 @@ packages=(
   libspdlog-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libopenblas-dev zlib1g-dev libssl-dev libxxhash-dev libisal-dev iproute2
   dataset-fashion-mnist
+  gnuplot-nox
 )
 # shellcheck disable=SC2206
 packages+=(${TROUPE_EXTRA_PACKAGES:-})

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -205,6 +206,80 @@ TEST(TrainTest, ADlrmInTwoStagesPredictsAsTheUnsplitOne) {
     EXPECT_EQ(r.exitCode, 2) << needle << ": " << r.err;
     EXPECT_NE(r.err.find(needle), std::string::npos) << "wanted '" << needle << "' in: " << r.err;
   }
+}
+
+// troupe experiment: a 2 x 2 grid of short MLP runs, one setting of which
+// fails (batch size 0): every run is a row of experiment.csv (the failed
+// ones saying why), the plots are PNGs, report.md shows them, and the
+// command says a run failed.
+TEST(ExperimentTest, AGridOfRunsWritesTheTablePlotsAndReportAndAFailedRunIsARowSayingWhy) {
+  TempDir dir;
+  auto r = troupe({"experiment", "--config", std::string(TROUPE_SOURCE_ROOT) + "/configs/mlp-fashion-mnist.toml",
+                   "--set", "train.epochs=2", "--set", "data.max_train_rows=2000", "--set", "run.threads=1", "--sweep",
+                   "pipeline.stages=1,2", "--sweep", "train.batch_size=64,0", "--target", "accuracy=0.3", "--out",
+                   dir.file("exp")});
+  EXPECT_EQ(r.exitCode, 1) << r.out << r.err;  // a run failed
+  EXPECT_NE(r.out.find("experiment: 4 runs, 2 failed"), std::string::npos) << r.out;
+  std::istringstream csv(readFile(dir.file("exp/experiment.csv")));
+  std::string header;
+  std::getline(csv, header);
+  EXPECT_EQ(header, "run,pipeline.stages,train.batch_size,repeat,status,metric,final,best,loss,time_to_target_s,"
+                    "steps_to_target,samples_per_sec,train_seconds,wall_seconds,steps,samples,staleness_mean,"
+                    "staleness_p50,staleness_p99,staleness_max,wire_bytes");
+  std::vector<std::vector<std::string>> rows;
+  for (std::string line; std::getline(csv, line);) {
+    std::vector<std::string> cells;
+    std::string cell;
+    bool quoted = false;
+    for (char c : line) {
+      if (c == '"') {
+        quoted = !quoted;
+      } else if (c == ',' && !quoted) {
+        cells.push_back(cell);
+        cell.clear();
+      } else {
+        cell += c;
+      }
+    }
+    cells.push_back(cell);
+    rows.push_back(cells);
+  }
+  ASSERT_EQ(rows.size(), 4u);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& row = rows[i];
+    ASSERT_EQ(row.size(), 21u) << "row " << i;
+    EXPECT_EQ(row[0], std::to_string(i));
+    EXPECT_EQ(row[1], i < 2 ? "1" : "2") << "the first sweep varies slowest";
+    EXPECT_EQ(row[2], i % 2 == 0 ? "64" : "0");
+    if (i % 2 == 1) {
+      EXPECT_EQ(row[4], "config: train.batch_size must be >= 1, got 0") << "row " << i;
+      EXPECT_EQ(row[6], "");
+      continue;
+    }
+    EXPECT_EQ(row[4], "ok");
+    EXPECT_EQ(row[5], "accuracy");
+    const double final = std::strtod(row[6].c_str(), nullptr), best = std::strtod(row[7].c_str(), nullptr);
+    EXPECT_GT(final, 0.3);
+    EXPECT_GE(best, final);
+    EXPECT_NE(row[9], "") << "the first evaluation past 0.3: a time";
+    EXPECT_EQ(row[10], "32") << "the first epoch's evaluation (2000 rows: 32 batches of 64)";
+    EXPECT_EQ(row[14], "64") << "2 epochs x 32 batches";
+    EXPECT_EQ(row[15], "4000");
+  }
+  for (const std::string png : {"metric.png", "rate.png", "curves.png"}) {
+    const std::string bytes = readFile(dir.file("exp/" + png));
+    EXPECT_EQ(bytes.substr(0, 4), "\x89PNG") << png;
+  }
+  const std::string report = readFile(dir.file("exp/report.md"));
+  EXPECT_NE(report.find("![curves.png](curves.png)"), std::string::npos) << report;
+  EXPECT_NE(report.find("| 1 | pipeline.stages=1 train.batch_size=0 | config: train.batch_size must be >= 1, got 0 |"),
+            std::string::npos)
+      << report;
+  // A bad sweep is one line, before any run.
+  auto bad = troupe({"experiment", "--config", std::string(TROUPE_SOURCE_ROOT) + "/configs/mlp-fashion-mnist.toml",
+                     "--sweep", "pipeline.stages", "--out", dir.file("bad")});
+  EXPECT_EQ(bad.exitCode, 2) << bad.err;
+  EXPECT_NE(bad.err.find("--sweep 'pipeline.stages': give KEY=V1,V2,..."), std::string::npos) << bad.err;
 }
 
 TEST(TrainTest, BadConfigurationsAreOneLineErrors) {

@@ -1,0 +1,466 @@
+#include "apps/experiment_command.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "actors/launcher.h"
+#include "apps/cli_common.h"
+#include "common/check.h"
+#include "common/logging.h"
+
+namespace troupe::apps {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+struct ExperimentFlags {
+  CommonFlags common;
+  std::vector<std::string> sweeps;
+  int64_t repeats = 1;
+  std::string out;
+  std::string target;  // metric=value, e.g. auc=0.82
+  int64_t runTimeout = 1800;
+};
+
+struct Sweep {
+  std::string key;
+  std::vector<std::string> values;
+};
+
+// The values of a sweep: split at commas outside brackets and quotes (a
+// value may be a list: model.hidden=[128,64]).
+std::vector<std::string> splitValues(const std::string& text) {
+  std::vector<std::string> out;
+  std::string item;
+  int depth = 0;
+  bool quoted = false;
+  for (char c : text) {
+    if (c == '"') quoted = !quoted;
+    if (!quoted && (c == '[' || c == '{')) ++depth;
+    if (!quoted && (c == ']' || c == '}')) --depth;
+    if (c == ',' && depth == 0 && !quoted) {
+      out.push_back(item);
+      item.clear();
+    } else {
+      item += c;
+    }
+  }
+  out.push_back(item);
+  for (auto& v : out) {
+    while (!v.empty() && v.front() == ' ') v.erase(v.begin());
+    while (!v.empty() && v.back() == ' ') v.pop_back();
+  }
+  return out;
+}
+
+std::vector<Sweep> parseSweeps(const std::vector<std::string>& specs) {
+  std::vector<Sweep> out;
+  for (const auto& spec : specs) {
+    const size_t eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      TROUPE_SETUP_ERROR("--sweep '{}': give KEY=V1,V2,... (a config key and its values)", spec);
+    }
+    Sweep s{spec.substr(0, eq), splitValues(spec.substr(eq + 1))};
+    for (const auto& v : s.values) {
+      if (v.empty()) TROUPE_SETUP_ERROR("--sweep '{}': an empty value", spec);
+    }
+    for (const auto& o : out) {
+      if (o.key == s.key) TROUPE_SETUP_ERROR("--sweep: {} is swept twice", s.key);
+    }
+    out.push_back(std::move(s));
+  }
+  if (out.empty()) TROUPE_SETUP_ERROR("experiment: give at least one --sweep KEY=V1,V2,...");
+  return out;
+}
+
+// What one run gave (or why it gave nothing).
+struct RunRow {
+  int64_t index = 0;
+  std::vector<std::string> values;  // one a sweep
+  int64_t repeat = 0;
+  std::string status = "ok";        // or why it failed
+  std::string metric;               // auc or accuracy
+  std::optional<double> final, best, loss, samplesPerSec, trainSeconds, wallSeconds, stalenessMean,
+      timeToTarget;
+  std::optional<int64_t> steps, samples, stalenessP50, stalenessP99, stalenessMax, wireBytes, stepsToTarget;
+  std::vector<int64_t> staleness;           // its histogram (ps modes)
+  std::vector<std::pair<double, double>> curve;  // (elapsed s, metric) of its evaluations during training
+  std::string label;
+};
+
+std::string csvField(const std::string& v) {
+  if (v.find_first_of(",\"\n") == std::string::npos) return v;
+  std::string out = "\"";
+  for (char c : v) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+template <class T>
+std::string opt(const std::optional<T>& v) {
+  if (!v) return "";
+  if constexpr (std::is_floating_point_v<T>) return fmt::format("{:.6g}", *v);
+  return std::to_string(*v);
+}
+
+// Reads a run's summary (and its metrics.csv: evaluations during training).
+void readRun(const std::string& summaryPath, const std::string& runDir, const std::string& targetMetric,
+             std::optional<double> targetValue, RunRow* r) {
+  std::ifstream in(summaryPath);
+  if (!in) {
+    if (r->status == "ok") r->status = "no summary (" + summaryPath + ")";
+    return;
+  }
+  Json j;
+  try {
+    j = Json::parse(in);
+  } catch (const Json::exception& e) {
+    r->status = fmt::format("{}: {}", summaryPath, e.what());
+    return;
+  }
+  const bool binary = j.contains("test_auc");
+  r->metric = binary ? "auc" : "accuracy";
+  auto num = [&](const char* k) -> std::optional<double> {
+    return j.contains(k) && j.at(k).is_number() ? std::optional<double>(j.at(k).get<double>()) : std::nullopt;
+  };
+  auto whole = [&](const char* k) -> std::optional<int64_t> {
+    return j.contains(k) && j.at(k).is_number() ? std::optional<int64_t>(j.at(k).get<int64_t>()) : std::nullopt;
+  };
+  r->final = num(binary ? "test_auc" : "test_accuracy");
+  r->loss = num(binary ? "test_logloss" : "test_loss");
+  r->samplesPerSec = num("samples_per_sec");
+  r->trainSeconds = num("train_seconds");
+  r->wallSeconds = num("wall_seconds");
+  r->steps = whole("steps");
+  r->samples = whole("samples");
+  if (j.contains("staleness") && j.at("staleness").is_object()) {
+    const Json& s = j.at("staleness");
+    if (s.value("pushes", int64_t{0}) > 0) {
+      r->stalenessMean = s.value("mean", 0.0);
+      r->stalenessP50 = s.value("p50", int64_t{-1});
+      r->stalenessP99 = s.value("p99", int64_t{-1});
+      r->stalenessMax = s.value("max", int64_t{-1});
+      r->staleness = s.value("histogram", std::vector<int64_t>{});
+    }
+  }
+  if (j.contains("wire") && j.at("wire").is_array()) {
+    int64_t bytes = 0;
+    for (const auto& w : j.at("wire")) bytes += w.value("wire_bytes", int64_t{0});
+    r->wireBytes = bytes;
+  }
+  r->best = r->final;
+  // Evaluations during training (metrics.csv: epoch,step,elapsed_s,rows,loss,auc,accuracy).
+  std::ifstream metrics(runDir + "/metrics.csv");
+  std::string line;
+  std::getline(metrics, line);  // header
+  while (std::getline(metrics, line)) {
+    std::vector<std::string> f;
+    std::stringstream ss(line);
+    std::string cell;
+    while (std::getline(ss, cell, ',')) f.push_back(cell);
+    if (f.size() < 7) continue;
+    const double elapsed = std::strtod(f[2].c_str(), nullptr);
+    const double value = std::strtod((binary ? f[5] : f[6]).c_str(), nullptr);
+    r->curve.emplace_back(elapsed, value);
+    r->best = r->best ? std::max(*r->best, value) : value;
+    if (targetValue && targetMetric == r->metric && value >= *targetValue && !r->timeToTarget) {
+      r->timeToTarget = elapsed;
+      r->stepsToTarget = std::strtoll(f[1].c_str(), nullptr, 10);
+    }
+  }
+}
+
+std::string machine() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return fmt::format("{} ({} cores)", host, std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// The plots: gnuplot draws each from a data file; false (and why) when it
+// cannot.
+bool drawPlots(const std::string& dir, const std::vector<RunRow>& rows, std::vector<std::string>* pictures,
+               std::string* why) {
+  const std::string plots = dir + "/plots";
+  fs::create_directories(plots);
+  std::string gp =
+      "set terminal pngcairo size 1100,620 font 'Sans,10' noenhanced\nset grid ytics\nset key outside right\n";
+  auto quoted = [](const std::string& s) {
+    std::string out;
+    for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
+    return "'" + out + "'";
+  };
+  // Bars: one a run, the final metric and the rate.
+  {
+    std::ofstream d(plots + "/runs.dat");
+    for (const auto& r : rows) {
+      d << fmt::format("\"{}\" {} {}\n", r.label, r.final ? fmt::format("{:.6g}", *r.final) : "NaN",
+                       r.samplesPerSec ? fmt::format("{:.6g}", *r.samplesPerSec) : "NaN");
+    }
+  }
+  const std::string metric = rows.empty() || rows.front().metric.empty() ? "metric" : "test " + rows.front().metric;
+  gp += "set style data histograms\nset style fill solid 0.8 border -1\nset boxwidth 0.8\nset xtics rotate by -30\n";
+  gp += fmt::format("set output {}\nset title {}\nset ylabel {}\nset xlabel 'run'\nset yrange [*:*]\n"
+                    "plot {} using 2:xtic(1) title {} lc rgb '#3465a4'\n",
+                    quoted(dir + "/metric.png"), quoted("Final " + metric + " by run"), quoted(metric),
+                    quoted(plots + "/runs.dat"), quoted(metric));
+  gp += fmt::format("set output {}\nset title 'Training rate by run'\nset ylabel 'samples/s'\n"
+                    "plot {} using 3:xtic(1) title 'samples/s' lc rgb '#73d216'\n",
+                    quoted(dir + "/rate.png"), quoted(plots + "/runs.dat"));
+  pictures->push_back("metric.png");
+  pictures->push_back("rate.png");
+  gp += "set style data linespoints\nset xtics norotate\nset key outside right\n";
+  // Staleness histograms (ps modes), one line a run.
+  std::vector<std::string> lines;
+  for (const auto& r : rows) {
+    if (r.staleness.empty()) continue;
+    const std::string file = plots + fmt::format("/staleness-{:03d}.dat", r.index);
+    std::ofstream d(file);
+    int64_t total = 0;
+    for (int64_t c : r.staleness) total += c;
+    for (size_t k = 0; k < r.staleness.size(); ++k) d << k << " " << double(r.staleness[k]) / double(total) << "\n";
+    lines.push_back(fmt::format("{} using 1:2 title {}", quoted(file), quoted(r.label)));
+  }
+  if (!lines.empty()) {
+    gp += fmt::format("set output {}\nset title 'Staleness: updates a push missed'\nset xlabel 'updates missed'\n"
+                      "set ylabel 'share of pushes'\nset yrange [0:*]\nplot {}\n",
+                      quoted(dir + "/staleness.png"), fmt::join(lines, ", "));
+    pictures->push_back("staleness.png");
+  }
+  // The metric against wall time, from evaluations during training.
+  lines.clear();
+  for (const auto& r : rows) {
+    if (r.curve.size() < 2) continue;
+    const std::string file = plots + fmt::format("/curve-{:03d}.dat", r.index);
+    std::ofstream d(file);
+    for (const auto& [t, v] : r.curve) d << t << " " << v << "\n";
+    lines.push_back(fmt::format("{} using 1:2 title {}", quoted(file), quoted(r.label)));
+  }
+  if (!lines.empty()) {
+    gp += fmt::format("set output {}\nset title {}\nset xlabel 'wall time of training (s)'\nset ylabel {}\n"
+                      "set yrange [*:*]\nplot {}\n",
+                      quoted(dir + "/curves.png"), quoted(metric + " against time"), quoted(metric),
+                      fmt::join(lines, ", "));
+    pictures->push_back("curves.png");
+  }
+  {
+    std::ofstream s(plots + "/plots.gp");
+    s << gp;
+  }
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    *why = "gnuplot is not installed (Debian: gnuplot-nox; scripts/setup.sh installs it)";
+    return false;
+  }
+  actors::ChildProcess child({"gnuplot", plots + "/plots.gp"}, plots + "/gnuplot.log");
+  if (!child.wait(std::chrono::seconds(120))) {
+    const auto status = child.poll();
+    if (!status) child.kill();
+    *why = fmt::format("gnuplot failed (see {}/gnuplot.log)", plots);
+    return false;
+  }
+  return true;
+}
+
+int runExperiment(const ExperimentFlags& f) {
+  if (f.common.configPath.empty()) TROUPE_SETUP_ERROR("experiment: give the runs' config (--config FILE)");
+  if (f.repeats < 1 || f.repeats > 100) TROUPE_SETUP_ERROR("experiment: --repeats must be 1 to 100, got {}", f.repeats);
+  if (f.runTimeout < 1) TROUPE_SETUP_ERROR("experiment: --run-timeout must be >= 1 s, got {}", f.runTimeout);
+  const std::vector<Sweep> sweeps = parseSweeps(f.sweeps);
+  std::string targetMetric;
+  std::optional<double> targetValue;
+  if (!f.target.empty()) {
+    const size_t eq = f.target.find('=');
+    char* end = nullptr;
+    const std::string metric = eq == std::string::npos ? "" : f.target.substr(0, eq);
+    const double v = eq == std::string::npos ? 0 : std::strtod(f.target.c_str() + eq + 1, &end);
+    if ((metric != "auc" && metric != "accuracy") || !end || *end != '\0' || end == f.target.c_str() + eq + 1) {
+      TROUPE_SETUP_ERROR("experiment: --target must be auc=VALUE or accuracy=VALUE, got '{}'", f.target);
+    }
+    targetMetric = metric;
+    targetValue = v;
+  }
+  // The whole config is checked once before any run (a bad file stops here).
+  Config config = loadConfig(f.common);
+  std::string dir = f.out;
+  if (dir.empty()) {
+    const std::time_t now = std::time(nullptr);
+    char stamp[32];
+    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
+    dir = config.getString("run.dir") + "/experiment-" + stamp;
+  }
+  fs::create_directories(dir + "/runs");
+  // The grid, the first sweep varying slowest.
+  size_t total = size_t(f.repeats);
+  for (const auto& s : sweeps) total *= s.values.size();
+  if (total > 10000) TROUPE_SETUP_ERROR("experiment: {} runs; at most 10000", total);
+  std::vector<RunRow> rows;
+  for (size_t i = 0; i < total; ++i) {
+    RunRow r;
+    r.index = int64_t(i);
+    size_t rest = i;
+    r.repeat = int64_t(rest % size_t(f.repeats));
+    rest /= size_t(f.repeats);
+    r.values.resize(sweeps.size());
+    for (size_t k = sweeps.size(); k-- > 0;) {
+      r.values[k] = sweeps[k].values[rest % sweeps[k].values.size()];
+      rest /= sweeps[k].values.size();
+    }
+    std::vector<std::string> parts;
+    for (size_t k = 0; k < sweeps.size(); ++k) parts.push_back(sweeps[k].key + "=" + r.values[k]);
+    r.label = fmt::format("{}", fmt::join(parts, " ")) + (f.repeats > 1 ? fmt::format(" #{}", r.repeat + 1) : "");
+    rows.push_back(std::move(r));
+  }
+  std::printf("experiment: %zu runs in %s\n", rows.size(), dir.c_str());
+  std::fflush(stdout);
+  int failed = 0;
+  for (auto& r : rows) {
+    const std::string name = fmt::format("run-{:03d}", r.index);
+    std::vector<std::string> argv = {actors::selfExe(), "train", "--config", f.common.configPath};
+    for (const auto& s : f.common.overrides) argv.insert(argv.end(), {"--set", s});
+    for (size_t k = 0; k < sweeps.size(); ++k) argv.insert(argv.end(), {"--set", sweeps[k].key + "=" + r.values[k]});
+    for (const auto& s : f.common.faults) argv.insert(argv.end(), {"--fault", s});
+    if (!f.common.logLevel.empty()) argv.insert(argv.end(), {"--log-level", f.common.logLevel});
+    if (f.common.threads >= 0) argv.insert(argv.end(), {"--threads", std::to_string(f.common.threads)});
+    // A repeat draws its own data order and initialisation.
+    if (f.repeats > 1) argv.insert(argv.end(), {"--set", fmt::format("run.seed={}", 1 + r.repeat)});
+    argv.insert(argv.end(), {"--set", "run.dir=" + dir + "/runs", "--set", "run.name=" + name, "--summary-json",
+                             dir + "/runs/" + name + ".json"});
+    std::error_code ec;
+    fs::remove_all(dir + "/runs/" + name, ec);
+    fs::remove(dir + "/runs/" + name + ".json", ec);
+    const std::string log = dir + "/runs/" + name + ".log";
+    fs::remove(log, ec);
+    std::optional<int> status;
+    {
+      actors::ChildProcess child(argv, log);
+      if (child.wait(std::chrono::seconds(f.runTimeout))) {
+        status = 0;
+      } else {
+        status = child.poll();
+        if (!status) {
+          r.status = fmt::format("no end within {} s (--run-timeout)", f.runTimeout);
+          child.stop(std::chrono::seconds(60));
+        }
+      }
+    }
+    if (status && *status != 0) {
+      // The run's own one-line error, if it printed one.
+      std::ifstream in(log);
+      std::string line, last;
+      while (std::getline(in, line)) {
+        if (line.rfind("troupe: error: ", 0) == 0) last = line.substr(15);
+      }
+      r.status = last.empty() ? fmt::format("troupe train exited with status {} (see {})", *status, log) : last;
+    }
+    if (r.status == "ok") readRun(dir + "/runs/" + name + ".json", dir + "/runs/" + name, targetMetric, targetValue, &r);
+    if (r.status != "ok") ++failed;
+    std::printf("  %s  %s: %s\n", name.c_str(), r.label.c_str(),
+                r.status == "ok" ? fmt::format("test {} {}", r.metric, opt(r.final)).c_str() : r.status.c_str());
+    std::fflush(stdout);
+  }
+  // The table.
+  std::vector<std::string> header = {"run"};
+  for (const auto& s : sweeps) header.push_back(s.key);
+  for (const char* c : {"repeat", "status", "metric", "final", "best", "loss", "time_to_target_s", "steps_to_target",
+                        "samples_per_sec", "train_seconds", "wall_seconds", "steps", "samples", "staleness_mean",
+                        "staleness_p50", "staleness_p99", "staleness_max", "wire_bytes"}) {
+    header.push_back(c);
+  }
+  std::string csv;
+  for (size_t i = 0; i < header.size(); ++i) csv += (i ? "," : "") + csvField(header[i]);
+  csv += "\n";
+  for (const auto& r : rows) {
+    std::vector<std::string> cells = {std::to_string(r.index)};
+    for (const auto& v : r.values) cells.push_back(v);
+    for (const std::string& c :
+         {std::to_string(r.repeat), r.status, r.metric, opt(r.final), opt(r.best), opt(r.loss), opt(r.timeToTarget),
+          opt(r.stepsToTarget), opt(r.samplesPerSec), opt(r.trainSeconds), opt(r.wallSeconds), opt(r.steps),
+          opt(r.samples), opt(r.stalenessMean), opt(r.stalenessP50), opt(r.stalenessP99), opt(r.stalenessMax),
+          opt(r.wireBytes)}) {
+      cells.push_back(c);
+    }
+    for (size_t i = 0; i < cells.size(); ++i) csv += (i ? "," : "") + csvField(cells[i]);
+    csv += "\n";
+  }
+  {
+    std::ofstream out(dir + "/experiment.csv");
+    out << csv;
+    if (!out) TROUPE_SETUP_ERROR("experiment: cannot write {}/experiment.csv", dir);
+  }
+  std::vector<std::string> pictures;
+  std::string noPlots;
+  const bool plotted = drawPlots(dir, rows, &pictures, &noPlots);
+  // The report.
+  std::string md = "# troupe experiment\n\n";
+  const std::time_t now = std::time(nullptr);
+  char when[64];
+  std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
+  md += fmt::format("- when: {}\n- machine: {}\n- config: `{}`", when, machine(), f.common.configPath);
+  for (const auto& s : f.common.overrides) md += fmt::format(" `--set {}`", s);
+  for (const auto& s : f.common.faults) md += fmt::format(" `--fault {}`", s);
+  md += "\n";
+  for (const auto& s : sweeps) md += fmt::format("- sweep: `{}` over {}\n", s.key, fmt::join(s.values, ", "));
+  md += fmt::format("- runs: {} ({} failed), {} repeat(s) each; each run's directory is under `runs/`\n", rows.size(),
+                    failed, f.repeats);
+  if (targetValue) md += fmt::format("- target: test {} >= {}\n", targetMetric, *targetValue);
+  md += "\n| run | setting | status | test metric | best | samples/s | train s | staleness p50 / p99 / max | wire bytes |\n";
+  md += "|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& r : rows) {
+    md += fmt::format("| {} | {} | {} | {} {} | {} | {} | {} | {} | {} |\n", r.index, r.label, r.status, r.metric,
+                      opt(r.final), opt(r.best), opt(r.samplesPerSec), opt(r.trainSeconds),
+                      r.stalenessP50 ? fmt::format("{} / {} / {}", *r.stalenessP50, *r.stalenessP99, *r.stalenessMax)
+                                     : std::string("-"),
+                      opt(r.wireBytes));
+  }
+  md += "\nThe whole table: `experiment.csv`.";
+  if (targetValue) {
+    md += " Time and steps to the target come from the evaluations during training (metrics.csv; a job of "
+          "processes evaluates only at the end, so its columns stay empty).";
+  }
+  md += "\n\n";
+  if (plotted) {
+    for (const auto& p : pictures) md += fmt::format("![{}]({})\n\n", p, p);
+  } else {
+    md += fmt::format("No plots: {}.\n", noPlots);
+  }
+  {
+    std::ofstream out(dir + "/report.md");
+    out << md;
+  }
+  std::printf("experiment: %zu runs, %d failed; %s/experiment.csv, %s/report.md%s\n", rows.size(), failed, dir.c_str(),
+              dir.c_str(), plotted ? fmt::format(", {} plots", pictures.size()).c_str() : (", no plots: " + noPlots).c_str());
+  return failed > 0 ? kExitFailure : kExitOk;
+}
+
+}  // namespace
+
+void addExperimentCommand(CLI::App* app, int* result) {
+  auto flags = std::make_shared<ExperimentFlags>();
+  auto* cmd = app->add_subcommand("experiment",
+                                  "Run a grid of training runs (--sweep KEY=V1,V2,...), one after another, and write "
+                                  "experiment.csv, plots and report.md");
+  addCommonFlags(cmd, &flags->common);
+  addFaultFlag(cmd, &flags->common);
+  cmd->add_option("--sweep", flags->sweeps, "a config key and its values, KEY=V1,V2,... (repeat for a grid)");
+  cmd->add_option("--repeats", flags->repeats, "runs of every setting, each with its own run.seed (default 1)");
+  cmd->add_option("--out", flags->out, "where the runs, the table and the report go (default: <run.dir>/experiment-<time>)");
+  cmd->add_option("--target", flags->target, "a test metric to reach, auc=VALUE or accuracy=VALUE: time and steps to it");
+  cmd->add_option("--run-timeout", flags->runTimeout, "a run not ended after this many seconds is stopped and "
+                                                      "counted failed (default 1800)");
+  cmd->callback([=] { *result = runGuarded([&] { return runExperiment(*flags); }); });
+}
+
+}  // namespace troupe::apps
