@@ -147,8 +147,8 @@ void readRun(const std::string& summaryPath, const std::string& runDir, const st
   r->wallSeconds = num("wall_seconds");
   r->steps = whole("steps");
   r->samples = whole("samples");
-  if (j.contains("staleness") && j.at("staleness").is_object()) {
-    const Json& s = j.at("staleness");
+  if (j.contains("push_staleness") && j.at("push_staleness").is_object()) {
+    const Json& s = j.at("push_staleness");
     if (s.value("pushes", int64_t{0}) > 0) {
       r->stalenessMean = s.value("mean", 0.0);
       r->stalenessP50 = s.value("p50", int64_t{-1});

@@ -620,7 +620,7 @@ int runTrain(const TrainFlags& flags) {
       // How many updates each push's gradient missed, over every shard
       // (ps::ShardStats::staleness; histogram[k]: pushes that missed k).
       const workers::StalenessSummary st = workers::summarizeStaleness(outcome.shards);
-      field("staleness", fmt::format("{{\"pushes\": {}, \"unknown\": {}, \"mean\": {}, \"p50\": {}, \"p99\": {}, "
+      field("push_staleness", fmt::format("{{\"pushes\": {}, \"unknown\": {}, \"mean\": {}, \"p50\": {}, \"p99\": {}, "
                                      "\"max\": {}, \"histogram\": [{}]}}",
                                      st.pushes, st.unknown, jsonNumber(st.mean), st.p50, st.p99, st.max,
                                      fmt::join(st.histogram, ", ")));

@@ -431,7 +431,7 @@ bool pullReady(const ShardState& st, const PullView& v) {
 void restoreFrom(ShardState& st, const ShardImage& img, bool exactLive = false) {
   st.dense = img.dense;
   st.updates = img.updates;
-  st.pulledAt.clear();  // (pulls of the state before: their pushes count as unknown)
+  st.pulledAt.clear();  // (pulls of the state before; its workers pull again before they push)
   st.live.clear();
   for (int w = 0; w < st.options.workers; ++w) {
     const WorkerCut& c = img.workerCut[size_t(w)];
@@ -529,16 +529,20 @@ int64_t received(const ShardState& st, int64_t worker) {
   return next;
 }
 
-// A push of `worker` for `step` about to be applied: how many updates its
+// A push of `worker` for `step` just applied on the weights of update
+// `before` (the shard's count of updates then): how many updates its
 // gradient missed since the pull it was computed on (ShardStats::staleness).
 // The worker's older pulls are forgotten with it (a step it left undone).
-void recordStaleness(ShardState& st, int64_t worker, int64_t step) {
-  if (!st.primary) return;  // (a backup serves no pulls)
+void recordStaleness(ShardState& st, int64_t worker, int64_t step, int64_t before) {
+  if (!st.primary) {  // (a backup serves no pulls: what it applies before a promotion is unknown)
+    ++st.stats.stalenessUnknown;
+    return;
+  }
   auto it = st.pulledAt.find({worker, step});
   if (it == st.pulledAt.end()) {
     ++st.stats.stalenessUnknown;
   } else {
-    const int64_t missed = std::clamp<int64_t>(st.updates - it->second, 0, kStalenessBuckets - 1);
+    const int64_t missed = std::clamp<int64_t>(before - it->second, 0, kStalenessBuckets - 1);
     if (st.stats.staleness.size() <= size_t(missed)) st.stats.staleness.resize(size_t(missed) + 1, 0);
     ++st.stats.staleness[size_t(missed)];
   }
@@ -633,8 +637,11 @@ void applyReadySteps(Self* self) {
     u.parts.clear();
     for (auto& [w, part] : step.parts) u.parts.push_back({w, part.view.sequence, part.view.samples});
     u.indexed = false;
-    for (auto& [w, part] : step.parts) recordStaleness(st, w, stepIndex);  // (one update for them all)
+    const int64_t before = st.updates;
     Status s = apply(st, st.counts.data(), st.keys.data(), st.grads.data(), anyDense ? st.denseGrads.data() : nullptr);
+    if (s.isOk()) {
+      for (auto& [w, part] : step.parts) recordStaleness(st, w, stepIndex, before);  // (one update for them all)
+    }
     for (auto& [w, part] : step.parts) {
       if (s.isOk()) {
         st.applied[size_t(w)].insert(part.view.sequence);
@@ -964,12 +971,13 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
           part.promises.push_back(ack);
           applyReadySteps(self);
         } else {
-          recordStaleness(st, worker, step);
+          const int64_t before = st.updates;
           Status s = apply(st, view->counts, view->keys, view->grads, view->denseGrads);
           if (!s.isOk()) {
             settle(self, ack, caf::make_error(caf::sec::runtime_error, s.toString()));
             return promise;
           }
+          recordStaleness(st, worker, step, before);
           st.applied[size_t(worker)].insert(sequence);
           st.stats.samplesApplied += view->samples;
           st.clock[size_t(worker)] = std::max(st.clock[size_t(worker)], step + 1);

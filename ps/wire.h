@@ -197,9 +197,11 @@ struct ShardStats {
   // shard) applied between the serving of the worker's training pull of
   // that step, whose weights its gradient was computed on, and the push's
   // own: staleness[k] pushes missed k updates (the last entry: k or more).
-  // BSP applies a step's pushes as one update: 0 for all. A push whose pull
-  // this copy did not serve (a backup promoted since, a process that
-  // started at a checkpoint) is counted in stalenessUnknown.
+  // BSP applies a step's pushes as one update: 0 for all. Every apply this
+  // copy made counts, also of a step undone later (a rollback's redone
+  // steps count again); a push this copy applied as a backup, or whose pull
+  // it did not serve (the primary's, before a promotion), is counted in
+  // stalenessUnknown.
   std::vector<int64_t> staleness;
   int64_t stalenessUnknown = 0;
 };

@@ -15,6 +15,7 @@
 #include "ps/messages.h"
 #include "ps/wire.h"
 #include "workers/ps_client.h"
+#include "workers/training_job.h"
 
 namespace troupe::ps {
 namespace {
@@ -254,13 +255,39 @@ TEST(Shard, EveryPushCountsTheUpdatesItsGradientMissed) {
     ASSERT_EQ(pushNow(self, job.clients[0], pushOf(0, 1, 1, keys, 0.1f, 0.1f)), 1);
     ASSERT_TRUE(pullNow(self, job.clients[1], pullOf(keys, 1)));
     ASSERT_TRUE(pullNow(self, job.clients[0], pullOf(keys, 2)));
-    ASSERT_TRUE(pullNow(self, job.clients[0], pullOf(keys, 9, false)));  // evaluation
     ASSERT_EQ(pushNow(self, job.clients[0], pushOf(0, 2, 2, keys, 0.1f, 0.1f)), 2);
+    // An evaluation pull of w1's step 1 at update 4: not the pull its push is of.
+    ASSERT_TRUE(pullNow(self, job.clients[1], pullOf(keys, 1, false)));
     ASSERT_EQ(pushNow(self, job.clients[1], pushOf(1, 1, 1, keys, 0.1f, 0.1f)), 1);
     ASSERT_EQ(pushNow(self, job.clients[1], pushOf(1, 2, 2, keys, 0.1f, 0.1f)), 2);  // never pulled
+    // w0 pulls step 3, leaves it, pulls and pushes step 4 at update 5 (0):
+    // its pull of step 3 is forgotten, and a late push of it is unknown.
+    ASSERT_TRUE(pullNow(self, job.clients[0], pullOf(keys, 3)));
+    ASSERT_TRUE(pullNow(self, job.clients[0], pullOf(keys, 4)));
+    ASSERT_EQ(pushNow(self, job.clients[0], pushOf(0, 4, 4, keys, 0.1f, 0.1f)), 4);
+    ASSERT_EQ(pushNow(self, job.clients[0], pushOf(0, 3, 3, keys, 0.1f, 0.1f)), 3);
     const auto [histogram, unknown] = stalenessOf(self, job.shards[0]);
-    EXPECT_EQ(histogram, (std::vector<int64_t>{3, 2}));
-    EXPECT_EQ(unknown, 1);
+    EXPECT_EQ(histogram, (std::vector<int64_t>{4, 2}));
+    EXPECT_EQ(unknown, 2);
+  }
+  {
+    // SSP, bound 0: w0's pull of step 1 parks until w1's step 0 is in; its
+    // weights are of the update it is served at (2), not of its arrival (1).
+    Job job(2, 1, Consistency::kSsp, 0);
+    caf::scoped_actor self{*job.system};
+    ASSERT_TRUE(pullNow(self, job.clients[0], pullOf(keys, 0)));
+    ASSERT_TRUE(pullNow(self, job.clients[1], pullOf(keys, 0)));
+    ASSERT_EQ(pushNow(self, job.clients[0], pushOf(0, 0, 0, keys, 0.1f, 0.1f)), 0);  // update 1, missed 0
+    self->send(job.clients[0], pull_atom::value, pullOf(keys, 1));  // parks; the reply comes to self
+    std::this_thread::sleep_for(200ms);
+    ASSERT_EQ(pushNow(self, job.clients[1], pushOf(1, 0, 0, keys, 0.1f, 0.1f)), 0);  // update 2, missed 1
+    PullReplyPtr parked;
+    self->receive([&](PullReplyPtr r) { parked = r; }, caf::after(kTimeout) >> [] {});
+    ASSERT_TRUE(parked) << "served once w1's step 0 was in";
+    ASSERT_EQ(pushNow(self, job.clients[0], pushOf(0, 1, 1, keys, 0.1f, 0.1f)), 1);  // missed 0
+    const auto [histogram, unknown] = stalenessOf(self, job.shards[0]);
+    EXPECT_EQ(histogram, (std::vector<int64_t>{2, 1}));
+    EXPECT_EQ(unknown, 0);
   }
   {
     // BSP: a step's pushes are one update, on the weights every pull of the
@@ -278,6 +305,36 @@ TEST(Shard, EveryPushCountsTheUpdatesItsGradientMissed) {
       EXPECT_EQ(unknown, 0);
     }
   }
+}
+
+// The summary's quantiles: nearest rank over the histogram.
+TEST(Shard, StalenessQuantilesAreNearestRank) {
+  auto of = [](std::vector<std::vector<int64_t>> perShard) {
+    std::vector<workers::ShardSummary> shards;
+    for (auto& h : perShard) {
+      workers::ShardSummary s;
+      s.staleness = std::move(h);
+      shards.push_back(std::move(s));
+    }
+    return workers::summarizeStaleness(shards);
+  };
+  auto a = of({{98, 2}});
+  EXPECT_EQ(a.pushes, 100);
+  EXPECT_EQ(a.p50, 0);
+  EXPECT_EQ(a.p99, 1);
+  EXPECT_EQ(a.max, 1);
+  EXPECT_DOUBLE_EQ(a.mean, 0.02);
+  auto b = of({{99, 1}});
+  EXPECT_EQ(b.p99, 0);
+  auto c = of({{1}, {0, 0, 1}});  // two shards, summed
+  EXPECT_EQ(c.pushes, 2);
+  EXPECT_EQ(c.p50, 0);
+  EXPECT_EQ(c.p99, 2);
+  EXPECT_EQ(c.max, 2);
+  EXPECT_DOUBLE_EQ(c.mean, 1.0);
+  auto none = of({{}});
+  EXPECT_EQ(none.pushes, 0);
+  EXPECT_EQ(none.p50, -1);
 }
 
 TEST(Shard, AspNeverWaits) {
