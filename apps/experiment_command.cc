@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -53,6 +54,7 @@ std::vector<std::string> splitValues(const std::string& text) {
     if (c == '"') quoted = !quoted;
     if (!quoted && (c == '[' || c == '{')) ++depth;
     if (!quoted && (c == ']' || c == '}')) --depth;
+    if (depth < 0) break;
     if (c == ',' && depth == 0 && !quoted) {
       out.push_back(item);
       item.clear();
@@ -61,6 +63,7 @@ std::vector<std::string> splitValues(const std::string& text) {
     }
   }
   out.push_back(item);
+  if (depth != 0 || quoted) TROUPE_SETUP_ERROR("--sweep values '{}': unbalanced brackets or quotes", text);
   for (auto& v : out) {
     while (!v.empty() && v.front() == ' ') v.erase(v.begin());
     while (!v.empty() && v.back() == ' ') v.pop_back();
@@ -93,6 +96,7 @@ struct RunRow {
   int64_t index = 0;
   std::vector<std::string> values;  // one a sweep
   int64_t repeat = 0;
+  int64_t seed = 0;                 // its run.seed
   std::string status = "ok";        // or why it failed
   std::string metric;               // auc or accuracy
   std::optional<double> final, best, loss, samplesPerSec, trainSeconds, wallSeconds, stalenessMean,
@@ -102,6 +106,27 @@ struct RunRow {
   std::vector<std::pair<double, double>> curve;  // (elapsed s, metric) of its evaluations during training
   std::string label;
 };
+
+// A markdown table cell: no '|' or line breaks of its own.
+std::string mdCell(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '|') {
+      out += "\\|";
+    } else {
+      out += (c == '\n' || c == '\r') ? ' ' : c;
+    }
+  }
+  return out;
+}
+
+// A label for gnuplot's data file, whose quoted fields have no escape: no
+// double quotes or control characters.
+std::string plotLabel(const std::string& v) {
+  std::string out;
+  for (char c : v) out += c == '"' ? '\'' : (static_cast<unsigned char>(c) < 0x20 ? ' ' : c);
+  return out;
+}
 
 std::string csvField(const std::string& v) {
   if (v.find_first_of(",\"\n") == std::string::npos) return v;
@@ -173,8 +198,12 @@ void readRun(const std::string& summaryPath, const std::string& runDir, const st
     std::string cell;
     while (std::getline(ss, cell, ',')) f.push_back(cell);
     if (f.size() < 7) continue;
-    const double elapsed = std::strtod(f[2].c_str(), nullptr);
-    const double value = std::strtod((binary ? f[5] : f[6]).c_str(), nullptr);
+    char* endElapsed = nullptr;
+    char* endValue = nullptr;
+    const std::string& cellValue = binary ? f[5] : f[6];
+    const double elapsed = std::strtod(f[2].c_str(), &endElapsed);
+    const double value = std::strtod(cellValue.c_str(), &endValue);
+    if (endElapsed == f[2].c_str() || endValue == cellValue.c_str() || !std::isfinite(value)) continue;
     r->curve.emplace_back(elapsed, value);
     r->best = r->best ? std::max(*r->best, value) : value;
     if (targetValue && targetMetric == r->metric && value >= *targetValue && !r->timeToTarget) {
@@ -195,7 +224,15 @@ std::string machine() {
 bool drawPlots(const std::string& dir, const std::vector<RunRow>& rows, std::vector<std::string>* pictures,
                std::string* why) {
   const std::string plots = dir + "/plots";
-  fs::create_directories(plots);
+  std::error_code ec;
+  fs::create_directories(plots, ec);
+  if (ec) {
+    *why = fmt::format("cannot make {}: {}", plots, ec.message());
+    return false;
+  }
+  // (nothing of an earlier experiment in the same place: its pictures, data, log)
+  for (const char* old : {"metric.png", "rate.png", "staleness.png", "curves.png"}) fs::remove(dir + "/" + old, ec);
+  for (const auto& e : fs::directory_iterator(plots, ec)) fs::remove(e.path(), ec);
   std::string gp =
       "set terminal pngcairo size 1100,620 font 'Sans,10' noenhanced\nset grid ytics\nset key outside right\n";
   auto quoted = [](const std::string& s) {
@@ -207,21 +244,31 @@ bool drawPlots(const std::string& dir, const std::vector<RunRow>& rows, std::vec
   {
     std::ofstream d(plots + "/runs.dat");
     for (const auto& r : rows) {
-      d << fmt::format("\"{}\" {} {}\n", r.label, r.final ? fmt::format("{:.6g}", *r.final) : "NaN",
+      d << fmt::format("\"{}\" {} {}\n", plotLabel(r.label), r.final ? fmt::format("{:.6g}", *r.final) : "NaN",
                        r.samplesPerSec ? fmt::format("{:.6g}", *r.samplesPerSec) : "NaN");
     }
   }
-  const std::string metric = rows.empty() || rows.front().metric.empty() ? "metric" : "test " + rows.front().metric;
-  gp += "set style data histograms\nset style fill solid 0.8 border -1\nset boxwidth 0.8\nset xtics rotate by -30\n";
-  gp += fmt::format("set output {}\nset title {}\nset ylabel {}\nset xlabel 'run'\nset yrange [*:*]\n"
-                    "plot {} using 2:xtic(1) title {} lc rgb '#3465a4'\n",
-                    quoted(dir + "/metric.png"), quoted("Final " + metric + " by run"), quoted(metric),
-                    quoted(plots + "/runs.dat"), quoted(metric));
-  gp += fmt::format("set output {}\nset title 'Training rate by run'\nset ylabel 'samples/s'\n"
-                    "plot {} using 3:xtic(1) title 'samples/s' lc rgb '#73d216'\n",
-                    quoted(dir + "/rate.png"), quoted(plots + "/runs.dat"));
-  pictures->push_back("metric.png");
-  pictures->push_back("rate.png");
+  const bool anyFinal = std::any_of(rows.begin(), rows.end(), [](const RunRow& r) { return r.final.has_value(); });
+  std::string metric = "metric";
+  for (const auto& r : rows) {
+    if (r.final && !r.metric.empty()) {
+      metric = "test " + r.metric;
+      break;
+    }
+  }
+  std::vector<std::string> drawn;  // the pictures the script draws
+  if (anyFinal) {
+    gp += "set style data histograms\nset style fill solid 0.8 border -1\nset boxwidth 0.8\nset xtics rotate by -30\n";
+    gp += fmt::format("set output {}\nset title {}\nset ylabel {}\nset xlabel 'run'\nset yrange [*:*]\n"
+                      "plot {} using 2:xtic(1) title {} lc rgb '#3465a4'\n",
+                      quoted(dir + "/metric.png"), quoted("Final " + metric + " by run"), quoted(metric),
+                      quoted(plots + "/runs.dat"), quoted(metric));
+    gp += fmt::format("set output {}\nset title 'Training rate by run'\nset ylabel 'samples/s'\n"
+                      "plot {} using 3:xtic(1) title 'samples/s' lc rgb '#73d216'\n",
+                      quoted(dir + "/rate.png"), quoted(plots + "/runs.dat"));
+    drawn.push_back("metric.png");
+    drawn.push_back("rate.png");
+  }
   gp += "set style data linespoints\nset xtics norotate\nset key outside right\n";
   // Staleness histograms (ps modes), one line a run.
   std::vector<std::string> lines;
@@ -232,13 +279,13 @@ bool drawPlots(const std::string& dir, const std::vector<RunRow>& rows, std::vec
     int64_t total = 0;
     for (int64_t c : r.staleness) total += c;
     for (size_t k = 0; k < r.staleness.size(); ++k) d << k << " " << double(r.staleness[k]) / double(total) << "\n";
-    lines.push_back(fmt::format("{} using 1:2 title {}", quoted(file), quoted(r.label)));
+    lines.push_back(fmt::format("{} using 1:2 title {}", quoted(file), quoted(plotLabel(r.label))));
   }
   if (!lines.empty()) {
     gp += fmt::format("set output {}\nset title 'Staleness: updates a push missed'\nset xlabel 'updates missed'\n"
                       "set ylabel 'share of pushes'\nset yrange [0:*]\nplot {}\n",
                       quoted(dir + "/staleness.png"), fmt::join(lines, ", "));
-    pictures->push_back("staleness.png");
+    drawn.push_back("staleness.png");
   }
   // The metric against wall time, from evaluations during training.
   lines.clear();
@@ -247,28 +294,36 @@ bool drawPlots(const std::string& dir, const std::vector<RunRow>& rows, std::vec
     const std::string file = plots + fmt::format("/curve-{:03d}.dat", r.index);
     std::ofstream d(file);
     for (const auto& [t, v] : r.curve) d << t << " " << v << "\n";
-    lines.push_back(fmt::format("{} using 1:2 title {}", quoted(file), quoted(r.label)));
+    lines.push_back(fmt::format("{} using 1:2 title {}", quoted(file), quoted(plotLabel(r.label))));
   }
   if (!lines.empty()) {
     gp += fmt::format("set output {}\nset title {}\nset xlabel 'wall time of training (s)'\nset ylabel {}\n"
                       "set yrange [*:*]\nplot {}\n",
                       quoted(dir + "/curves.png"), quoted(metric + " against time"), quoted(metric),
                       fmt::join(lines, ", "));
-    pictures->push_back("curves.png");
+    drawn.push_back("curves.png");
   }
   {
     std::ofstream s(plots + "/plots.gp");
     s << gp;
+  }
+  if (drawn.empty()) {
+    *why = "no run gave anything to draw";
+    return false;
   }
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
     *why = "gnuplot is not installed (Debian: gnuplot-nox; scripts/setup.sh installs it)";
     return false;
   }
   actors::ChildProcess child({"gnuplot", plots + "/plots.gp"}, plots + "/gnuplot.log");
-  if (!child.wait(std::chrono::seconds(120))) {
-    const auto status = child.poll();
-    if (!status) child.kill();
-    *why = fmt::format("gnuplot failed (see {}/gnuplot.log)", plots);
+  const bool ok = child.wait(std::chrono::seconds(120));
+  if (!ok && !child.poll()) child.kill();
+  for (const auto& p : drawn) {
+    if (fs::exists(dir + "/" + p)) pictures->push_back(p);
+  }
+  if (!ok) {
+    *why = fmt::format("gnuplot failed (see {}/gnuplot.log){}", plots,
+                       pictures->empty() ? "" : fmt::format("; it drew {} of {}", pictures->size(), drawn.size()));
     return false;
   }
   return true;
@@ -277,8 +332,19 @@ bool drawPlots(const std::string& dir, const std::vector<RunRow>& rows, std::vec
 int runExperiment(const ExperimentFlags& f) {
   if (f.common.configPath.empty()) TROUPE_SETUP_ERROR("experiment: give the runs' config (--config FILE)");
   if (f.repeats < 1 || f.repeats > 100) TROUPE_SETUP_ERROR("experiment: --repeats must be 1 to 100, got {}", f.repeats);
-  if (f.runTimeout < 1) TROUPE_SETUP_ERROR("experiment: --run-timeout must be >= 1 s, got {}", f.runTimeout);
+  if (f.runTimeout < 1 || f.runTimeout > 10000000) {
+    TROUPE_SETUP_ERROR("experiment: --run-timeout must be 1 to 10000000 s, got {}", f.runTimeout);
+  }
   const std::vector<Sweep> sweeps = parseSweeps(f.sweeps);
+  for (const auto& sw : sweeps) {
+    if (sw.key == "run.dir" || sw.key == "run.name") {
+      TROUPE_SETUP_ERROR("--sweep {}: the experiment names each run's directory itself (--out)", sw.key);
+    }
+    if (sw.key == "run.seed" && f.repeats > 1) {
+      TROUPE_SETUP_ERROR("--sweep run.seed with --repeats {}: the repeats take seeds of their own (run.seed + "
+                         "repeat); sweep the seed or repeat, not both", f.repeats);
+    }
+  }
   std::string targetMetric;
   std::optional<double> targetValue;
   if (!f.target.empty()) {
@@ -292,8 +358,16 @@ int runExperiment(const ExperimentFlags& f) {
     targetMetric = metric;
     targetValue = v;
   }
-  // The whole config is checked once before any run (a bad file stops here).
+  // The config, and every value of every sweep on it, checked before any
+  // run (an unknown key or a value of the wrong type stops here).
   Config config = loadConfig(f.common);
+  for (const auto& sw : sweeps) {
+    for (const auto& v : sw.values) {
+      Config probe = config;
+      probe.set(sw.key + "=" + v);
+    }
+  }
+  const int64_t baseSeed = config.getInt("run.seed");
   std::string dir = f.out;
   if (dir.empty()) {
     const std::time_t now = std::time(nullptr);
@@ -301,7 +375,11 @@ int runExperiment(const ExperimentFlags& f) {
     std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
     dir = config.getString("run.dir") + "/experiment-" + stamp;
   }
-  fs::create_directories(dir + "/runs");
+  {
+    std::error_code ec;
+    fs::create_directories(dir + "/runs", ec);
+    if (ec) TROUPE_SETUP_ERROR("experiment: cannot make {}/runs: {}", dir, ec.message());
+  }
   // The grid, the first sweep varying slowest.
   size_t total = size_t(f.repeats);
   for (const auto& s : sweeps) total *= s.values.size();
@@ -312,6 +390,7 @@ int runExperiment(const ExperimentFlags& f) {
     r.index = int64_t(i);
     size_t rest = i;
     r.repeat = int64_t(rest % size_t(f.repeats));
+    r.seed = baseSeed + r.repeat;
     rest /= size_t(f.repeats);
     r.values.resize(sweeps.size());
     for (size_t k = sweeps.size(); k-- > 0;) {
@@ -319,7 +398,10 @@ int runExperiment(const ExperimentFlags& f) {
       rest /= sweeps[k].values.size();
     }
     std::vector<std::string> parts;
-    for (size_t k = 0; k < sweeps.size(); ++k) parts.push_back(sweeps[k].key + "=" + r.values[k]);
+    for (size_t k = 0; k < sweeps.size(); ++k) {
+      parts.push_back(sweeps[k].key + "=" + r.values[k]);
+      if (sweeps[k].key == "run.seed") r.seed = std::strtoll(r.values[k].c_str(), nullptr, 10);
+    }
     r.label = fmt::format("{}", fmt::join(parts, " ")) + (f.repeats > 1 ? fmt::format(" #{}", r.repeat + 1) : "");
     rows.push_back(std::move(r));
   }
@@ -334,8 +416,8 @@ int runExperiment(const ExperimentFlags& f) {
     for (const auto& s : f.common.faults) argv.insert(argv.end(), {"--fault", s});
     if (!f.common.logLevel.empty()) argv.insert(argv.end(), {"--log-level", f.common.logLevel});
     if (f.common.threads >= 0) argv.insert(argv.end(), {"--threads", std::to_string(f.common.threads)});
-    // A repeat draws its own data order and initialisation.
-    if (f.repeats > 1) argv.insert(argv.end(), {"--set", fmt::format("run.seed={}", 1 + r.repeat)});
+    // A repeat draws its own data order and initialisation (run.seed + repeat).
+    if (f.repeats > 1) argv.insert(argv.end(), {"--set", fmt::format("run.seed={}", r.seed)});
     argv.insert(argv.end(), {"--set", "run.dir=" + dir + "/runs", "--set", "run.name=" + name, "--summary-json",
                              dir + "/runs/" + name + ".json"});
     std::error_code ec;
@@ -361,9 +443,17 @@ int runExperiment(const ExperimentFlags& f) {
       std::ifstream in(log);
       std::string line, last;
       while (std::getline(in, line)) {
-        if (line.rfind("troupe: error: ", 0) == 0) last = line.substr(15);
+        for (const std::string prefix : {"troupe: error: ", "troupe: internal error: "}) {
+          if (line.rfind(prefix, 0) == 0) last = line.substr(prefix == "troupe: error: " ? prefix.size() : 8);
+        }
       }
-      r.status = last.empty() ? fmt::format("troupe train exited with status {} (see {})", *status, log) : last;
+      if (!last.empty()) {
+        r.status = last;
+      } else if (*status < 0) {
+        r.status = fmt::format("troupe train was killed by signal {} ({}) (see {})", -*status, strsignal(-*status), log);
+      } else {
+        r.status = fmt::format("troupe train exited with status {} (see {})", *status, log);
+      }
     }
     if (r.status == "ok") readRun(dir + "/runs/" + name + ".json", dir + "/runs/" + name, targetMetric, targetValue, &r);
     if (r.status != "ok") ++failed;
@@ -374,7 +464,7 @@ int runExperiment(const ExperimentFlags& f) {
   // The table.
   std::vector<std::string> header = {"run"};
   for (const auto& s : sweeps) header.push_back(s.key);
-  for (const char* c : {"repeat", "status", "metric", "final", "best", "loss", "time_to_target_s", "steps_to_target",
+  for (const char* c : {"repeat", "seed", "status", "metric", "final", "best", "loss", "time_to_target_s", "steps_to_target",
                         "samples_per_sec", "train_seconds", "wall_seconds", "steps", "samples", "staleness_mean",
                         "staleness_p50", "staleness_p99", "staleness_max", "wire_bytes"}) {
     header.push_back(c);
@@ -386,7 +476,7 @@ int runExperiment(const ExperimentFlags& f) {
     std::vector<std::string> cells = {std::to_string(r.index)};
     for (const auto& v : r.values) cells.push_back(v);
     for (const std::string& c :
-         {std::to_string(r.repeat), r.status, r.metric, opt(r.final), opt(r.best), opt(r.loss), opt(r.timeToTarget),
+         {std::to_string(r.repeat), std::to_string(r.seed), r.status, r.metric, opt(r.final), opt(r.best), opt(r.loss), opt(r.timeToTarget),
           opt(r.stepsToTarget), opt(r.samplesPerSec), opt(r.trainSeconds), opt(r.wallSeconds), opt(r.steps),
           opt(r.samples), opt(r.stalenessMean), opt(r.stalenessP50), opt(r.stalenessP99), opt(r.stalenessMax),
           opt(r.wireBytes)}) {
@@ -398,7 +488,7 @@ int runExperiment(const ExperimentFlags& f) {
   {
     std::ofstream out(dir + "/experiment.csv");
     out << csv;
-    if (!out) TROUPE_SETUP_ERROR("experiment: cannot write {}/experiment.csv", dir);
+    if (!out) std::fprintf(stderr, "troupe: experiment: cannot write %s/experiment.csv\n", dir.c_str());
   }
   std::vector<std::string> pictures;
   std::string noPlots;
@@ -419,7 +509,8 @@ int runExperiment(const ExperimentFlags& f) {
   md += "\n| run | setting | status | test metric | best | samples/s | train s | staleness p50 / p99 / max | wire bytes |\n";
   md += "|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : rows) {
-    md += fmt::format("| {} | {} | {} | {} {} | {} | {} | {} | {} | {} |\n", r.index, r.label, r.status, r.metric,
+    md += fmt::format("| {} | {} | {} | {} {} | {} | {} | {} | {} | {} |\n", r.index, mdCell(r.label), mdCell(r.status),
+                      r.metric,
                       opt(r.final), opt(r.best), opt(r.samplesPerSec), opt(r.trainSeconds),
                       r.stalenessP50 ? fmt::format("{} / {} / {}", *r.stalenessP50, *r.stalenessP99, *r.stalenessMax)
                                      : std::string("-"),

@@ -672,7 +672,7 @@ int runTrain(const TrainFlags& flags) {
                                   ledger.exact ? "true" : "false"));
     }
   }
-  json += fmt::format("  \"run_dir\": \"{}\"\n}}\n", runDir);
+  json += fmt::format("  \"run_dir\": {}\n}}\n", jsonString(runDir));
   { std::ofstream(runDir + "/summary.json") << json; }
   if (!flags.summaryJson.empty()) {
     std::ofstream out(flags.summaryJson);
