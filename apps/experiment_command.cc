@@ -100,7 +100,7 @@ struct RunRow {
   std::string status = "ok";        // or why it failed
   std::string metric;               // auc or accuracy
   std::optional<double> final, best, loss, samplesPerSec, trainSeconds, wallSeconds, stalenessMean,
-      timeToTarget;
+      timeToTarget, pullWait, collectiveWait;
   std::optional<int64_t> steps, samples, stalenessP50, stalenessP99, stalenessMax, wireBytes, stepsToTarget;
   std::vector<int64_t> staleness;           // its histogram (ps modes)
   std::vector<std::pair<double, double>> curve;  // (elapsed s, metric) of its evaluations during training
@@ -181,6 +181,10 @@ void readRun(const std::string& summaryPath, const std::string& runDir, const st
       r->stalenessMax = s.value("max", int64_t{-1});
       r->staleness = s.value("histogram", std::vector<int64_t>{});
     }
+  }
+  if (j.contains("wait_fractions") && j.at("wait_fractions").is_object()) {
+    r->pullWait = j.at("wait_fractions").value("pull", 0.0);
+    r->collectiveWait = j.at("wait_fractions").value("collective", 0.0);
   }
   if (j.contains("wire") && j.at("wire").is_array()) {
     int64_t bytes = 0;
@@ -466,7 +470,8 @@ int runExperiment(const ExperimentFlags& f) {
   for (const auto& s : sweeps) header.push_back(s.key);
   for (const char* c : {"repeat", "seed", "status", "metric", "final", "best", "loss", "time_to_target_s", "steps_to_target",
                         "samples_per_sec", "train_seconds", "wall_seconds", "steps", "samples", "staleness_mean",
-                        "staleness_p50", "staleness_p99", "staleness_max", "wire_bytes"}) {
+                        "staleness_p50", "staleness_p99", "staleness_max", "pull_wait_fraction",
+                        "collective_fraction", "wire_bytes"}) {
     header.push_back(c);
   }
   std::string csv;
@@ -479,7 +484,7 @@ int runExperiment(const ExperimentFlags& f) {
          {std::to_string(r.repeat), std::to_string(r.seed), r.status, r.metric, opt(r.final), opt(r.best), opt(r.loss), opt(r.timeToTarget),
           opt(r.stepsToTarget), opt(r.samplesPerSec), opt(r.trainSeconds), opt(r.wallSeconds), opt(r.steps),
           opt(r.samples), opt(r.stalenessMean), opt(r.stalenessP50), opt(r.stalenessP99), opt(r.stalenessMax),
-          opt(r.wireBytes)}) {
+          opt(r.pullWait), opt(r.collectiveWait), opt(r.wireBytes)}) {
       cells.push_back(c);
     }
     for (size_t i = 0; i < cells.size(); ++i) csv += (i ? "," : "") + csvField(cells[i]);

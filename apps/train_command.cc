@@ -579,10 +579,12 @@ int runTrain(const TrainFlags& flags) {
     std::string perWorker;
     for (const auto& w : outcome.workers) {
       perWorker += fmt::format(
-          "{}{{\"rank\": {}, \"steps\": {}, \"samples\": {}, \"train_seconds\": {}, \"dense_hash\": \"{:016x}\", "
-          "\"restarts\": {}, \"resumed_at\": {}, \"steps_redone\": {}}}",
-          perWorker.empty() ? "" : ", ", w.rank, w.steps, w.samples, jsonNumber(w.trainSeconds), w.denseHash,
-          w.restarts, w.resumedAt, w.stepsRedone);
+          "{}{{\"rank\": {}, \"steps\": {}, \"samples\": {}, \"train_seconds\": {}, \"pull_wait_seconds\": {}, "
+          "\"collective_seconds\": {}, \"dense_hash\": \"{:016x}\", \"restarts\": {}, \"resumed_at\": {}, "
+          "\"steps_redone\": {}}}",
+          perWorker.empty() ? "" : ", ", w.rank, w.steps, w.samples, jsonNumber(w.trainSeconds),
+          jsonNumber(w.pullWaitSeconds), jsonNumber(w.collectiveSeconds), w.denseHash, w.restarts, w.resumedAt,
+          w.stepsRedone);
     }
     std::string recovery;
     for (const auto& e : outcome.events) {
@@ -616,6 +618,19 @@ int runTrain(const TrainFlags& flags) {
     field("compression_warmup_steps", std::to_string(compression.warmupSteps));
     field("wire", "[" + wire + "]");
     field("shards", "[" + shards + "]");
+    {
+      // Of the workers' training time, the share spent waiting: for
+      // training pulls (the consistency gate, the network, the shards) and
+      // in collectives.
+      double train = 0, pull = 0, collective = 0;
+      for (const auto& w : outcome.workers) {
+        train += w.trainSeconds;
+        pull += w.pullWaitSeconds;
+        collective += w.collectiveSeconds;
+      }
+      field("wait_fractions", fmt::format("{{\"pull\": {}, \"collective\": {}}}", jsonNumber(train > 0 ? pull / train : 0),
+                                          jsonNumber(train > 0 ? collective / train : 0)));
+    }
     if (!outcome.shards.empty()) {
       // How many updates each push's gradient missed, over every shard
       // (ps::ShardStats::staleness; histogram[k]: pushes that missed k).

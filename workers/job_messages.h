@@ -102,6 +102,7 @@ struct WorkerReport {
   // of them compressed.
   std::vector<std::string> wirePaths;
   std::vector<double> wireFigures;
+  double pullWaitSeconds = 0, collectiveSeconds = 0;  // of trainSeconds (TrainReport)
 };
 inline constexpr size_t kWireFigures = 6;
 
@@ -266,7 +267,8 @@ typename Inspector::result_type inspect(Inspector& f, WorkerReport& x) {
   return f(caf::meta::type_name("WorkerReport"), x.rank, x.steps, x.samples, x.pushesAcked, x.pulledRows,
            x.trainSeconds, x.evalSeconds, x.evaluated, x.auc, x.loss, x.accuracy, x.rows, x.labels, x.predictions,
            x.denseHash, x.datasetRows, x.resumedAt, x.stepsRedone, x.samplesApplied, x.pushesAcknowledged,
-           x.countChecked, x.countWrong, x.countErrors, x.wirePaths, x.wireFigures);
+           x.countChecked, x.countWrong, x.countErrors, x.wirePaths, x.wireFigures, x.pullWaitSeconds,
+           x.collectiveSeconds);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, CheckpointPause& x) {

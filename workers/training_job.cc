@@ -1537,6 +1537,8 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
         o.workers[size_t(r.rank)] = WorkerSummary{r.rank,         false,          r.steps,     r.samples, r.pushesAcked,
                                                   r.pulledRows,   r.trainSeconds, r.denseHash, restarts,  r.resumedAt,
                                                   r.stepsRedone,  r.pushesAcknowledged};
+        o.workers[size_t(r.rank)].pullWaitSeconds = r.pullWaitSeconds;
+        o.workers[size_t(r.rank)].collectiveSeconds = r.collectiveSeconds;
         if (countsTraining(r.rank, true)) o.steps += r.steps;
         if (countsTraining(r.rank, false)) o.samples += r.samples;
         for (size_t i = 0; i < r.wirePaths.size() && (i + 1) * kWireFigures <= r.wireFigures.size(); ++i) {

@@ -80,6 +80,9 @@ struct WorkerSummary {
   // The ledger: the distinct pushes of this rank every shard acknowledged
   // (its earlier processes' included); -1 when no process of it reported.
   int64_t pushesAcknowledged = -1;
+  // Of trainSeconds (its last process's): waiting for training pulls, and
+  // in collectives.
+  double pullWaitSeconds = 0, collectiveSeconds = 0;
 };
 
 struct ShardSummary {

@@ -138,6 +138,7 @@ void finish(Self* self) {
   st.report->pulledRows = st.core->pulledRows();
   st.report->samplesApplied = st.core->samplesApplied();
   st.report->macsPerSample = st.core->macsPerSample();
+  st.report->collectiveSeconds = st.core->collectiveSeconds();
   if (!st.acknowledged) st.acknowledged.emplace(st.core->steps(), std::vector<int64_t>{});  // it pushed nothing
   st.report->pushesAcknowledged = st.acknowledged->floor() + int64_t(st.acknowledged->early());
   const float* w = st.core->denseWeights();
@@ -337,6 +338,8 @@ void nextTrainBatch(Self* self) {
             if (st.options.regroup.join && !st.core->options().comm) {
               return enterRegroup(self, Status::unavailable("it has no group"));  // never trains alone
             }
+            // (a sync step's time includes its agreement, a collective)
+            st.stepStart = Clock::now();
             if (st.core->options().comm) {
               // Synchronous modes: a step only when every rank has a batch
               // (ranks may hold one batch more or less of an epoch).
@@ -345,13 +348,14 @@ void nextTrainBatch(Self* self) {
               if (!*go) return evaluate(self);
             }
             if (!batch) return evaluate(self);
-            st.stepStart = Clock::now();
             if (!st.core->needsServer()) return trainOn(self, batch, nullptr);
             auto pull = st.core->prepare(*batch, true);
             if (!pull.hasValue()) return fail(self, pull.status());
+            const auto pullStart = Clock::now();
             self->request(st.tables, st.options.requestTimeout, ps::pull_atom::value, *pull)
                 .then(
                     [=](ps::PullReplyPtr rows) {
+                      self->state.report->pullWaitSeconds += secondsSince(pullStart);
                       if (self->state.attempt == attempt) trainOn(self, batch, rows);
                     },
                     [=](caf::error& err) {

@@ -73,6 +73,10 @@ struct TrainReport {
   int64_t macsPerSample = 0;
   double trainSeconds = 0;  // training only
   double evalSeconds = 0;
+  // Of trainSeconds: waiting for training pulls (request to reply: the
+  // shards' consistency gate, the network, the shards' work), and in
+  // collectives (WorkerCore::collectiveSeconds).
+  double pullWaitSeconds = 0, collectiveSeconds = 0;
   std::vector<EvalResult> evals;  // one per evaluation, last one last
   std::vector<float> denseWeights;
 };

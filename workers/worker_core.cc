@@ -1,6 +1,7 @@
 #include "workers/worker_core.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 
@@ -17,6 +18,16 @@
 #include "workers/mlp.h"
 
 namespace troupe::workers {
+namespace {
+
+// Adds the seconds from its making to its end to *total.
+struct Timed {
+  double* total;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  ~Timed() { *total += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); }
+};
+
+}  // namespace
 
 WorkerCore::WorkerCore(const WorkerCoreOptions& options)
     : options_(options),
@@ -115,6 +126,7 @@ Expected<bool> WorkerCore::agreeToStep(int64_t rows) {
   // step. (The replicas of a pipeline stage each count their share of the
   // batch every process reads.)
   float agree[2] = {rows > 0 ? 1.0f : 0.0f, float(options_.stage ? options_.stage->shareRows(rows) : rows)};
+  Timed timed{&collectiveSeconds_};
   Status s = options_.comm->allReduce(agree, 2, transport::DType::kFloat32, collectives::ReduceOp::kSum);
   if (!s.isOk()) {
     collectiveFailed_ = true;
@@ -154,6 +166,7 @@ Status WorkerCore::finishDenseSync() {
     return Status::ok();
   }
   if (!buckets_) return Status::ok();
+  Timed timed{&collectiveSeconds_};
   Status s = buckets_->finish();
   if (!s.isOk()) collectiveFailed_ = true;
   return s;
@@ -176,6 +189,7 @@ Status WorkerCore::mergePushes(ps::PushRequest* push) {
     collectiveFailed_ = true;
     return Status::unavailable("replicated tables: the worker's group is gone; it has no communicator");
   }
+  Timed timed{&collectiveSeconds_};
   auto all = options_.comm->allGatherV(mine.data(), mine.size());
   if (!all.hasValue()) {
     collectiveFailed_ = true;

@@ -169,6 +169,10 @@ class WorkerCore final {
   // Samples whose gradients the steps taken so far applied: of every rank in
   // a synchronous mode (the ledger of an all-reduce job), else this worker's.
   int64_t samplesApplied() const { return samplesApplied_; }
+  // Seconds this core waited in collectives (sync modes: the agreement to
+  // step, the rest of the gradients' all-reduce after backward, the
+  // replicated tables' gather) since it was made.
+  double collectiveSeconds() const { return collectiveSeconds_; }
 
   // Synchronous modes, after a rank of the group was lost.
   // Whether the last error was a collective's: the step under way was
@@ -237,6 +241,7 @@ class WorkerCore final {
   std::unique_ptr<collectives::GradientBuckets> buckets_;
   int64_t steps_ = 0;
   int64_t samplesApplied_ = 0;
+  double collectiveSeconds_ = 0;
   int64_t agreedRows_ = 0;  // every rank's rows of the step agreed on
   bool collectiveFailed_ = false;
   // keepPrevious: the dense state before the last step.

@@ -163,6 +163,8 @@ caf::behavior driver(caf::stateful_actor<DriverState>* self, std::function<caf::
         r.pulledRows = report->pulledRows;
         r.trainSeconds = report->trainSeconds;
         r.evalSeconds = report->evalSeconds;
+        r.pullWaitSeconds = report->pullWaitSeconds;
+        r.collectiveSeconds = report->collectiveSeconds;
         r.evaluated = evaluated;
         r.auc = eval.auc;
         r.loss = eval.loss;

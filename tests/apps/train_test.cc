@@ -225,7 +225,7 @@ TEST(ExperimentTest, AGridOfRunsWritesTheTablePlotsAndReportAndAFailedRunIsARowS
   std::getline(csv, header);
   EXPECT_EQ(header, "run,pipeline.stages,train.batch_size,repeat,seed,status,metric,final,best,loss,time_to_target_s,"
                     "steps_to_target,samples_per_sec,train_seconds,wall_seconds,steps,samples,staleness_mean,"
-                    "staleness_p50,staleness_p99,staleness_max,wire_bytes");
+                    "staleness_p50,staleness_p99,staleness_max,pull_wait_fraction,collective_fraction,wire_bytes");
   std::vector<std::vector<std::string>> rows;
   for (std::string line; std::getline(csv, line);) {
     std::vector<std::string> cells;
@@ -247,7 +247,7 @@ TEST(ExperimentTest, AGridOfRunsWritesTheTablePlotsAndReportAndAFailedRunIsARowS
   ASSERT_EQ(rows.size(), 4u);
   for (size_t i = 0; i < rows.size(); ++i) {
     const auto& row = rows[i];
-    ASSERT_EQ(row.size(), 22u) << "row " << i;
+    ASSERT_EQ(row.size(), 24u) << "row " << i;
     EXPECT_EQ(row[0], std::to_string(i));
     EXPECT_EQ(row[1], i < 2 ? "1" : "2") << "the first sweep varies slowest";
     EXPECT_EQ(row[2], i % 2 == 0 ? "64" : "0");

@@ -185,6 +185,41 @@ TEST_F(ClusterTest, EveryConsistencyModelLearnsWithTwoWorkersAndTwoShards) {
   }
 }
 
+// Wait fractions: worker 1 slowed by 40 ms a step. Under BSP worker 0's
+// pulls wait for worker 1's pushes, so most of worker 0's training time is
+// pull waiting, and worker 1 (which others wait for) waits far less; in
+// allreduce mode the same shows in the collectives. Shares, not exact
+// values (timing), with wide margins: a fast step takes a few ms here.
+TEST_F(ClusterTest, WaitFractionsShowWhoWaitsForAStraggler) {
+  TempDir dir;
+  for (const std::string mode : {"bsp", "allreduce"}) {
+    SCOPED_TRACE(mode);
+    std::vector<std::string> sets = {"--set", "cluster.workers=2", "--set", "train.max_steps=60", "--fault",
+                                     "kind=slow,target=worker:1,delay_ms=40", "--summary-json",
+                                     dir.file(mode + ".json")};
+    if (mode == "bsp") {
+      sets.insert(sets.end(), {"--set", "cluster.servers=2", "--set", "ps.consistency=bsp"});
+    } else {
+      sets.insert(sets.end(), {"--set", "train.mode=allreduce"});
+    }
+    auto r = troupe(plus({"train"}, plus(smallJob(dir, mode), sets)));
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    const auto summary = nlohmann::json::parse(readFile(dir.file(mode + ".json")));
+    const auto& workers = summary.at("worker_reports");
+    ASSERT_EQ(workers.size(), 2u);
+    const char* key = mode == "bsp" ? "pull_wait_seconds" : "collective_seconds";
+    const double fast = workers[0].at(key).get<double>() / workers[0].at("train_seconds").get<double>();
+    const double slow = workers[1].at(key).get<double>() / workers[1].at("train_seconds").get<double>();
+    EXPECT_GT(fast, 0.5) << summary.dump();
+    EXPECT_LT(slow, fast / 2) << summary.dump();
+    const auto& fractions = summary.at("wait_fractions");
+    EXPECT_GT(fractions.at(mode == "bsp" ? "pull" : "collective").get<double>(), 0.25) << fractions.dump();
+    // (ps mode has no collectives; allreduce mode pulls from its own replica of the tables, in this process)
+    if (mode == "bsp") EXPECT_EQ(fractions.at("collective").get<double>(), 0.0) << fractions.dump();
+    if (mode == "allreduce") EXPECT_LT(fractions.at("pull").get<double>(), 0.1) << fractions.dump();
+  }
+}
+
 // Two BSP workers with batches of 128 take the same steps as one process with
 // batches of 256 made of the same rows: the same model up to float rounding
 // (sums over 128 rows then 2 halves instead of over 256). After a few steps
