@@ -183,8 +183,9 @@ void readRun(const std::string& summaryPath, const std::string& runDir, const st
     }
   }
   if (j.contains("wait_fractions") && j.at("wait_fractions").is_object()) {
-    r->pullWait = j.at("wait_fractions").value("pull", 0.0);
-    r->collectiveWait = j.at("wait_fractions").value("collective", 0.0);
+    const Json& w = j.at("wait_fractions");
+    if (w.contains("pull") && w.at("pull").is_number()) r->pullWait = w.at("pull").get<double>();
+    if (w.contains("collective") && w.at("collective").is_number()) r->collectiveWait = w.at("collective").get<double>();
   }
   if (j.contains("wire") && j.at("wire").is_array()) {
     int64_t bytes = 0;

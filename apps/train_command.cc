@@ -628,8 +628,10 @@ int runTrain(const TrainFlags& flags) {
         pull += w.pullWaitSeconds;
         collective += w.collectiveSeconds;
       }
-      field("wait_fractions", fmt::format("{{\"pull\": {}, \"collective\": {}}}", jsonNumber(train > 0 ? pull / train : 0),
-                                          jsonNumber(train > 0 ? collective / train : 0)));
+      // (null: no worker reported training time)
+      field("wait_fractions", fmt::format("{{\"pull\": {}, \"collective\": {}}}",
+                                          train > 0 ? jsonNumber(pull / train) : "null",
+                                          train > 0 ? jsonNumber(collective / train) : "null"));
     }
     if (!outcome.shards.empty()) {
       // How many updates each push's gradient missed, over every shard

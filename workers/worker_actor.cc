@@ -42,6 +42,7 @@ struct WorkerState {
   int64_t rowsPerEpoch = 0;
   double trainSeconds = 0;
   Clock::time_point stepStart;
+  double collectiveAtStart = 0;  // the core's collective seconds at stepStart
   // The work of the last few steps that went through (a slow fault's
   // factor multiplies the least: in a sync mode a step's time also holds the
   // wait for the others in its collective, least when nobody is slow).
@@ -138,7 +139,6 @@ void finish(Self* self) {
   st.report->pulledRows = st.core->pulledRows();
   st.report->samplesApplied = st.core->samplesApplied();
   st.report->macsPerSample = st.core->macsPerSample();
-  st.report->collectiveSeconds = st.core->collectiveSeconds();
   if (!st.acknowledged) st.acknowledged.emplace(st.core->steps(), std::vector<int64_t>{});  // it pushed nothing
   st.report->pushesAcknowledged = st.acknowledged->floor() + int64_t(st.acknowledged->early());
   const float* w = st.core->denseWeights();
@@ -169,6 +169,7 @@ void reportProgress(Self* self, bool stepDue) {
 void afterStep(Self* self, const Batch& batch) {
   auto& st = self->state;
   st.trainSeconds += secondsSince(st.stepStart);
+  st.report->collectiveSeconds += st.core->collectiveSeconds() - st.collectiveAtStart;
   st.report->samples += st.core->trainedRows(batch);
   st.epochRows += batch.rows;
   ++st.epochSteps;
@@ -338,8 +339,6 @@ void nextTrainBatch(Self* self) {
             if (st.options.regroup.join && !st.core->options().comm) {
               return enterRegroup(self, Status::unavailable("it has no group"));  // never trains alone
             }
-            // (a sync step's time includes its agreement, a collective)
-            st.stepStart = Clock::now();
             if (st.core->options().comm) {
               // Synchronous modes: a step only when every rank has a batch
               // (ranks may hold one batch more or less of an epoch).
@@ -348,6 +347,9 @@ void nextTrainBatch(Self* self) {
               if (!*go) return evaluate(self);
             }
             if (!batch) return evaluate(self);
+            // (the step's time, and its collectives', from here: not the agreement to take it)
+            st.stepStart = Clock::now();
+            st.collectiveAtStart = st.core->collectiveSeconds();
             if (!st.core->needsServer()) return trainOn(self, batch, nullptr);
             auto pull = st.core->prepare(*batch, true);
             if (!pull.hasValue()) return fail(self, pull.status());
@@ -355,8 +357,9 @@ void nextTrainBatch(Self* self) {
             self->request(st.tables, st.options.requestTimeout, ps::pull_atom::value, *pull)
                 .then(
                     [=](ps::PullReplyPtr rows) {
+                      if (self->state.attempt != attempt) return;  // (left for the group to form again)
                       self->state.report->pullWaitSeconds += secondsSince(pullStart);
-                      if (self->state.attempt == attempt) trainOn(self, batch, rows);
+                      trainOn(self, batch, rows);
                     },
                     [=](caf::error& err) {
                       if (self->state.attempt == attempt) fail(self, err);

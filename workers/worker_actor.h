@@ -74,8 +74,9 @@ struct TrainReport {
   double trainSeconds = 0;  // training only
   double evalSeconds = 0;
   // Of trainSeconds: waiting for training pulls (request to reply: the
-  // shards' consistency gate, the network, the shards' work), and in
-  // collectives (WorkerCore::collectiveSeconds).
+  // shards' consistency gate, the network, the shards' work), and in the
+  // collectives of the steps taken (WorkerCore::collectiveSeconds; the
+  // agreement to take a step, before it, is not in either).
   double pullWaitSeconds = 0, collectiveSeconds = 0;
   std::vector<EvalResult> evals;  // one per evaluation, last one last
   std::vector<float> denseWeights;

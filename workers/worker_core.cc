@@ -189,8 +189,10 @@ Status WorkerCore::mergePushes(ps::PushRequest* push) {
     collectiveFailed_ = true;
     return Status::unavailable("replicated tables: the worker's group is gone; it has no communicator");
   }
-  Timed timed{&collectiveSeconds_};
-  auto all = options_.comm->allGatherV(mine.data(), mine.size());
+  auto all = [&] {
+    Timed timed{&collectiveSeconds_};  // (the gather, not the merge below)
+    return options_.comm->allGatherV(mine.data(), mine.size());
+  }();
   if (!all.hasValue()) {
     collectiveFailed_ = true;
     return all.status();

@@ -171,7 +171,8 @@ class WorkerCore final {
   int64_t samplesApplied() const { return samplesApplied_; }
   // Seconds this core waited in collectives (sync modes: the agreement to
   // step, the rest of the gradients' all-reduce after backward, the
-  // replicated tables' gather) since it was made.
+  // replicated tables' gather) since it was made, failed ones included
+  // (the worker counts a step's share: TrainReport::collectiveSeconds).
   double collectiveSeconds() const { return collectiveSeconds_; }
 
   // Synchronous modes, after a rank of the group was lost.

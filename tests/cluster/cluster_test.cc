@@ -185,7 +185,7 @@ TEST_F(ClusterTest, EveryConsistencyModelLearnsWithTwoWorkersAndTwoShards) {
   }
 }
 
-// Wait fractions: worker 1 slowed by 40 ms a step. Under BSP worker 0's
+// Wait fractions: worker 1 slowed by 80 ms a step. Under BSP worker 0's
 // pulls wait for worker 1's pushes, so most of worker 0's training time is
 // pull waiting, and worker 1 (which others wait for) waits far less; in
 // allreduce mode the same shows in the collectives. Shares, not exact
@@ -195,7 +195,7 @@ TEST_F(ClusterTest, WaitFractionsShowWhoWaitsForAStraggler) {
   for (const std::string mode : {"bsp", "allreduce"}) {
     SCOPED_TRACE(mode);
     std::vector<std::string> sets = {"--set", "cluster.workers=2", "--set", "train.max_steps=60", "--fault",
-                                     "kind=slow,target=worker:1,delay_ms=40", "--summary-json",
+                                     "kind=slow,target=worker:1,delay_ms=80", "--summary-json",
                                      dir.file(mode + ".json")};
     if (mode == "bsp") {
       sets.insert(sets.end(), {"--set", "cluster.servers=2", "--set", "ps.consistency=bsp"});
