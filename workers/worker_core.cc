@@ -327,6 +327,21 @@ Status WorkerCore::checkReply(const ps::PullReply* reply) const {
   return Status::ok();
 }
 
+Status WorkerCore::embedBatch(const Batch& batch, const ps::PullReplyPtr& rows) {
+  if (!rows) return Status::invalidArgument("a DLRM step needs the pulled rows");
+  if (batch.denseWidth != options_.dlrm.numDense) {
+    return Status::invalidArgument(
+        fmt::format("batch has {} dense features, the model {}", batch.denseWidth, options_.dlrm.numDense));
+  }
+  return embed(batch, *rows);
+}
+
+Status WorkerCore::checkMlpBatch(const Batch& batch) const {
+  if (batch.denseWidth == mlp_->inputWidth()) return Status::ok();
+  return Status::invalidArgument(
+      fmt::format("batch has {} features, the MLP takes {}", batch.denseWidth, mlp_->inputWidth()));
+}
+
 Status WorkerCore::embed(const Batch& batch, const ps::PullReply& reply) {
   const int tables = options_.dlrm.numTables;
   const int64_t dim = options_.dlrm.embeddingDim;
@@ -378,20 +393,13 @@ Status WorkerCore::forward(const Batch& batch, const ps::PullReplyPtr& rows) {
   if (options_.kind == ModelKind::kCount) return checkReply(rows.get());
   logits_.resize(size_t(batch.rows * (dlrm_ ? 1 : options_.mlpWidths.back())));
   if (dlrm_) {
-    if (!rows) return Status::invalidArgument("a DLRM step needs the pulled rows");
-    if (batch.denseWidth != options_.dlrm.numDense) {
-      return Status::invalidArgument(
-          fmt::format("batch has {} dense features, the model {}", batch.denseWidth, options_.dlrm.numDense));
-    }
-    Status s = embed(batch, *rows);
+    Status s = embedBatch(batch, rows);
     if (!s.isOk()) return s;
     return dlrm_->forward(*kernels_, batch.dense.data(), pooledPtrs_.data(), batch.rows, logits_.data());
   }
-  if (batch.denseWidth != mlp_->inputWidth()) {
-    return Status::invalidArgument(
-        fmt::format("batch has {} features, the MLP takes {}", batch.denseWidth, mlp_->inputWidth()));
-  }
-  Status s = mlp_->forward(*kernels_, batch.dense.data(), batch.rows);
+  Status s = checkMlpBatch(batch);
+  if (!s.isOk()) return s;
+  s = mlp_->forward(*kernels_, batch.dense.data(), batch.rows);
   if (!s.isOk()) return s;
   std::copy_n(mlp_->output(), logits_.size(), logits_.begin());
   return Status::ok();
@@ -467,12 +475,7 @@ Expected<ps::PushRequestPtr> WorkerCore::trainStepOnce(const Batch& batch, const
     // The embeddings here; the bottom MLP in stage 0, the interaction and
     // the top MLP in stage 1; the pooled embeddings' gradients back from
     // stage 0, and the embedding bags' backward here again.
-    if (!rows) return Status::invalidArgument("a DLRM step needs the pulled rows");
-    if (batch.denseWidth != options_.dlrm.numDense) {
-      return Status::invalidArgument(
-          fmt::format("batch has {} dense features, the model {}", batch.denseWidth, options_.dlrm.numDense));
-    }
-    Status s = embed(batch, *rows);
+    Status s = embedBatch(batch, rows);
     if (!s.isOk()) return s;
     ++steps_;
     auto loss = options_.pipeline->step(steps_, dlrmStageRows(batch, options_.dlrm, pooledPtrs_.data()));
@@ -498,10 +501,8 @@ Expected<ps::PushRequestPtr> WorkerCore::trainStepOnce(const Batch& batch, const
   }
   if (mlp_ && options_.pipeline) {
     // The stages run the whole step, micro-batch by micro-batch.
-    if (batch.denseWidth != mlp_->inputWidth()) {
-      return Status::invalidArgument(
-          fmt::format("batch has {} features, the MLP takes {}", batch.denseWidth, mlp_->inputWidth()));
-    }
+    Status s = checkMlpBatch(batch);
+    if (!s.isOk()) return s;
     ++steps_;
     auto loss = options_.pipeline->step(steps_, std::make_shared<const Batch>(batch));
     if (!loss.hasValue()) return loss.status();
@@ -512,10 +513,8 @@ Expected<ps::PushRequestPtr> WorkerCore::trainStepOnce(const Batch& batch, const
   }
   if (mlp_ && options_.stage) {
     // This process's stage of the step; its neighbours' in theirs.
-    if (batch.denseWidth != mlp_->inputWidth()) {
-      return Status::invalidArgument(
-          fmt::format("batch has {} features, the MLP takes {}", batch.denseWidth, mlp_->inputWidth()));
-    }
+    Status s = checkMlpBatch(batch);
+    if (!s.isOk()) return s;
     ++steps_;
     auto loss = options_.stage->step(steps_, std::make_shared<const Batch>(batch), options_.comm.get());
     if (!loss.hasValue()) {

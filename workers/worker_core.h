@@ -211,6 +211,11 @@ class WorkerCore final {
 
  private:
   Status embed(const Batch& batch, const ps::PullReply& rows);
+  // A DLRM batch and its pull's reply checked (the rows there, the dense
+  // width the model's), then embed.
+  Status embedBatch(const Batch& batch, const ps::PullReplyPtr& rows);
+  // An MLP batch of the model's input width.
+  Status checkMlpBatch(const Batch& batch) const;
   // The bags of all tables of the last embed(), table-major.
   kernels::EmbeddingBags allBags(int64_t rows) const;
   Status forward(const Batch& batch, const ps::PullReplyPtr& rows);

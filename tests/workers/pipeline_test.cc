@@ -526,6 +526,39 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// Two nodes of the transport's in-process twin (encoded and decoded as over
+// UCX), each with an actor system of its own; node 1 the coordinator.
+struct TwoNodes {
+  std::shared_ptr<transport::LocalNetwork> net = transport::LocalNetwork::create();
+  caf::actor_system_config c1, c2;
+  std::unique_ptr<caf::actor_system> s1, s2;
+  std::unique_ptr<transport::RemoteActors> r1, r2;  // (go before the systems)
+
+  void start() {
+    c1.set("scheduler.max-threads", 2);
+    c2.set("scheduler.max-threads", 2);
+    s1 = std::make_unique<caf::actor_system>(c1);
+    s2 = std::make_unique<caf::actor_system>(c2);
+    transport::NodeOptions o;
+    o.token = "test-token";
+    o.heartbeatInterval = 50ms;
+    o.heartbeatTimeout = 2000ms;
+    o.network = net;
+    o.nodeId = 1;
+    o.isCoordinator = true;
+    auto a = transport::RemoteActors::start(*s1, o);
+    ASSERT_TRUE(a.hasValue()) << a.status().message();
+    r1 = std::move(*a);
+    o.nodeId = 2;
+    o.isCoordinator = false;
+    o.coordinator = r1->node().address();
+    auto b = transport::RemoteActors::start(*s2, o);
+    ASSERT_TRUE(b.hasValue()) << b.status().message();
+    r2 = std::move(*b);
+    ASSERT_TRUE(r2->node().waitForMembers(2, 5s).isOk());
+  }
+};
+
 // Stages on two nodes of the transport's in-process twin (encoded and
 // decoded as over UCX: the activations and gradients between stages 1 and 2
 // cross as raw float32 buffers, the driver's steps and the stages' answers
@@ -533,26 +566,11 @@ using namespace std::chrono_literals;
 // unsplit model, both schedules. Then a stage's node crashes: the step
 // fails at once, naming the stage, not at the timeout.
 TEST(Pipeline, StagesOnTwoNodesOfTheTransportGiveTheUnsplitModelsBits) {
-  auto net = transport::LocalNetwork::create();
-  caf::actor_system_config c1, c2;
-  c1.set("scheduler.max-threads", 2);
-  c2.set("scheduler.max-threads", 2);
-  caf::actor_system s1{c1}, s2{c2};
-  transport::NodeOptions o;
-  o.token = "test-token";
-  o.heartbeatInterval = 50ms;
-  o.heartbeatTimeout = 2000ms;
-  o.network = net;
-  o.nodeId = 1;
-  o.isCoordinator = true;
-  auto r1 = transport::RemoteActors::start(s1, o);
-  ASSERT_TRUE(r1.hasValue()) << r1.status().message();
-  o.nodeId = 2;
-  o.isCoordinator = false;
-  o.coordinator = (*r1)->node().address();
-  auto r2 = transport::RemoteActors::start(s2, o);
-  ASSERT_TRUE(r2.hasValue()) << r2.status().message();
-  ASSERT_TRUE((*r2)->node().waitForMembers(2, 5s).isOk());
+  TwoNodes nodes;
+  ASSERT_NO_FATAL_FAILURE(nodes.start());
+  auto& net = nodes.net;
+  caf::actor_system &s1 = *nodes.s1, &s2 = *nodes.s2;
+  auto *r1 = &nodes.r1, *r2 = &nodes.r2;  // ((*r1)->, **r1: the node's RemoteActors)
 
   std::vector<caf::actor> spawned;
   for (PipelineSchedule schedule : kSchedules) {
@@ -624,26 +642,11 @@ TEST(Pipeline, StagesOnTwoNodesOfTheTransportGiveTheUnsplitModelsBits) {
 // comes up is a timeout naming it.
 TEST(Pipeline, StagesDrivenInTwoProcessesGiveTheUnsplitModelsBitsAndFindALostNeighbour) {
   using namespace std::chrono_literals;
-  auto net = transport::LocalNetwork::create();
-  caf::actor_system_config c1, c2;
-  c1.set("scheduler.max-threads", 2);
-  c2.set("scheduler.max-threads", 2);
-  caf::actor_system s1{c1}, s2{c2};
-  transport::NodeOptions o;
-  o.token = "test-token";
-  o.heartbeatInterval = 50ms;
-  o.heartbeatTimeout = 2000ms;
-  o.network = net;
-  o.nodeId = 1;
-  o.isCoordinator = true;
-  auto r1 = transport::RemoteActors::start(s1, o);
-  ASSERT_TRUE(r1.hasValue()) << r1.status().message();
-  o.nodeId = 2;
-  o.isCoordinator = false;
-  o.coordinator = (*r1)->node().address();
-  auto r2 = transport::RemoteActors::start(s2, o);
-  ASSERT_TRUE(r2.hasValue()) << r2.status().message();
-  ASSERT_TRUE((*r2)->node().waitForMembers(2, 5s).isOk());
+  TwoNodes nodes;
+  ASSERT_NO_FATAL_FAILURE(nodes.start());
+  auto& net = nodes.net;
+  caf::actor_system &s1 = *nodes.s1, &s2 = *nodes.s2;
+  auto *r1 = &nodes.r1, *r2 = &nodes.r2;  // ((*r1)->, **r1: the node's RemoteActors)
 
   const int m = 4;
   auto options = stagesOf(2, m, PipelineSchedule::k1F1B);
