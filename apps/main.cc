@@ -1,10 +1,12 @@
 // The `troupe` command line. Each subcommand lives in its own *_command.cc;
 // this file only wires them up and maps parse errors to exit status 2.
+#include <chrono>
 #include <cstdio>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
+#include "actors/actor_system.h"
 #include "apps/bench_command.h"
 #include "apps/chaos_command.h"
 #include "apps/cli_common.h"
@@ -55,6 +57,11 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "troupe: error: %s (see 'troupe --help')\n", e.what());
     return troupe::apps::kExitUsage;
+  }
+  // No library finalizer may run beside an actor thread's own exit (see
+  // awaitActorThreadsGone); they are gone within milliseconds.
+  if (const size_t left = troupe::actors::awaitActorThreadsGone(std::chrono::seconds(5))) {
+    std::fprintf(stderr, "troupe: %zu actor threads still running 5 s after the work ended; exiting anyway\n", left);
   }
   return result;
 }
