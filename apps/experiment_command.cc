@@ -524,8 +524,9 @@ int runExperiment(const ExperimentFlags& f) {
   }
   md += "\nThe whole table: `experiment.csv`.";
   if (targetValue) {
-    md += " Time and steps to the target come from the evaluations during training (metrics.csv; a job of "
-          "processes evaluates only at the end, so its columns stay empty).";
+    md += " Time and steps to the target come from each run's evaluations in metrics.csv (its worker 0's "
+          "training seconds and steps at the first evaluation that reached it: train.eval_every_steps or "
+          "train.eval_every_seconds set how often; without them a job of processes evaluates only at the end).";
   }
   md += "\n\n";
   if (plotted) {

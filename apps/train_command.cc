@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <optional>
 
 #include "actors/coordinator_process.h"
@@ -107,7 +108,8 @@ Expected<workers::TrainReport> reportOf(const JobOutcome& o) {
 // the run directory, and are stopped (by PID) when the job ends.
 // `troupe launch --role coordinator` comes here too and starts none.
 workers::JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, const std::string& runDir,
-                                ProgressLine& progress, const std::optional<Resumed>& resumed) {
+                                ProgressLine& progress, const std::optional<Resumed>& resumed,
+                                std::function<void(const workers::EvalPoint&, double)> onEval) {
   const CommonFlags& common = flags.common;
   auto log = logger("apps");
   const int64_t workers = config.getInt("cluster.workers");
@@ -144,6 +146,7 @@ workers::JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, c
                                 p.worker, p.epoch + 1, epochs, p.step, p.loss, p.samplesPerSec,
                                 compressing ? fmt::format("  wire x{:.3f}", p.wireRatio) : std::string()));
   };
+  jo.onEval = std::move(onEval);
   const bool checkpoints = config.getInt("checkpoint.every_steps") > 0 || config.getInt("checkpoint.every_seconds") > 0;
   // (A pipeline across processes sums over the ring whatever the backend says.)
   const bool pipelineProcesses = pipe.any() && config.getInt("cluster.workers") > 0;
@@ -313,6 +316,7 @@ int runTrain(const TrainFlags& flags) {
   worker.maxSteps = config.getInt("train.max_steps");
   worker.progressEverySteps = positive(config, "train.progress_every");
   worker.evaluateEachEpoch = config.getBool("train.eval_each_epoch");
+  const workers::EvalSchedule evalSchedule = workers::evalScheduleOf(config, worker.core.kind);
   worker.lrDecayPerEpoch = config.getFloat("train.lr_decay");
   if (!(worker.lrDecayPerEpoch > 0 && worker.lrDecayPerEpoch <= 1)) {
     TROUPE_SETUP_ERROR("config: train.lr_decay must be in (0, 1], got {}", worker.lrDecayPerEpoch);
@@ -344,11 +348,40 @@ int runTrain(const TrainFlags& flags) {
   job.tables.tables = tableOptions(config, worker.core);
   job.tables.threads = threads;
 
+  // metrics.csv: a row an evaluation (the epochs' in one process, those
+  // during training, the final one), written as they come (from the
+  // worker's, the evaluator's or the coordinator's thread: one at a time).
   std::ofstream metrics(runDir + "/metrics.csv");
-  metrics << "epoch,step,elapsed_s,rows,loss,auc,accuracy\n";
+  metrics << "epoch,step,elapsed_s,rows,loss,auc,accuracy,samples,wall_s\n";
+  std::recursive_mutex outputMutex;  // the progress line, the log and metrics.csv
   ProgressLine progress("train", "rows");
+  auto metricsRow = [&](int64_t epoch, int64_t step, double elapsed, int64_t rows, double loss, double auc,
+                        double accuracy, int64_t samples) {
+    std::lock_guard<std::recursive_mutex> lock(outputMutex);
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wallStart).count();
+    metrics << fmt::format("{},{},{:.3f},{},{},{},{},{},{:.3f}\n", epoch, step, elapsed, rows, jsonNumber(loss),
+                           jsonNumber(auc), jsonNumber(accuracy), samples, wall);
+    metrics.flush();
+  };
+  // An evaluation during training (train.eval_every_*), logged as it comes.
+  int64_t evalPoints = 0, snapshotsReplaced = 0;
+  auto evalPoint = [&, kind = worker.core.kind](const workers::EvalPoint& p) {
+    std::lock_guard<std::recursive_mutex> lock(outputMutex);
+    ++evalPoints;
+    snapshotsReplaced = p.skipped;
+    progress.finish();
+    if (kind == workers::ModelKind::kDlrm) {
+      log->info("eval at step {} (worker {}, {:.1f} s of training): test AUC {:.5f}  log-loss {:.5f}", p.step, p.rank,
+                p.trainSeconds, p.auc, p.loss);
+    } else {
+      log->info("eval at step {} (worker {}, {:.1f} s of training): test accuracy {:.4f}  loss {:.4f}", p.step,
+                p.rank, p.trainSeconds, p.accuracy, p.loss);
+    }
+    metricsRow(p.epoch + 1, p.step, p.trainSeconds, p.rows, p.loss, p.auc, p.accuracy, p.samples);
+  };
   const int64_t epochs = worker.epochs;
   worker.onEvent = [&](const workers::WorkerEvent& e) {
+    std::lock_guard<std::recursive_mutex> lock(outputMutex);
     if (e.kind == workers::WorkerEvent::Kind::kProgress) {
       const int64_t total = e.rowsPerEpoch * epochs;
       const int64_t done = e.rowsPerEpoch * e.epoch + e.epochRows;
@@ -372,9 +405,7 @@ int runTrain(const TrainFlags& flags) {
       log->info("eval after epoch {} (step {}): test accuracy {:.4f}  loss {:.4f}", e.epoch + 1, e.step, r.accuracy,
                 r.loss);
     }
-    metrics << fmt::format("{},{},{:.3f},{},{},{},{}\n", e.epoch + 1, e.step, e.elapsedSec, r.rows,
-                           jsonNumber(r.loss), jsonNumber(r.auc), jsonNumber(r.accuracy));
-    metrics.flush();
+    metricsRow(e.epoch + 1, e.step, e.elapsedSec, r.rows, r.loss, r.auc, r.accuracy, e.samples);
   };
 
   job.worker = worker;
@@ -473,8 +504,15 @@ int runTrain(const TrainFlags& flags) {
                        "train.mode = allreduce)");
   }
   if (clusterWorkers > 0) {
-    outcome = runLocalJob(config, flags, runDir, progress, resumed);
+    outcome = runLocalJob(config, flags, runDir, progress, resumed,
+                          [&evalPoint](const workers::EvalPoint& p, double) { evalPoint(p); });
     report = reportOf(outcome);
+    if (report.hasValue() && !report->evals.empty() && worker.core.kind != workers::ModelKind::kCount) {
+      // The final evaluation, after the last step (in one process the last
+      // epoch's row is that).
+      const workers::EvalResult& r = report->evals.back();
+      metricsRow(epochs, report->steps, report->trainSeconds, r.rows, r.loss, r.auc, r.accuracy, report->samples);
+    }
     if (!outcome.faultPlan.empty()) {
       // The fault report, whether the job finished or not (written before a
       // baseline runs, and again with its figure once it has).
@@ -495,7 +533,7 @@ int runTrain(const TrainFlags& flags) {
         fs::create_directories(dir, ec);
         if (ec) TROUPE_SETUP_ERROR("cannot create '{}': {}", dir, ec.message());
         logger("apps")->info("--baseline: the same job without its faults, in {}", dir);
-        baseline = runLocalJob(free, flags, dir, progress, resumed);
+        baseline = runLocalJob(free, flags, dir, progress, resumed, nullptr);
         progress.finish();
       }
       const workers::FaultReport faults = workers::faultReport(outcome, binary, baseline ? &*baseline : nullptr);
@@ -504,6 +542,8 @@ int runTrain(const TrainFlags& flags) {
       std::fflush(stdout);
     }
   } else {
+    job.evalSchedule = evalSchedule;
+    job.onEvalPoint = evalPoint;
     report = workers::runInProcess(job);
   }
   progress.finish();
@@ -547,6 +587,12 @@ int runTrain(const TrainFlags& flags) {
   field("train_seconds", jsonNumber(report->trainSeconds));
   field("eval_seconds", jsonNumber(report->evalSeconds));
   field("wall_seconds", jsonNumber(wall));
+  if (evalSchedule.any()) {
+    // Snapshots handed to the evaluator: evaluated (a row of metrics.csv
+    // each), or replaced by a later one while a pass was under way.
+    field("evaluations_during_training",
+          fmt::format("{{\"points\": {}, \"snapshots_replaced\": {}}}", evalPoints, snapshotsReplaced));
+  }
   field("steps", std::to_string(report->steps));
   field("samples", std::to_string(report->samples));
   field("epochs", std::to_string(epochs));

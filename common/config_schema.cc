@@ -53,6 +53,11 @@ std::vector<Config::Key> troupeConfigSchema() {
       {"train.lr_decay", T::kFloat, 1.0, "dense learning rate multiplied by this after every epoch"},
       {"train.weight_decay", T::kFloat, 0.0, "L2 (sgd) or decoupled (adam) weight decay of dense weights"},
       {"train.eval_each_epoch", T::kBool, true, "evaluate on the test set after every epoch, not only the last"},
+      {"train.eval_every_steps", T::kInt, int64_t{0},
+       "also evaluate on the test set every this many steps while training (worker 0's; beside it, on a snapshot); "
+       "0 = not by steps"},
+      {"train.eval_every_seconds", T::kFloat, 0.0,
+       "also evaluate on the test set every this many seconds of training (worker 0's); 0 = not by time"},
       {"train.progress_every", T::kInt, int64_t{100}, "steps between progress reports"},
       // ---- synthetic Criteo generator ----
       {"data.synthetic.rows", T::kInt, int64_t{3'000'000}, "training rows"},

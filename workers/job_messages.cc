@@ -23,7 +23,8 @@ transport::WireTypes trainingWireTypes() {
       .add<ModelCut>("troupe.ModelCut")
       .add<ModelWritten>("troupe.ModelWritten")
       .add<ResidualSnapshot>("troupe.ResidualSnapshot")
-      .add<ResidualWritten>("troupe.ResidualWritten");
+      .add<ResidualWritten>("troupe.ResidualWritten")
+      .add<EvalPoint>("troupe.EvalPoint");
   return t;
 }
 

@@ -10,6 +10,8 @@
 //                  evaluates the final model). An answer, not a request:
 //                  the wait lasts as long as the slowest worker trains, and
 //                  ends with the coordinator if it goes.
+//   EvalPoint      worker 0's evaluator -> coordinator, a test-set
+//                  evaluation during training (train.eval_every_*)
 //   WorkerReport   worker -> coordinator at the end -> int64_t rank (ack)
 //   CheckpointPause / CheckpointPaused / CheckpointResume
 //                  coordinator -> worker (its "trainer" actor): stop at the
@@ -71,6 +73,16 @@ struct Progress {
 struct GateRequest {
   int64_t rank = 0, steps = 0, samples = 0;
   double trainSeconds = 0;
+};
+
+// Evaluation during training (workers/evaluator_actor.h): the evaluator
+// beside worker 0 -> coordinator, a point of the test metrics: the
+// snapshot's place (epoch, step, the worker's training seconds and
+// samples), the test rows, their metrics, the pass's own seconds, and the
+// snapshots replaced before a pass took them.
+struct EvalPoint {
+  int64_t rank = 0, epoch = 0, step = 0, samples = 0, rows = 0, skipped = 0;
+  double trainSeconds = 0, evalSeconds = 0, loss = 0, auc = 0, accuracy = 0;
 };
 
 struct GateDecision {
@@ -255,6 +267,11 @@ typename Inspector::result_type inspect(Inspector& f, Progress& x) {
            x.samplesPerSec, x.wireRatio);
 }
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, EvalPoint& x) {
+  return f(caf::meta::type_name("EvalPoint"), x.rank, x.epoch, x.step, x.samples, x.rows, x.skipped, x.trainSeconds,
+           x.evalSeconds, x.loss, x.auc, x.accuracy);
+}
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, GateRequest& x) {
   return f(caf::meta::type_name("GateRequest"), x.rank, x.steps, x.samples, x.trainSeconds);
 }
@@ -317,4 +334,5 @@ CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::ModelCut))
 CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::ModelWritten))
 CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::ResidualSnapshot))
 CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::ResidualWritten))
+CAF_ADD_TYPE_ID(troupe_workers, (troupe::workers::EvalPoint))
 CAF_END_TYPE_ID_BLOCK(troupe_workers)

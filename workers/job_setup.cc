@@ -220,6 +220,30 @@ bool CompressionConfig::any() const {
          allreduce.kind != kernels::CodecKind::kNone;
 }
 
+EvalSchedule evalScheduleOf(const Config& c, ModelKind kind) {
+  EvalSchedule out;
+  out.everySteps = c.getInt("train.eval_every_steps");
+  out.everySeconds = c.getFloat("train.eval_every_seconds");
+  if (out.everySteps < 0) TROUPE_SETUP_ERROR("config: train.eval_every_steps must be >= 0, got {}", out.everySteps);
+  if (!(out.everySeconds >= 0) || out.everySeconds > 1e9) {
+    TROUPE_SETUP_ERROR("config: train.eval_every_seconds must be >= 0 (seconds), got {}", out.everySeconds);
+  }
+  if (!out.any()) return out;
+  const std::string key = out.everySteps > 0 ? "train.eval_every_steps" : "train.eval_every_seconds";
+  if (kind == ModelKind::kCount) {
+    TROUPE_SETUP_ERROR("config: {}: the count model is checked against the counts once training is over, not "
+                       "evaluated during it",
+                       key);
+  }
+  const int64_t stages = c.getInt("pipeline.stages"), replicas = c.getInt("pipeline.replicas");
+  if ((stages > 1 || replicas > 1) && c.getInt("cluster.workers") > 0) {
+    TROUPE_SETUP_ERROR("config: {}: a pipeline across processes holds the model in pieces and evaluates it only "
+                       "at the end",
+                       key);
+  }
+  return out;
+}
+
 PipelineConfig pipelineOf(const Config& c) {
   PipelineConfig out;
   const int64_t stages = c.getInt("pipeline.stages"), micro = c.getInt("pipeline.micro_batches");

@@ -17,6 +17,7 @@
 #include "kernels/row_optimizer.h"
 #include "ps/embedding_table.h"
 #include "workers/batch_source.h"
+#include "workers/eval_schedule.h"
 #include "workers/pipeline_schedule.h"
 #include "workers/worker_core.h"
 
@@ -72,6 +73,10 @@ struct PipelineConfig {
   std::vector<int> cut;  // the first layer of stages 1 .. stages - 1, or empty
 };
 PipelineConfig pipelineOf(const Config& c);
+// train.eval_every_steps / train.eval_every_seconds, checked (>= 0, and not
+// for the count model nor a pipeline across processes, which evaluate only
+// at the end). Throws SetupError naming the key.
+EvalSchedule evalScheduleOf(const Config& c, ModelKind kind);
 // The cut of an MLP of `widths` for `p` (cutMlpLayers' form: 0, the first
 // layer of each later stage, the layer count), refused naming pipeline.cut
 // when it does not fit the model.

@@ -5,6 +5,7 @@
 #include "actors/actor_system.h"
 #include "common/logging.h"
 #include "kernels/kernels.h"
+#include "workers/evaluator_actor.h"
 #include "workers/loader_actor.h"
 #include "workers/messages.h"
 #include "workers/pipeline_actor.h"
@@ -39,11 +40,24 @@ Expected<TrainReport> runInProcess(const InProcessJob& job) {
   }
   auto core = std::make_unique<WorkerCore>(coreOptions);  // throws SetupError on a bad model
   coreOptions.pipeline.reset();  // the core holds it: it goes with the worker
-  auto trainLoader = spawnLoader(system, job.train, job.prefetch);
-  auto testLoader = spawnLoader(system, job.test, job.prefetch);
   caf::actor tables;
   if (job.worker.core.kind != ModelKind::kMlp) tables = ps::spawnTableHolder(system, tableOptions);
-  auto worker = spawnWorker(system, job.worker, std::move(core), trainLoader, testLoader, tables);
+  WorkerOptions workerOptions = job.worker;
+  caf::actor evaluator;
+  if (job.evalSchedule.any()) {
+    // (It reads the test set now, before the test loader does.)
+    EvaluatorOptions eo;
+    eo.core = coreOptions;
+    eo.test = job.test;
+    eo.tables = tables;
+    eo.onPoint = job.onEvalPoint;
+    evaluator = spawnEvaluator(system, std::move(eo));
+    workerOptions.evaluator = evaluator;
+    workerOptions.evalSchedule = job.evalSchedule;
+  }
+  auto trainLoader = spawnLoader(system, job.train, job.prefetch);
+  auto testLoader = spawnLoader(system, job.test, job.prefetch);
+  auto worker = spawnWorker(system, workerOptions, std::move(core), trainLoader, testLoader, tables);
 
   Expected<TrainReport> result = Status::internal("training ended without a report");
   {
@@ -65,7 +79,7 @@ Expected<TrainReport> runInProcess(const InProcessJob& job) {
       self->receive([&](TrainReportPtr report) { result = *report; }, [&](caf::error&) {},
                     caf::after(std::chrono::milliseconds(0)) >> [] {});
     }
-    for (const auto& a : {trainLoader, testLoader, tables, worker}) {
+    for (const auto& a : {trainLoader, testLoader, tables, worker, evaluator}) {
       if (a) self->send_exit(a, caf::exit_reason::user_shutdown);
     }
   }

@@ -6,12 +6,14 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "common/status.h"
 #include "ps/table_holder.h"
 #include "workers/batch_source.h"
+#include "workers/job_messages.h"
 #include "workers/job_setup.h"
 #include "workers/worker_actor.h"
 
@@ -29,6 +31,10 @@ struct InProcessJob {
   PipelineConfig pipeline;
   std::vector<int> pipelineCut;
   std::chrono::seconds pipelineStepTimeout{300};
+  // Evaluations during training (workers/evaluator_actor.h): when, and
+  // what gets each point (on the evaluator's thread).
+  EvalSchedule evalSchedule;
+  std::function<void(const EvalPoint&)> onEvalPoint;
 };
 
 Expected<TrainReport> runInProcess(const InProcessJob& job);

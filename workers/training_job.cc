@@ -105,7 +105,7 @@ StalenessSummary summarizeStaleness(const std::vector<ShardSummary>& shards) {
 }
 
 TrainingJob::TrainingJob(const Config& config, TrainingJobOptions options)
-    : onProgress_(std::move(options.onProgress)), configText_(config.toToml()), config_(config) {
+    : onProgress_(std::move(options.onProgress)), onEval_(std::move(options.onEval)), configText_(config.toToml()), config_(config) {
   generation_ = config.getInt("cluster.generation");
   if (const PipelineConfig pipe = pipelineOf(config); pipe.any()) pipelineStages_ = pipe.stages;
   checkpointBase_ = options.checkpointDir;
@@ -154,6 +154,7 @@ TrainingJob::TrainingJob(const Config& config, TrainingJobOptions options)
   for (int64_t w = 0; w < workers_ && size_t(w) < latestCut_.size(); ++w) lastStep_[size_t(w)] = latestCut_[size_t(w)];
   for (int64_t w = 0; w < workers_; ++w) holdsModel_.insert(w);
   rate_.assign(size_t(workers_), 0.0);
+  progressSamples_.assign(size_t(workers_), 0);
   reported_.assign(size_t(workers_), false);
   offers_.resize(size_t(workers_));
   outcome_.workers.resize(size_t(workers_));
@@ -1468,6 +1469,7 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
       [this, &job](const Progress& p) {
         if (p.rank < 0 || p.rank >= workers_) return;
         rate_[size_t(p.rank)] = p.samplesPerSec;
+        progressSamples_[size_t(p.rank)] = p.rowsPerEpoch * p.epoch + p.epochRows;
         lastProgress_[size_t(p.rank)] = Clock::now();
         lastStep_[size_t(p.rank)] = p.step;
         unheard_.erase(p.rank);
@@ -1487,6 +1489,18 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
           if (members[w].live() && !reported_[w] && countsTraining(int64_t(w), false)) out.samplesPerSec += rate_[w];
         }
         onProgress_(out);
+      },
+      [this, &job](const EvalPoint& p) {
+        if (!onEval_ || job.over() || p.rank < 0 || p.rank >= workers_) return;
+        EvalPoint q = p;
+        if (mode_ == TrainMode::kPs) {
+          // The snapshot has its worker's samples; the others' as of their
+          // last progress report (a sync mode's count every rank's).
+          for (int64_t w = 0; w < workers_; ++w) {
+            if (w != p.rank) q.samples += progressSamples_[size_t(w)];
+          }
+        }
+        onEval_(q, job.elapsed());
       },
       [this, &job](const GateRequest& g) -> caf::typed_response_promise<GateDecision> {
         auto promise = job.self()->make_response_promise<GateDecision>();

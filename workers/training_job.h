@@ -204,6 +204,9 @@ inline std::string psClientName(int64_t rank) { return "psclient" + std::to_stri
 
 struct TrainingJobOptions {
   std::function<void(const JobProgress&)> onProgress;  // on the coordinator's thread
+  // An evaluation during training (train.eval_every_*), with the seconds
+  // since the job started; on the coordinator's thread.
+  std::function<void(const EvalPoint&, double wallSeconds)> onEval;
   // Where checkpoints go (checkpoint.dir, or the run directory's
   // checkpoints/); "" when the job writes none.
   std::string checkpointDir;
@@ -294,6 +297,7 @@ class TrainingJob final : public actors::JobPolicy {
   WorkerLoss onWorkerLoss_ = WorkerLoss::kRestart;
   int64_t epochs_ = 1, maxSteps_ = 0;
   std::function<void(const JobProgress&)> onProgress_;
+  std::function<void(const EvalPoint&, double)> onEval_;
   std::string configText_;
   JobShape shape_;
   // Checkpoints.
@@ -332,6 +336,7 @@ class TrainingJob final : public actors::JobPolicy {
   Config config_;
   std::atomic<bool> started_{false};
   std::vector<double> rate_;  // per worker: samples/s it reported last
+  std::vector<int64_t> progressSamples_;  // per worker: samples it had trained at its last progress report
   // Per worker: when it last reported a step, and which.
   std::vector<std::chrono::steady_clock::time_point> lastProgress_;
   std::vector<int64_t> lastStep_;

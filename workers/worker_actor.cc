@@ -16,6 +16,7 @@
 #include "ps/messages.h"
 #include "ps/table_holder.h"
 #include "ps/wire.h"
+#include "workers/evaluator_actor.h"
 #include "workers/job_messages.h"
 #include "workers/messages.h"
 #include "workers/model_image.h"
@@ -81,6 +82,10 @@ struct WorkerState {
   int64_t groupEpoch = 0;  // of the group this worker formed last
   DataDivision division;   // sync modes: how its group divides the data
   bool running = false;    // run_atom came
+  // The last snapshot handed to the evaluator: its step and training seconds.
+  int64_t snapshotStep = 0;
+  double snapshotSeconds = 0;
+  bool evaluatorDrained = false;  // asked, at the end of training
   // Sync modes: writes the model of a checkpoint beside training.
   std::unique_ptr<std::thread> writer;
   // Compression: writes the codecs' residuals of a checkpoint beside training.
@@ -175,6 +180,21 @@ void afterStep(Self* self, const Batch& batch) {
   ++st.epochSteps;
   const int64_t step = st.core->steps();
   reportProgress(self, step % st.options.progressEverySteps == 0);
+  if (st.options.evaluator && st.options.evalSchedule.due(step, st.trainSeconds, st.snapshotStep,
+                                                                   st.snapshotSeconds)) {
+    st.snapshotStep = step;
+    st.snapshotSeconds = st.trainSeconds;
+    auto snap = std::make_shared<EvalSnapshot>();
+    snap->epoch = st.epoch;
+    snap->step = step;
+    snap->samples = st.core->samplesApplied();  // every rank's in a sync mode, else this worker's
+    snap->trainSeconds = st.trainSeconds;
+    if (!st.core->options().denseOnServers) {
+      const float* w = st.core->denseWeights();
+      snap->dense.assign(w, w + st.core->denseParameters());
+    }
+    self->send(st.options.evaluator, EvalSnapshotPtr(std::move(snap)));
+  }
   if (st.options.maxSteps > 0 && step >= st.options.maxSteps) {
     evaluate(self);
   } else {
@@ -389,6 +409,7 @@ void nextEvalBatch(Self* self) {
                 e.epoch = st.epoch;
                 e.step = st.core->steps();
                 e.elapsedSec = st.trainSeconds;
+                e.samples = st.core->samplesApplied();
                 e.eval = &st.report->evals.back();
                 st.options.onEvent(e);
               }
@@ -446,6 +467,20 @@ void evaluate(Self* self) {
   auto& st = self->state;
   const bool last = st.epoch + 1 >= st.options.epochs ||
                     (st.options.maxSteps > 0 && st.core->steps() >= st.options.maxSteps);
+  if (last && st.options.evaluator && !st.evaluatorDrained) {
+    // Every snapshot handed over is evaluated (or replaced by a later one)
+    // before the job ends; an evaluator that does not answer in time is
+    // left to be stopped with the process.
+    st.evaluatorDrained = true;
+    self->request(st.options.evaluator, st.options.requestTimeout, drain_atom::value)
+        .then([=](int64_t) { evaluate(self); },
+              [=](caf::error& err) {
+                logger("worker")->warn("worker {}: the evaluations during training did not finish: {}",
+                                       self->state.core->options().worker, caf::to_string(err));
+                evaluate(self);
+              });
+    return;
+  }
   if (!st.options.evaluateEachEpoch && !last) {
     ++st.epoch;
     return startEpoch(self);

@@ -43,6 +43,7 @@
 #include "actors/fault_plan.h"
 #include "actors/messages.h"
 #include "common/status.h"
+#include "workers/eval_schedule.h"
 #include "workers/regroup.h"
 #include "workers/worker_core.h"
 
@@ -57,6 +58,7 @@ struct WorkerEvent {
   double meanLoss = 0;        // training loss since the last progress event
   double samplesPerSec = 0;   // training throughput since the start
   double elapsedSec = 0;      // training time so far (evaluations excluded)
+  int64_t samples = 0;        // kEval: WorkerCore::samplesApplied at the evaluation
   const EvalResult* eval = nullptr;  // kEval
 };
 
@@ -108,6 +110,12 @@ struct WorkerOptions {
   // wait has no timeout of its own: it lasts while the slowest worker
   // trains, and the gate (the coordinator) going ends the process.
   caf::actor evalGate;
+  // Evaluation during training (workers/evaluator_actor.h): at a step
+  // boundary where one is due, the worker sends `evaluator` a snapshot
+  // (its dense weights copied, unless they live on the shards) and trains
+  // on. Null: none.
+  caf::actor evaluator;
+  EvalSchedule evalSchedule;
   // Faults of the job's plan that this worker fires at its steps
   // (actors/fault_plan.h): kill and stop once it has taken at_step steps,
   // slow from at_step on (each step sleeps before its work: `factor` - 1

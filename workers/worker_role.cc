@@ -19,6 +19,7 @@
 #include "ps/wire.h"
 #include "transport/remote_actors.h"
 #include "workers/checkpoint.h"
+#include "workers/evaluator_actor.h"
 #include "workers/residual_image.h"
 #include "workers/job_messages.h"
 #include "workers/job_setup.h"
@@ -591,6 +592,20 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
                       : share->reshare(division.epoch, division.fromBatch, rank, workers);
     if (!s.isOk()) TROUPE_SETUP_ERROR("{}: {}", modelPath, s.message());
   }
+  // Evaluations during training: rank 0's evaluator (it reads the test set
+  // now, before the test loader does).
+  const EvalSchedule evalSchedule = evalScheduleOf(config, model.kind);
+  caf::actor evaluator;
+  if (evalSchedule.any() && rank == 0) {
+    EvaluatorOptions eo;
+    eo.core = model;
+    eo.test = data.test;
+    eo.tables = client;
+    eo.requestTimeout = pullWaitBound(config) + std::chrono::seconds(30);
+    eo.rank = rank;
+    eo.onPoint = [coord = ctx.coordinator](const EvalPoint& p) { caf::anon_send(coord, p); };
+    evaluator = spawnEvaluator(ctx.system, std::move(eo));
+  }
   auto trainLoader = spawnLoader(ctx.system, share, prefetch);
   auto testLoader = spawnLoader(ctx.system, data.test, prefetch);
   WorkerOptions wo;
@@ -604,6 +619,8 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   wo.progressEverySteps = positive(config, "train.progress_every");
   wo.evaluateEachEpoch = false;
   wo.evalGate = ctx.coordinator;
+  wo.evaluator = evaluator;
+  wo.evalSchedule = evalSchedule;
   wo.skipBatches = mode == TrainMode::kPs ? resumeAt : 0;
   wo.division = division;
   if (resumedModel) wo.startEpoch = resumedModel->epoch;  // its share starts at the cut
@@ -671,6 +688,7 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   std::vector<actors::ChildSpec> children = {existing("train-loader", trainLoader),
                                              existing("test-loader", testLoader)};
   if (client) children.push_back(existing("tables", client));
+  if (evaluator) children.push_back(existing("evaluator", evaluator));
   auto spawnWorker = [&system = ctx.system, &remote = ctx.remote, wo, core, trainLoader, testLoader, client, rank]() {
     auto w = workers::spawnWorker(system, wo, std::move(*core), trainLoader, testLoader, client);
     remote.publish(w, trainerName(rank));  // the coordinator pauses it for checkpoints

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "tests/common/subprocess.h"
 #include "tests/common/temp_dir.h"
@@ -101,6 +102,62 @@ TEST(TrainTest, SmallMlpOnFashionMnistLearns) {
   EXPECT_EQ(field(json, "test_rows"), 10000) << json;
   const std::string preds = readFile(dir.file("p.tsv"));
   EXPECT_EQ(preds.find('.'), std::string::npos) << "classes, not probabilities";
+}
+
+// train.eval_every_steps: the evaluator beside the worker evaluates a copy
+// of the model at each due step while training goes on. Its point at step
+// 60 is the model of step 60 exactly: the final evaluation of a run that
+// stops there (one thread each, so both sum alike) gives the same metrics.
+// Every snapshot is evaluated or replaced before the run ends, and the
+// evaluation leaves training as it was (the same final model).
+TEST(TrainTest, EvaluationsDuringTrainingAreOfTheModelAtTheirStep) {
+  TempDir dir;
+  auto run = [&](const std::string& name, const std::vector<std::string>& sets) {
+    std::vector<std::string> args = {"train", "--config",
+                                     std::string(TROUPE_SOURCE_ROOT) + "/configs/mlp-fashion-mnist.toml",
+                                     "--threads", "1", "--set", "run.dir=" + dir.file("runs"), "--set",
+                                     "run.name=" + name, "--summary-json", dir.file(name + ".json")};
+    for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+    auto r = troupe(args);
+    EXPECT_EQ(r.exitCode, 0) << r.err;
+    return readFile(dir.file(name + ".json"));
+  };
+  const std::string during = run("during", {"train.max_steps=200", "train.eval_every_steps=60"});
+  const std::string at60 = run("at60", {"train.max_steps=60"});
+  const std::string plain = run("plain", {"train.max_steps=200"});
+  // metrics.csv: the points during training, then the final evaluation.
+  std::vector<std::vector<std::string>> rows;
+  {
+    std::stringstream in(readFile(dir.file("runs/during/metrics.csv")));
+    std::string line;
+    std::getline(in, line);
+    EXPECT_EQ(line, "epoch,step,elapsed_s,rows,loss,auc,accuracy,samples,wall_s");
+    while (std::getline(in, line)) {
+      std::vector<std::string> f;
+      std::stringstream ss(line);
+      std::string cell;
+      while (std::getline(ss, cell, ',')) f.push_back(cell);
+      ASSERT_EQ(f.size(), 9u) << line;
+      rows.push_back(f);
+    }
+  }
+  const auto summary = nlohmann::json::parse(during);
+  const int64_t points = summary.at("evaluations_during_training").at("points").get<int64_t>();
+  const int64_t replaced = summary.at("evaluations_during_training").at("snapshots_replaced").get<int64_t>();
+  EXPECT_EQ(points + replaced, 3) << during;  // steps 60, 120, 180
+  ASSERT_EQ(int64_t(rows.size()), points + 1) << readFile(dir.file("runs/during/metrics.csv"));
+  // The first snapshot finds the evaluator idle: never replaced.
+  EXPECT_EQ(rows[0][1], "60");
+  EXPECT_EQ(rows[0][3], "10000");
+  EXPECT_EQ(rows[0][7], std::to_string(60 * 128));
+  EXPECT_EQ(std::stod(rows[0][6]), field(at60, "test_accuracy")) << at60;
+  EXPECT_EQ(std::stod(rows[0][4]), field(at60, "test_loss")) << at60;
+  for (size_t i = 0; i + 1 < rows.size(); ++i) EXPECT_EQ(std::stoll(rows[i][1]) % 60, 0) << rows[i][1];
+  EXPECT_EQ(rows.back()[1], "200");
+  EXPECT_EQ(std::stod(rows.back()[6]), field(during, "test_accuracy"));
+  // Training went as it does without evaluations.
+  EXPECT_EQ(summary.at("dense_hash"), nlohmann::json::parse(plain).at("dense_hash"));
+  EXPECT_EQ(field(during, "test_accuracy"), field(plain, "test_accuracy"));
 }
 
 // pipeline.stages: the MLP cut into stage actors learns, and since every
@@ -307,6 +364,13 @@ TEST(TrainTest, BadConfigurationsAreOneLineErrors) {
       {{"pipeline.stages=3", "pipeline.cut=2,1"}, "pipeline.cut must list increasing layer numbers"},
       {{"pipeline.stages=3", "pipeline.cut=2"}, "pipeline.cut '2' makes 2 stages; pipeline.stages is 3"},
       {{"pipeline.micro_batches=0"}, "pipeline.micro_batches must be 1 to 4096, got 0"},
+      {{"train.eval_every_steps=-1"}, "train.eval_every_steps must be >= 0, got -1"},
+      {{"train.eval_every_seconds=-2"}, "train.eval_every_seconds must be >= 0 (seconds), got -2"},
+      {{"model.kind=count", "train.eval_every_steps=10"},
+       "train.eval_every_steps: the count model is checked against the counts once training is over"},
+      {{"cluster.workers=2", "train.mode=allreduce", "pipeline.stages=2", "model.kind=mlp", "data.kind=fashion-mnist",
+        "train.eval_every_seconds=5"},
+       "train.eval_every_seconds: a pipeline across processes holds the model in pieces"},
   };
   for (const auto& c : cases) {
     std::vector<std::string> args = {"train", "--config",

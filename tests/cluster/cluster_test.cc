@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -361,6 +362,78 @@ TEST_F(ClusterTest, WithOnWorkerLossFailALostWorkerEndsTheJobNamingIt) {
   EXPECT_NE(log.find("(supervision.on_worker_loss = fail)"), std::string::npos) << log;
   for (auto& p : job.ps) EXPECT_FALSE(p->wait(20s).timedOut);
   EXPECT_FALSE(job.workers[0]->wait(20s).timedOut);
+}
+
+// train.eval_every_steps in a job of processes: worker 0's evaluator
+// evaluates a copy of the model at each due step (allreduce: the dense
+// weights copied, the tables its rank's replica; ps: what the shards hold)
+// and the coordinator writes each point to metrics.csv as it comes, then
+// the final evaluation. Every snapshot is evaluated or replaced, and the
+// evaluations leave training as it was (allreduce: the same bits as the
+// job without them).
+TEST_F(ClusterTest, EvaluationsDuringTrainingAreWrittenAsTheyComeAndLeaveTrainingAsItWas) {
+  sharedMemoryFifo();  // no process is killed: the default transports
+  TempDir dir;
+  auto metricsRows = [&](const std::string& run) {
+    std::vector<std::vector<std::string>> rows;
+    std::stringstream in(readFile(dir.file("runs/" + run + "/metrics.csv")));
+    std::string line;
+    std::getline(in, line);
+    EXPECT_EQ(line, "epoch,step,elapsed_s,rows,loss,auc,accuracy,samples,wall_s");
+    while (std::getline(in, line)) {
+      std::vector<std::string> f;
+      std::stringstream ss(line);
+      std::string cell;
+      while (std::getline(ss, cell, ',')) f.push_back(cell);
+      EXPECT_EQ(f.size(), 9u) << line;
+      if (f.size() == 9) rows.push_back(f);
+    }
+    return rows;
+  };
+  for (const std::string mode : {"allreduce", "ps"}) {
+    SCOPED_TRACE(mode);
+    const std::vector<std::string> job = {"--set", "cluster.workers=2", "--set", "cluster.servers=2", "--set",
+                                          "train.mode=" + mode};
+    auto r = troupe(plus({"train"}, plus(smallJob(dir, mode), plus(job, {"--set", "train.eval_every_steps=50",
+                                                                         "--summary-json", dir.file(mode + ".json")}))));
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    const auto summary = nlohmann::json::parse(readFile(dir.file(mode + ".json")));
+    const auto rows = metricsRows(mode);
+    const int64_t points = summary.at("evaluations_during_training").at("points").get<int64_t>();
+    const int64_t replaced = summary.at("evaluations_during_training").at("snapshots_replaced").get<int64_t>();
+    // Worker 0 takes 156 steps (allreduce: 39936 rows in whole batches of
+    // 2 x 128) or 157 (ps: its half of 313 batches): a snapshot at steps
+    // 50, 100 and 150.
+    EXPECT_EQ(points + replaced, 3) << summary.dump();
+    ASSERT_EQ(int64_t(rows.size()), points + 1);
+    EXPECT_EQ(rows[0][1], "50");  // the first finds the evaluator idle
+    for (size_t i = 0; i + 1 < rows.size(); ++i) {
+      EXPECT_EQ(std::stoll(rows[i][1]) % 50, 0) << rows[i][1];
+      EXPECT_EQ(rows[i][3], "5000");
+      const double auc = std::stod(rows[i][5]);
+      EXPECT_GT(auc, 0.5);
+      EXPECT_LE(auc, 1.0);
+      if (i > 0) EXPECT_GE(std::stoll(rows[i][7]), std::stoll(rows[i - 1][7]));  // samples only grow
+    }
+    // The job's samples: every rank's (allreduce), or worker 0's and the
+    // other's as last reported (ps): more than worker 0's own.
+    EXPECT_GT(std::stoll(rows[0][7]), 50 * 128) << rows[0][7];
+    EXPECT_EQ(std::stod(rows.back()[5]), summary.at("test_auc").get<double>());
+    EXPECT_EQ(rows.back()[7], std::to_string(summary.at("samples").get<int64_t>()));
+    EXPECT_NE(readFile(dir.file("runs/" + mode + "/train.log")).find("eval at step 50 (worker 0, "), std::string::npos);
+    if (mode == "allreduce") {
+      auto plain = troupe(plus({"train"}, plus(smallJob(dir, "plain"), plus(job, {"--summary-json",
+                                                                                  dir.file("plain.json")}))));
+      ASSERT_EQ(plain.exitCode, 0) << plain.err;
+      const auto without = nlohmann::json::parse(readFile(dir.file("plain.json")));
+      ASSERT_EQ(summary.at("worker_reports").size(), 2u);
+      for (size_t w = 0; w < 2; ++w) {
+        EXPECT_EQ(summary.at("worker_reports")[w].at("dense_hash"), without.at("worker_reports")[w].at("dense_hash"));
+      }
+      EXPECT_EQ(summary.at("test_auc"), without.at("test_auc"));
+      EXPECT_EQ(metricsRows("plain").size(), 1u);  // the final evaluation only
+    }
+  }
 }
 
 // ---------------------------------------------------------------- recovery
