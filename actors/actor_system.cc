@@ -52,13 +52,33 @@ size_t awaitActorThreadsGone(std::chrono::milliseconds bound) {
   const auto deadline = std::chrono::steady_clock::now() + bound;
   const pid_t self = ::gettid();
   auto& t = threadIds();
-  std::lock_guard<std::mutex> lock(t.mutex);
   for (;;) {
-    t.ids.erase(std::remove_if(t.ids.begin(), t.ids.end(), [&](pid_t id) { return id == self || !threadAlive(id); }),
-                t.ids.end());
-    if (t.ids.empty() || std::chrono::steady_clock::now() >= deadline) return t.ids.size();
+    std::vector<pid_t> ids;
+    {
+      std::lock_guard<std::mutex> lock(t.mutex);  // (not held while it sleeps: threads may still start)
+      ids = t.ids;
+    }
+    std::vector<pid_t> gone;
+    for (pid_t id : ids) {
+      if (id == self || !threadAlive(id)) gone.push_back(id);
+    }
+    size_t left = 0;
+    {
+      std::lock_guard<std::mutex> lock(t.mutex);
+      t.ids.erase(std::remove_if(t.ids.begin(), t.ids.end(),
+                                 [&](pid_t id) { return std::find(gone.begin(), gone.end(), id) != gone.end(); }),
+                  t.ids.end());
+      left = t.ids.size();
+    }
+    if (left == 0 || std::chrono::steady_clock::now() >= deadline) return left;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+}
+
+bool actorThreadListed(int id) {
+  auto& t = threadIds();
+  std::lock_guard<std::mutex> lock(t.mutex);
+  return std::find(t.ids.begin(), t.ids.end(), id) != t.ids.end();
 }
 
 void configureActorSystem(caf::actor_system_config& cfg, const ActorSystemOptions& options) {

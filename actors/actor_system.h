@@ -37,5 +37,7 @@ void configureActorSystem(caf::actor_system_config& cfg, const ActorSystemOption
 // run in 200 of the chaos campaign) died of "double free or corruption"
 // in the exiting thread. main calls this before it returns.
 size_t awaitActorThreadsGone(std::chrono::milliseconds bound);
+// Whether the thread of kernel id `id` is listed (for tests).
+bool actorThreadListed(int id);
 
 }  // namespace troupe::actors

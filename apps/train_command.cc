@@ -317,6 +317,14 @@ int runTrain(const TrainFlags& flags) {
   worker.progressEverySteps = positive(config, "train.progress_every");
   worker.evaluateEachEpoch = config.getBool("train.eval_each_epoch");
   const workers::EvalSchedule evalSchedule = workers::evalScheduleOf(config, worker.core.kind);
+  if (const workers::StaleAware sa = workers::staleAwareOf(config); sa.any()) {
+    const bool shards = config.getInt("cluster.workers") > 0 && trainMode(config) != TrainMode::kAllReduce;
+    const bool stale = config.getString("ps.consistency") != "bsp" && trainMode(config) == TrainMode::kPs;
+    if (!shards || !stale) {
+      logger("apps")->info("ps.stale_lr / ps.delay_compensation change only ASP and SSP pushes to parameter "
+                           "servers (train.mode = ps, ps.consistency = asp or ssp); this job's miss nothing");
+    }
+  }
   worker.lrDecayPerEpoch = config.getFloat("train.lr_decay");
   if (!(worker.lrDecayPerEpoch > 0 && worker.lrDecayPerEpoch <= 1)) {
     TROUPE_SETUP_ERROR("config: train.lr_decay must be in (0, 1], got {}", worker.lrDecayPerEpoch);
@@ -510,8 +518,14 @@ int runTrain(const TrainFlags& flags) {
     if (report.hasValue() && !report->evals.empty() && worker.core.kind != workers::ModelKind::kCount) {
       // The final evaluation, after the last step (in one process the last
       // epoch's row is that).
+      // Its step and seconds are worker 0's, as the points' are.
       const workers::EvalResult& r = report->evals.back();
-      metricsRow(epochs, report->steps, report->trainSeconds, r.rows, r.loss, r.auc, r.accuracy, report->samples);
+      int64_t step = report->steps;
+      double seconds = report->trainSeconds;
+      for (const auto& w : outcome.workers) {
+        if (w.rank == 0) step = w.steps, seconds = w.trainSeconds;
+      }
+      metricsRow(epochs, step, seconds, r.rows, r.loss, r.auc, r.accuracy, report->samples);
     }
     if (!outcome.faultPlan.empty()) {
       // The fault report, whether the job finished or not (written before a

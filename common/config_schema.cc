@@ -91,6 +91,12 @@ std::vector<Config::Key> troupeConfigSchema() {
       {"ps.consistency", T::kString, std::string("bsp"),
        "bsp (every step sees every worker's previous step), ssp (at most ps.staleness steps ahead) or asp"},
       {"ps.staleness", T::kInt, int64_t{4}, "ssp: how many steps a worker may run ahead of the slowest"},
+      {"ps.stale_lr", T::kString, std::string("none"),
+       "none, or inverse: an ASP / SSP push's learning rate divided by its staleness + 1 (the updates its gradient "
+       "missed)"},
+      {"ps.delay_compensation", T::kFloat, 0.0,
+       "lambda of DC-ASGD for ASP / SSP pushes: g + lambda * g * g * (w_now - w_stale); 0 = off (the shards keep "
+       "each training pull's rows until its push)"},
       {"ps.replicas", T::kInt, int64_t{1},
        "copies of every shard: 1, or 2 (primary and backup in two ps processes; a push is acknowledged once both "
        "applied it, and a lost primary's backup takes over without a rollback). ps and hybrid modes, "

@@ -171,12 +171,13 @@ Expected<int64_t> EmbeddingTable::preparePush(const uint64_t* keys, const float*
 }
 
 Status EmbeddingTable::push(const uint64_t* keys, const float* grads, int64_t n, int64_t step,
-                            kernels::Kernels& kernels) {
+                            kernels::Kernels& kernels, float lrScale) {
   auto unique = preparePush(keys, grads, n, kernels);
   if (!unique.hasValue()) return unique.status();
   if (*unique == 0) return Status::ok();
   kernels::OptimizerConfig config = options_.optimizer;
   config.step = step;
+  config.learningRate *= lrScale;
   return kernels.applyRowOptimizer(config, rowPtrs_.data(), *unique, options_.dim, summed_.data());
 }
 

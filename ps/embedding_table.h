@@ -84,7 +84,8 @@ class EmbeddingTable final {
   // creating missing rows first. Repeated keys are summed first, so each row
   // gets one update. step is the optimizer's global step (Adam's bias
   // correction). Fails only on a kernel error.
-  Status push(const uint64_t* keys, const float* grads, int64_t n, int64_t step, kernels::Kernels& kernels);
+  Status push(const uint64_t* keys, const float* grads, int64_t n, int64_t step, kernels::Kernels& kernels,
+              float lrScale = 1.0f);
 
   // The first half of push, for callers that update several tables with one
   // optimizer call: sums repeated keys and finds (or creates) their rows.

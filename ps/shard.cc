@@ -160,6 +160,14 @@ struct ShardState {
   // The updates applied when each worker's training pull of a step was
   // served (the primary's), until its push of that step is applied.
   std::map<std::pair<int64_t, int64_t>, int64_t> pulledAt;  // (worker, step) -> updates
+  // ShardOptions::delayCompensation: the weights each of those pulls was
+  // served, kept until its push.
+  struct Served {
+    std::vector<std::unordered_map<uint64_t, size_t>> index;  // per table: key -> float offset in rows
+    std::vector<float> rows, dense;
+  };
+  std::map<std::pair<int64_t, int64_t>, Served> served;
+  std::vector<float> compensated, compensatedDense, now;  // scratch of a compensated push
   std::shared_ptr<spdlog::logger> log = logger("ps");
   // Scratch of a combined BSP update.
   std::vector<uint64_t> counts, keys;
@@ -432,6 +440,7 @@ void restoreFrom(ShardState& st, const ShardImage& img, bool exactLive = false) 
   st.dense = img.dense;
   st.updates = img.updates;
   st.pulledAt.clear();  // (pulls of the state before; its workers pull again before they push)
+  st.served.clear();
   st.live.clear();
   for (int w = 0; w < st.options.workers; ++w) {
     const WorkerCut& c = img.workerCut[size_t(w)];
@@ -486,7 +495,20 @@ void serve(Self* self, const PullView& v, PullPromise& promise) {
   if (v.dense) dense.assign(st.dense.begin(), st.dense.begin() + st.denseSize);
   if (v.create && st.undo.step >= 0 && v.step == st.undo.step) overlayUndo(st, v, rows.data(), &dense);
   ++st.stats.pullsServed;
-  if (v.create && st.primary) st.pulledAt[{v.worker, v.step}] = st.updates;  // (its push's staleness)
+  if (v.create && st.primary) {
+    st.pulledAt[{v.worker, v.step}] = st.updates;  // (its push's staleness)
+    if (st.options.delayCompensation > 0 && st.options.consistency != Consistency::kBsp) {
+      ShardState::Served& was = st.served[{v.worker, v.step}];
+      const auto& dims = st.tables->dims();
+      was.index.assign(dims.size(), {});
+      size_t off = 0, k = 0;
+      for (size_t t = 0; t < dims.size(); ++t) {
+        for (uint64_t i = 0; i < v.counts[t]; ++i, ++k, off += size_t(dims[t])) was.index[t].emplace(v.keys[k], off);
+      }
+      was.rows = rows;
+      was.dense.assign(st.dense.begin(), st.dense.begin() + st.denseSize);
+    }
+  }
   // compression.pull: a training pull past the warm-up gets its weights
   // cast (no residual: weights are sent whole every time).
   const kernels::Codec* codec = v.create && v.step >= st.options.warmupSteps ? st.pullCodec.get() : nullptr;
@@ -550,17 +572,66 @@ void recordStaleness(ShardState& st, int64_t worker, int64_t step, int64_t befor
        at != st.pulledAt.end() && at->first.first == worker && at->first.second <= step;) {
     at = st.pulledAt.erase(at);
   }
+  for (auto at = st.served.lower_bound({worker, std::numeric_limits<int64_t>::min()});
+       at != st.served.end() && at->first.first == worker && at->first.second <= step;) {
+    at = st.served.erase(at);
+  }
+}
+
+// ShardOptions::staleLr and delayCompensation for an ASP / SSP push of
+// `worker` for `step`, before it is applied: the learning rate's scale
+// (1: as configured), and with delay compensation *grads and *denseGrads
+// pointed at the compensated gradients (st.compensated*).
+float staleAware(ShardState& st, const PushView& v, int64_t step, const float** grads, const float** denseGrads) {
+  auto at = st.pulledAt.find({v.worker, step});
+  if (!st.primary || at == st.pulledAt.end()) return 1.0f;  // unknown staleness: as it is
+  const int64_t missed = std::max<int64_t>(0, st.updates - at->second);
+  const float lrScale = st.options.staleLr ? 1.0f / float(missed + 1) : 1.0f;
+  if (missed == 0 || st.options.delayCompensation <= 0) return lrScale;  // w_now = w_stale
+  auto served = st.served.find({v.worker, step});
+  if (served == st.served.end()) return lrScale;
+  const float lambda = st.options.delayCompensation;
+  const ShardState::Served& was = served->second;
+  // The rows as they are now (every pushed key was created by its pull).
+  st.now.resize(v.gradFloats);
+  st.tables->pull(v.counts, v.keys, false, st.now.data());
+  st.compensated.assign(*grads, *grads + v.gradFloats);
+  const auto& dims = st.tables->dims();
+  size_t off = 0, k = 0;
+  for (size_t t = 0; t < dims.size(); ++t) {
+    const size_t dim = size_t(dims[t]);
+    for (uint64_t i = 0; i < v.counts[t]; ++i, ++k, off += dim) {
+      if (t >= was.index.size()) continue;
+      auto it = was.index[t].find(v.keys[k]);
+      if (it == was.index[t].end()) continue;  // not in its pull: as it is
+      for (size_t j = 0; j < dim; ++j) {
+        const float g = st.compensated[off + j];
+        st.compensated[off + j] = g + lambda * g * g * (st.now[off + j] - was.rows[it->second + j]);
+      }
+    }
+  }
+  *grads = st.compensated.data();
+  if (*denseGrads && v.denseFloats > 0 && was.dense.size() == v.denseFloats) {
+    st.compensatedDense.assign(*denseGrads, *denseGrads + v.denseFloats);
+    for (size_t j = 0; j < v.denseFloats; ++j) {
+      const float g = st.compensatedDense[j];
+      st.compensatedDense[j] = g + lambda * g * g * (st.dense[j] - was.dense[j]);
+    }
+    *denseGrads = st.compensatedDense.data();
+  }
+  return lrScale;
 }
 
 // One optimizer step for the tables and the dense slice.
 Status apply(ShardState& st, const uint64_t* counts, const uint64_t* keys, const float* grads,
-             const float* denseGrads) {
+             const float* denseGrads, float lrScale = 1.0f) {
   const int64_t step = ++st.updates;
-  Status s = st.tables->push(counts, keys, grads, step, *st.kernels);
+  Status s = st.tables->push(counts, keys, grads, step, *st.kernels, lrScale);
   if (!s.isOk()) return s;
   if (denseGrads && st.denseSize > 0) {
     kernels::OptimizerConfig c = st.options.denseOptimizer;
     c.step = step;
+    c.learningRate *= lrScale;
     float* row = st.dense.data();
     s = st.kernels->applyRowOptimizer(c, &row, 1, st.denseSize, denseGrads);
   }
@@ -972,7 +1043,12 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
           applyReadySteps(self);
         } else {
           const int64_t before = st.updates;
-          Status s = apply(st, view->counts, view->keys, view->grads, view->denseGrads);
+          const float* grads = view->grads;
+          const float* denseGrads = view->denseGrads;
+          const float lrScale = st.options.staleLr || st.options.delayCompensation > 0
+                                    ? staleAware(st, *view, step, &grads, &denseGrads)
+                                    : 1.0f;
+          Status s = apply(st, view->counts, view->keys, grads, denseGrads, lrScale);
           if (!s.isOk()) {
             settle(self, ack, caf::make_error(caf::sec::runtime_error, s.toString()));
             return promise;

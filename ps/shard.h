@@ -111,6 +111,17 @@ struct ShardOptions {
   // A forwarded message (or the state's transfer) unanswered this long
   // drops the backup.
   std::chrono::milliseconds backupTimeout{60000};
+  // Staleness-aware updates of ASP and SSP pushes (BSP's miss nothing), off
+  // by default; a push whose pull this shard did not serve (unknown
+  // staleness) is applied as it is. staleLr (ps.stale_lr = inverse): the
+  // learning rate of the push's update divided by its staleness + 1 (Zhang
+  // et al.). delayCompensation (ps.delay_compensation = lambda > 0,
+  // DC-ASGD): each gradient g becomes g + lambda * g * g * (w_now -
+  // w_stale), w_stale the weights its pull was served; the shard keeps a
+  // copy of every training pull's rows and dense slice until its push
+  // comes (a batch's unique rows per worker and step in flight).
+  bool staleLr = false;
+  float delayCompensation = 0.0f;
 };
 
 // Whether a checkpoint's image fits a shard of these options (index, shard

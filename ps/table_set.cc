@@ -58,11 +58,11 @@ void TableSet::pull(const uint64_t* counts, const uint64_t* keys, bool create, f
 }
 
 Status TableSet::push(const uint64_t* counts, const uint64_t* keys, const float* grads, int64_t step,
-                      kernels::Kernels& kernels) {
+                      kernels::Kernels& kernels, float lrScale) {
   if (!uniform_) {
     for (size_t t = 0; t < tables_.size(); ++t) {
       const int64_t n = int64_t(counts[t]);
-      Status s = tables_[t]->push(keys, grads, n, step, kernels);
+      Status s = tables_[t]->push(keys, grads, n, step, kernels, lrScale);
       if (!s.isOk()) return s;
       keys += n;
       grads += n * dims_[t];
@@ -85,6 +85,7 @@ Status TableSet::push(const uint64_t* counts, const uint64_t* keys, const float*
   }
   kernels::OptimizerConfig config = tables_.front()->options().optimizer;
   config.step = step;
+  config.learningRate *= lrScale;
   return kernels.applyRowOptimizer(config, rows_.data(), int64_t(rows_.size()), dim, grads_.data());
 }
 

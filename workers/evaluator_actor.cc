@@ -67,6 +67,7 @@ void endPass(Self* self, const Status& failure) {
 
 void nextBatch(Self* self) {
   auto& st = self->state;
+  if (!st.current) return;
   if (st.next >= st.batches.size()) return endPass(self, Status::ok());
   const BatchPtr batch = st.batches[st.next++];
   if (!st.core->needsServer()) {

@@ -220,6 +220,24 @@ bool CompressionConfig::any() const {
          allreduce.kind != kernels::CodecKind::kNone;
 }
 
+StaleAware staleAwareOf(const Config& c) {
+  StaleAware out;
+  const std::string lr = c.getString("ps.stale_lr");
+  if (lr != "none" && lr != "inverse") TROUPE_SETUP_ERROR("config: ps.stale_lr must be none or inverse, got '{}'", lr);
+  out.staleLr = lr == "inverse";
+  const double lambda = c.getFloat("ps.delay_compensation");
+  if (!(lambda >= 0) || lambda > 1e6) {
+    TROUPE_SETUP_ERROR("config: ps.delay_compensation must be a lambda from 0 (off) to 1e6, got {}", lambda);
+  }
+  out.delayCompensation = float(lambda);
+  if (out.any() && c.getInt("ps.replicas") == 2) {
+    TROUPE_SETUP_ERROR("config: {} with ps.replicas = 2: a backup serves no pulls, so it cannot apply a push as "
+                       "its primary does (staleness-aware updates need ps.replicas = 1)",
+                       out.staleLr ? "ps.stale_lr = inverse" : "ps.delay_compensation");
+  }
+  return out;
+}
+
 EvalSchedule evalScheduleOf(const Config& c, ModelKind kind) {
   EvalSchedule out;
   out.everySteps = c.getInt("train.eval_every_steps");

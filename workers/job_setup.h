@@ -81,6 +81,15 @@ EvalSchedule evalScheduleOf(const Config& c, ModelKind kind);
 // layer of each later stage, the layer count), refused naming pipeline.cut
 // when it does not fit the model.
 std::vector<int> pipelineCut(const PipelineConfig& p, const std::vector<int64_t>& widths);
+// ps.stale_lr and ps.delay_compensation, checked (a known value, lambda
+// >= 0, not with ps.replicas = 2: a backup serves no pulls, so it could not
+// apply a push as its primary does). Throws SetupError naming the key.
+struct StaleAware {
+  bool staleLr = false;
+  float delayCompensation = 0;
+  bool any() const { return staleLr || delayCompensation > 0; }
+};
+StaleAware staleAwareOf(const Config& c);
 // Parameter-server processes the job runs: none in allreduce mode.
 int64_t serverCount(const Config& c);
 // ps.replicas, checked: 1, or 2 in ps and hybrid modes with at least two

@@ -41,6 +41,9 @@ void PsRole::prepare(actors::MemberContext& ctx) {
   if (!consistency.hasValue()) TROUPE_SETUP_ERROR("config: ps.consistency: {}", consistency.status().message());
   so.consistency = *consistency;
   so.staleness = config.getInt("ps.staleness");
+  const StaleAware staleAware = staleAwareOf(config);
+  so.staleLr = staleAware.staleLr;
+  so.delayCompensation = staleAware.delayCompensation;
   so.parkTimeout = pullWaitBound(config);
   so.generation = config.getInt("cluster.generation");
   so.groupTrains = trainMode(config) != TrainMode::kPs;

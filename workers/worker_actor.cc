@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <cmath>
 #include <thread>
@@ -187,7 +188,11 @@ void afterStep(Self* self, const Batch& batch) {
     auto snap = std::make_shared<EvalSnapshot>();
     snap->epoch = st.epoch;
     snap->step = step;
-    snap->samples = st.core->samplesApplied();  // every rank's in a sync mode, else this worker's
+    // Every rank's in a sync mode (and one process); in ps mode this
+    // worker's rows, as its progress reports count them (the coordinator
+    // adds the others').
+    snap->samples = st.core->options().denseOnServers ? st.rowsPerEpoch * st.epoch + st.epochRows
+                                                      : st.core->samplesApplied();
     snap->trainSeconds = st.trainSeconds;
     if (!st.core->options().denseOnServers) {
       const float* w = st.core->denseWeights();
@@ -445,6 +450,24 @@ void askGate(Self* self) {
 
 // Before the final evaluation of a job with a gate: every push acknowledged,
 // the tables told this worker trains no more, then the gate decides.
+// At the end of training: once every snapshot handed to the evaluator was
+// evaluated (or replaced by a later one), `then` runs; an evaluator that
+// does not answer in time is left to be stopped with the process. True:
+// `then` runs later.
+bool drainEvaluator(Self* self, std::function<void()> then) {
+  auto& st = self->state;
+  if (!st.options.evaluator || st.evaluatorDrained) return false;
+  st.evaluatorDrained = true;
+  self->request(st.options.evaluator, st.options.requestTimeout, drain_atom::value)
+      .then([then](int64_t) { then(); },
+            [=](caf::error& err) {
+              logger("worker")->warn("worker {}: the evaluations during training did not finish: {}",
+                                     self->state.core->options().worker, caf::to_string(err));
+              then();
+            });
+  return true;
+}
+
 void passGate(Self* self) {
   auto& st = self->state;
   if (st.pauseId >= 0 && st.pushesInFlight == 0) {
@@ -453,7 +476,8 @@ void passGate(Self* self) {
     st.pauseId = -1;
     st.pauseAt = -1;
   }
-  st.trainingOver = true;
+  st.trainingOver = true;  // (from here no regroup takes it back to training)
+  if (drainEvaluator(self, [=] { passGate(self); })) return;
   if (st.pushesInFlight > 0) {
     st.whenDrained = [=] { passGate(self); };
     return;
@@ -467,20 +491,9 @@ void evaluate(Self* self) {
   auto& st = self->state;
   const bool last = st.epoch + 1 >= st.options.epochs ||
                     (st.options.maxSteps > 0 && st.core->steps() >= st.options.maxSteps);
-  if (last && st.options.evaluator && !st.evaluatorDrained) {
-    // Every snapshot handed over is evaluated (or replaced by a later one)
-    // before the job ends; an evaluator that does not answer in time is
-    // left to be stopped with the process.
-    st.evaluatorDrained = true;
-    self->request(st.options.evaluator, st.options.requestTimeout, drain_atom::value)
-        .then([=](int64_t) { evaluate(self); },
-              [=](caf::error& err) {
-                logger("worker")->warn("worker {}: the evaluations during training did not finish: {}",
-                                       self->state.core->options().worker, caf::to_string(err));
-                evaluate(self);
-              });
-    return;
-  }
+  // One process (no gate): every snapshot evaluated before the final
+  // evaluation (a job's worker drains at its gate, past any regroup).
+  if (last && !st.options.evalGate && drainEvaluator(self, [=] { evaluate(self); })) return;
   if (!st.options.evaluateEachEpoch && !last) {
     ++st.epoch;
     return startEpoch(self);
@@ -727,6 +740,7 @@ caf::behavior worker(Self* self, WorkerOptions options, std::shared_ptr<WorkerCo
         auto& st = self->state;
         st.done = self->make_response_promise<TrainReportPtr>();
         st.running = true;
+        st.snapshotStep = st.core->steps();  // (a replacement's or a resumed job's schedule goes on from here)
         if (st.options.regroup.rejoin || st.options.regroup.first) {
           // A replacement (the model comes from the group), or the first
           // group failed as it formed.

@@ -541,7 +541,10 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
       logger("job")->warn("worker {}: its codecs start with no residuals: {}", rank, loaded.status().message());
     }
   }
+  const EvalSchedule evalSchedule = evalScheduleOf(config, model.kind);
+  const bool evaluates = evalSchedule.any() && rank == 0;
   caf::actor client;
+  caf::actor evalClient;  // the evaluator's pulls: not in this worker's traffic figures
   if (mode != TrainMode::kAllReduce) {
     PsClientOptions co;
     co.worker = rank;
@@ -564,6 +567,11 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
     co.bytes = psBytes_;
     co.resumedResiduals = residuals;
     client = spawnPsClient(ctx.system, co);
+    if (evaluates) {
+      co.bytes = nullptr;
+      co.resumedResiduals = nullptr;
+      evalClient = spawnPsClient(ctx.system, co);
+    }
     // The coordinator names a shard's new primary here (route_atom).
     if (replicated) ctx.remote.publish(client, psClientName(rank));
   } else if ((*core)->hasTables()) {
@@ -594,13 +602,12 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   }
   // Evaluations during training: rank 0's evaluator (it reads the test set
   // now, before the test loader does).
-  const EvalSchedule evalSchedule = evalScheduleOf(config, model.kind);
   caf::actor evaluator;
-  if (evalSchedule.any() && rank == 0) {
+  if (evaluates) {
     EvaluatorOptions eo;
     eo.core = model;
     eo.test = data.test;
-    eo.tables = client;
+    eo.tables = evalClient ? evalClient : client;
     eo.requestTimeout = pullWaitBound(config) + std::chrono::seconds(30);
     eo.rank = rank;
     eo.onPoint = [coord = ctx.coordinator](const EvalPoint& p) { caf::anon_send(coord, p); };
@@ -688,6 +695,7 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   std::vector<actors::ChildSpec> children = {existing("train-loader", trainLoader),
                                              existing("test-loader", testLoader)};
   if (client) children.push_back(existing("tables", client));
+  if (evalClient) children.push_back(existing("evaluator-tables", evalClient));
   if (evaluator) children.push_back(existing("evaluator", evaluator));
   auto spawnWorker = [&system = ctx.system, &remote = ctx.remote, wo, core, trainLoader, testLoader, client, rank]() {
     auto w = workers::spawnWorker(system, wo, std::move(*core), trainLoader, testLoader, client);

@@ -419,6 +419,8 @@ TEST_F(ClusterTest, EvaluationsDuringTrainingAreWrittenAsTheyComeAndLeaveTrainin
     // other's as last reported (ps): more than worker 0's own.
     EXPECT_GT(std::stoll(rows[0][7]), 50 * 128) << rows[0][7];
     EXPECT_EQ(std::stod(rows.back()[5]), summary.at("test_auc").get<double>());
+    // The final row's step is worker 0's, as the points' are.
+    EXPECT_EQ(rows.back()[1], std::to_string(summary.at("worker_reports")[0].at("steps").get<int64_t>()));
     EXPECT_EQ(rows.back()[7], std::to_string(summary.at("samples").get<int64_t>()));
     EXPECT_NE(readFile(dir.file("runs/" + mode + "/train.log")).find("eval at step 50 (worker 0, "), std::string::npos);
     if (mode == "allreduce") {

@@ -5,6 +5,7 @@
 #include "ps/shard.h"
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <thread>
 
@@ -32,7 +33,8 @@ struct Job {
 
   Job(int workers, int numShards, Consistency c, int64_t staleness = 0,
       std::chrono::milliseconds parkTimeout = std::chrono::milliseconds(0),
-      kernels::OptimizerKind optimizer = kernels::OptimizerKind::kSgd, bool undoWholeSteps = false) {
+      kernels::OptimizerKind optimizer = kernels::OptimizerKind::kSgd, bool undoWholeSteps = false,
+      std::function<void(ShardOptions&)> tweak = nullptr) {
     system = std::make_unique<caf::actor_system>(cfg);
     for (int t = 0; t < 2; ++t) {
       EmbeddingTableOptions table;
@@ -57,6 +59,7 @@ struct Job {
       o.staleness = staleness;
       o.parkTimeout = parkTimeout;
       o.undoWholeSteps = undoWholeSteps;
+      if (tweak) tweak(o);
       shards.push_back(spawnShard(*system, o));
     }
     for (int w = 0; w < workers; ++w) {
@@ -304,6 +307,59 @@ TEST(Shard, EveryPushCountsTheUpdatesItsGradientMissed) {
       EXPECT_EQ(histogram, (std::vector<int64_t>{6}));
       EXPECT_EQ(unknown, 0);
     }
+  }
+}
+
+// Staleness-aware updates (ps.stale_lr, ps.delay_compensation), ASP, SGD at
+// rate 1: w0 and w1 pull step 0 on the initial weights w; w0 pushes g0 =
+// 0.1 (missed 0), then w1 pushes g1 = 0.2 (missed 1: w0's update), then w1
+// pushes step 1, which it never pulled (unknown: as it is), g2 = 0.05.
+//   plain:        w - g0 - g1 - g2
+//   stale_lr:     w - g0 - g1 / 2 - g2
+//   DC, lambda:   w - g0 - (g1 + lambda g1^2 (w_now - w)) - g2, w_now = w - g0
+// for every element of the rows pushed and of the dense slice.
+TEST(Shard, StalenessAwareUpdatesScaleTheRateAndCompensateTheDelay) {
+  std::vector<std::vector<uint64_t>> keys = {{3}, {4}};
+  const float g0 = 0.1f, g1 = 0.2f, g2 = 0.05f, lambda = 10.0f;
+  struct Case {
+    const char* name;
+    bool staleLr;
+    float dc;
+    float expectedMinusW;  // what the three updates take off every weight
+  };
+  const float dcG1 = g1 + lambda * g1 * g1 * (-g0);
+  const std::vector<Case> cases = {
+      {"plain", false, 0.0f, g0 + g1 + g2},
+      {"stale_lr", true, 0.0f, g0 + g1 / 2 + g2},
+      {"delay_compensation", false, lambda, g0 + dcG1 + g2},
+      {"both", true, lambda, g0 + dcG1 / 2 + g2},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Job job(2, 1, Consistency::kAsp, 0, 0ms, kernels::OptimizerKind::kSgd, false, [&](ShardOptions& o) {
+      o.staleLr = c.staleLr;
+      o.delayCompensation = c.dc;
+    });
+    caf::scoped_actor self{*job.system};
+    ASSERT_TRUE(pullNow(self, job.clients[0], pullOf(keys, 0)));
+    ASSERT_TRUE(pullNow(self, job.clients[1], pullOf(keys, 0)));
+    ASSERT_EQ(pushNow(self, job.clients[0], pushOf(0, 0, 0, keys, g0, g0)), 0);
+    ASSERT_EQ(pushNow(self, job.clients[1], pushOf(1, 0, 0, keys, g1, g1)), 0);
+    ASSERT_EQ(pushNow(self, job.clients[1], pushOf(1, 1, 1, keys, g2, g2)), 1);
+    auto now = pullNow(self, job.clients[0], pullOf(keys, 1, false));
+    ASSERT_TRUE(now);
+    for (int t = 0; t < 2; ++t) {
+      const auto w = initial(job, t, keys[size_t(t)][0]);
+      ASSERT_EQ(now->rows[size_t(t)].size(), w.size());
+      for (size_t j = 0; j < w.size(); ++j) {
+        EXPECT_NEAR(now->rows[size_t(t)][j], w[j] - c.expectedMinusW, 1e-6) << "table " << t << " element " << j;
+      }
+    }
+    ASSERT_EQ(now->dense.size(), 10u);
+    for (size_t i = 0; i < 10; ++i) EXPECT_NEAR(now->dense[i], float(i) - c.expectedMinusW, 1e-5) << "dense " << i;
+    const auto [histogram, unknown] = stalenessOf(self, job.shards[0]);
+    EXPECT_EQ(histogram, (std::vector<int64_t>{1, 1}));
+    EXPECT_EQ(unknown, 1);
   }
 }
 
