@@ -71,6 +71,33 @@ std::vector<std::string> splitValues(const std::string& text) {
   return out;
 }
 
+std::string trimmed(const std::string& s) {
+  const size_t a = s.find_first_not_of(" \t"), b = s.find_last_not_of(" \t");
+  return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
+}
+
+// Parts of K1|K2 (or A1|A2), each trimmed.
+std::vector<std::string> splitBar(const std::string& text) {
+  std::vector<std::string> out;
+  size_t from = 0;
+  for (size_t bar; (bar = text.find('|', from)) != std::string::npos; from = bar + 1) {
+    out.push_back(trimmed(text.substr(from, bar - from)));
+  }
+  out.push_back(trimmed(text.substr(from)));
+  return out;
+}
+
+// The config assignments of one value of a sweep: KEY=VALUE, or for keys
+// swept together (K1|K2=V1|V2,...) one a key.
+std::vector<std::string> assignments(const Sweep& s, const std::string& value) {
+  const auto keys = splitBar(s.key);
+  if (keys.size() == 1) return {s.key + "=" + value};
+  const auto values = splitBar(value);
+  std::vector<std::string> out;
+  for (size_t i = 0; i < keys.size() && i < values.size(); ++i) out.push_back(keys[i] + "=" + values[i]);
+  return out;
+}
+
 std::vector<Sweep> parseSweeps(const std::vector<std::string>& specs) {
   std::vector<Sweep> out;
   for (const auto& spec : specs) {
@@ -79,11 +106,31 @@ std::vector<Sweep> parseSweeps(const std::vector<std::string>& specs) {
       TROUPE_SETUP_ERROR("--sweep '{}': give KEY=V1,V2,... (a config key and its values)", spec);
     }
     Sweep s{spec.substr(0, eq), splitValues(spec.substr(eq + 1))};
+    const auto keys = splitBar(s.key);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (keys[i].empty()) TROUPE_SETUP_ERROR("--sweep '{}': an empty key", spec);
+      for (size_t j = 0; j < i; ++j) {
+        if (keys[j] == keys[i]) TROUPE_SETUP_ERROR("--sweep: {} is swept twice", keys[i]);
+      }
+    }
     for (const auto& v : s.values) {
       if (v.empty()) TROUPE_SETUP_ERROR("--sweep '{}': an empty value", spec);
+      if (keys.size() > 1) {
+        const auto parts = splitBar(v);
+        if (parts.size() != keys.size()) {
+          TROUPE_SETUP_ERROR("--sweep '{}': the value '{}' has {} parts for the {} keys swept together "
+                             "(K1|K2=A1|A2,...)",
+                             spec, v, parts.size(), keys.size());
+        }
+        for (const auto& part : parts) {
+          if (part.empty()) TROUPE_SETUP_ERROR("--sweep '{}': the value '{}' has an empty part", spec, v);
+        }
+      }
     }
     for (const auto& o : out) {
-      if (o.key == s.key) TROUPE_SETUP_ERROR("--sweep: {} is swept twice", s.key);
+      for (const auto& k : splitBar(o.key)) {
+        if (std::find(keys.begin(), keys.end(), k) != keys.end()) TROUPE_SETUP_ERROR("--sweep: {} is swept twice", k);
+      }
     }
     out.push_back(std::move(s));
   }
@@ -342,8 +389,13 @@ int runExperiment(const ExperimentFlags& f) {
   }
   const std::vector<Sweep> sweeps = parseSweeps(f.sweeps);
   for (const auto& sw : sweeps) {
-    if (sw.key == "run.dir" || sw.key == "run.name") {
-      TROUPE_SETUP_ERROR("--sweep {}: the experiment names each run's directory itself (--out)", sw.key);
+    for (const auto& key : splitBar(sw.key)) {
+      if (key == "run.dir" || key == "run.name") {
+        TROUPE_SETUP_ERROR("--sweep {}: the experiment names each run's directory itself (--out)", key);
+      }
+      if (key == "run.seed" && sw.key != "run.seed") {
+        TROUPE_SETUP_ERROR("--sweep {}: sweep run.seed on its own (--sweep run.seed=...) or use --repeats", sw.key);
+      }
     }
     if (sw.key == "run.seed" && f.repeats > 1) {
       TROUPE_SETUP_ERROR("--sweep run.seed with --repeats {}: the repeats take seeds of their own (run.seed + "
@@ -369,7 +421,7 @@ int runExperiment(const ExperimentFlags& f) {
   for (const auto& sw : sweeps) {
     for (const auto& v : sw.values) {
       Config probe = config;
-      probe.set(sw.key + "=" + v);
+      for (const auto& a : assignments(sw, v)) probe.set(a);
     }
   }
   const int64_t baseSeed = config.getInt("run.seed");
@@ -404,7 +456,7 @@ int runExperiment(const ExperimentFlags& f) {
     }
     std::vector<std::string> parts;
     for (size_t k = 0; k < sweeps.size(); ++k) {
-      parts.push_back(sweeps[k].key + "=" + r.values[k]);
+      for (const auto& a : assignments(sweeps[k], r.values[k])) parts.push_back(a);
       if (sweeps[k].key == "run.seed") r.seed = std::strtoll(r.values[k].c_str(), nullptr, 10);
     }
     r.label = fmt::format("{}", fmt::join(parts, " ")) + (f.repeats > 1 ? fmt::format(" #{}", r.repeat + 1) : "");
@@ -417,7 +469,9 @@ int runExperiment(const ExperimentFlags& f) {
     const std::string name = fmt::format("run-{:03d}", r.index);
     std::vector<std::string> argv = {actors::selfExe(), "train", "--config", f.common.configPath};
     for (const auto& s : f.common.overrides) argv.insert(argv.end(), {"--set", s});
-    for (size_t k = 0; k < sweeps.size(); ++k) argv.insert(argv.end(), {"--set", sweeps[k].key + "=" + r.values[k]});
+    for (size_t k = 0; k < sweeps.size(); ++k) {
+      for (const auto& a : assignments(sweeps[k], r.values[k])) argv.insert(argv.end(), {"--set", a});
+    }
     for (const auto& s : f.common.faults) argv.insert(argv.end(), {"--fault", s});
     if (!f.common.logLevel.empty()) argv.insert(argv.end(), {"--log-level", f.common.logLevel});
     if (f.common.threads >= 0) argv.insert(argv.end(), {"--threads", std::to_string(f.common.threads)});
@@ -552,7 +606,9 @@ void addExperimentCommand(CLI::App* app, int* result) {
                                   "experiment.csv, plots and report.md");
   addCommonFlags(cmd, &flags->common);
   addFaultFlag(cmd, &flags->common);
-  cmd->add_option("--sweep", flags->sweeps, "a config key and its values, KEY=V1,V2,... (repeat for a grid)");
+  cmd->add_option("--sweep", flags->sweeps,
+                  "a config key and its values, KEY=V1,V2,... (repeat for a grid); keys swept together: "
+                  "K1|K2=A1|A2,B1|B2");
   cmd->add_option("--repeats", flags->repeats, "runs of every setting, each with its own run.seed (default 1)");
   cmd->add_option("--out", flags->out, "where the runs, the table and the report go (default: <run.dir>/experiment-<time>)");
   cmd->add_option("--target", flags->target, "a test metric to reach, auc=VALUE or accuracy=VALUE: time and steps to it");

@@ -321,8 +321,8 @@ int runTrain(const TrainFlags& flags) {
     const bool shards = config.getInt("cluster.workers") > 0 && trainMode(config) != TrainMode::kAllReduce;
     const bool stale = config.getString("ps.consistency") != "bsp" && trainMode(config) == TrainMode::kPs;
     if (!shards || !stale) {
-      logger("apps")->info("ps.stale_lr / ps.delay_compensation change only ASP and SSP pushes to parameter "
-                           "servers (train.mode = ps, ps.consistency = asp or ssp); this job's miss nothing");
+      logger("apps")->info("ps.stale_lr / ps.delay_compensation change only the ASP and SSP pushes of train.mode = "
+                           "ps; this job has none, so they change nothing");
     }
   }
   worker.lrDecayPerEpoch = config.getFloat("train.lr_decay");

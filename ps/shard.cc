@@ -1071,6 +1071,10 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
           if (generation != st.generation) return staleGeneration(st, worker, generation);
           if (st.live.erase(worker) == 0) return worker;
           st.log->debug("shard {}: worker {} left", st.options.shard, worker);
+          // (Its pulls' records go: it pushes no more.)
+          auto ofWorker = [worker](const auto& e) { return e.first.first == worker; };
+          std::erase_if(st.pulledAt, ofWorker);
+          std::erase_if(st.served, ofWorker);
           if (st.options.consistency == Consistency::kBsp) applyReadySteps(self);
           serveParked(self);
           return worker;

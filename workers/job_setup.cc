@@ -230,6 +230,11 @@ StaleAware staleAwareOf(const Config& c) {
     TROUPE_SETUP_ERROR("config: ps.delay_compensation must be a lambda from 0 (off) to 1e6, got {}", lambda);
   }
   out.delayCompensation = float(lambda);
+  if (out.staleLr && (c.getString("train.embedding_optimizer") == "ftrl" || c.getString("train.dense_optimizer") == "ftrl")) {
+    TROUPE_SETUP_ERROR("config: ps.stale_lr = inverse with FTRL: FTRL computes each weight from its whole history, "
+                       "so a smaller rate for one push rescales the weight, not the push (use ps.delay_compensation, "
+                       "or another optimizer)");
+  }
   if (out.any() && c.getInt("ps.replicas") == 2) {
     TROUPE_SETUP_ERROR("config: {} with ps.replicas = 2: a backup serves no pulls, so it cannot apply a push as "
                        "its primary does (staleness-aware updates need ps.replicas = 1)",

@@ -42,8 +42,10 @@ void PsRole::prepare(actors::MemberContext& ctx) {
   so.consistency = *consistency;
   so.staleness = config.getInt("ps.staleness");
   const StaleAware staleAware = staleAwareOf(config);
-  so.staleLr = staleAware.staleLr;
-  so.delayCompensation = staleAware.delayCompensation;
+  if (mode == TrainMode::kPs) {  // (hybrid's ranks push one synchronous step: their order is no staleness)
+    so.staleLr = staleAware.staleLr;
+    so.delayCompensation = staleAware.delayCompensation;
+  }
   so.parkTimeout = pullWaitBound(config);
   so.generation = config.getInt("cluster.generation");
   so.groupTrains = trainMode(config) != TrainMode::kPs;

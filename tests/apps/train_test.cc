@@ -344,6 +344,38 @@ TEST(ExperimentTest, AGridOfRunsWritesTheTablePlotsAndReportAndAFailedRunIsARowS
   EXPECT_FALSE(std::filesystem::exists(dir.file("typo/runs/run-000.log"))) << "no run started";
 }
 
+// Keys swept together (K1|K2=A1|A2,B1|B2): each value sets every key of
+// its setting, the CSV has one column for them; a value with the wrong
+// number of parts is one line before any run.
+TEST(ExperimentTest, KeysSweptTogetherSetEveryKeyOfTheirSetting) {
+  TempDir dir;
+  auto r = troupe({"experiment", "--config", std::string(TROUPE_SOURCE_ROOT) + "/configs/mlp-fashion-mnist.toml",
+                   "--set", "data.max_train_rows=2000", "--set", "run.threads=1", "--sweep",
+                   "train.batch_size|train.max_steps=64|10,128|5", "--out", dir.file("exp")});
+  ASSERT_EQ(r.exitCode, 0) << r.out << r.err;
+  std::istringstream csv(readFile(dir.file("exp/experiment.csv")));
+  std::string header, a, b;
+  std::getline(csv, header);
+  std::getline(csv, a);
+  std::getline(csv, b);
+  EXPECT_EQ(header.rfind("run,train.batch_size|train.max_steps,repeat,", 0), 0u) << header;
+  EXPECT_EQ(a.rfind("0,64|10,0,1,ok,", 0), 0u) << a;
+  EXPECT_EQ(b.rfind("1,128|5,0,1,ok,", 0), 0u) << b;
+  EXPECT_EQ(field(readFile(dir.file("exp/runs/run-000/summary.json")), "steps"), 10);
+  EXPECT_EQ(field(readFile(dir.file("exp/runs/run-000/summary.json")), "batch_size"), 64);
+  EXPECT_EQ(field(readFile(dir.file("exp/runs/run-001/summary.json")), "steps"), 5);
+  EXPECT_EQ(field(readFile(dir.file("exp/runs/run-001/summary.json")), "batch_size"), 128);
+  auto bad = troupe({"experiment", "--config", std::string(TROUPE_SOURCE_ROOT) + "/configs/mlp-fashion-mnist.toml",
+                     "--sweep", "train.batch_size|train.max_steps=64|10,128", "--out", dir.file("bad")});
+  EXPECT_EQ(bad.exitCode, 2) << bad.err;
+  EXPECT_NE(bad.err.find("the value '128' has 1 parts for the 2 keys swept together"), std::string::npos) << bad.err;
+  auto twice = troupe({"experiment", "--config", std::string(TROUPE_SOURCE_ROOT) + "/configs/mlp-fashion-mnist.toml",
+                       "--sweep", "train.batch_size|train.max_steps=64|10", "--sweep", "train.max_steps=5",
+                       "--out", dir.file("twice")});
+  EXPECT_EQ(twice.exitCode, 2) << twice.err;
+  EXPECT_NE(twice.err.find("--sweep: train.max_steps is swept twice"), std::string::npos) << twice.err;
+}
+
 TEST(TrainTest, BadConfigurationsAreOneLineErrors) {
   TempDir dir;
   struct Case {

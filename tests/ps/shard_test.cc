@@ -361,6 +361,30 @@ TEST(Shard, StalenessAwareUpdatesScaleTheRateAndCompensateTheDelay) {
     EXPECT_EQ(histogram, (std::vector<int64_t>{1, 1}));
     EXPECT_EQ(unknown, 1);
   }
+  // The kept rows are found by key: w1 pulls keys 3 and 5 (and 4), w0
+  // then updates 3 and 4 only, and w1 pushes 5 before 3. Key 5 did not
+  // move (w_now = w_stale: no compensation), key 3 did.
+  for (const bool staleLr : {false, true}) {
+    SCOPED_TRACE(staleLr ? "with stale_lr" : "compensation only");
+    Job job(2, 1, Consistency::kAsp, 0, 0ms, kernels::OptimizerKind::kSgd, false, [&](ShardOptions& o) {
+      o.staleLr = staleLr;
+      o.delayCompensation = lambda;
+    });
+    caf::scoped_actor self{*job.system};
+    ASSERT_TRUE(pullNow(self, job.clients[1], pullOf({{3, 5}, {4}}, 0)));
+    ASSERT_TRUE(pullNow(self, job.clients[0], pullOf({{3}, {4}}, 0)));
+    ASSERT_EQ(pushNow(self, job.clients[0], pushOf(0, 0, 0, {{3}, {4}}, g0, g0)), 0);
+    ASSERT_EQ(pushNow(self, job.clients[1], pushOf(1, 0, 0, {{5, 3}, {4}}, g1, g1)), 0);
+    auto now = pullNow(self, job.clients[0], pullOf({{3, 5}, {4}}, 1, false));
+    ASSERT_TRUE(now);
+    const float rate = staleLr ? 0.5f : 1.0f;
+    const auto w3 = initial(job, 0, 3), w5 = initial(job, 0, 5), w4 = initial(job, 1, 4);
+    for (size_t j = 0; j < 2; ++j) {
+      EXPECT_NEAR(now->rows[0][j], w3[j] - g0 - rate * dcG1, 1e-6) << "key 3, element " << j;
+      EXPECT_NEAR(now->rows[0][2 + j], w5[j] - rate * g1, 1e-6) << "key 5, element " << j;
+    }
+    for (size_t j = 0; j < 3; ++j) EXPECT_NEAR(now->rows[1][j], w4[j] - g0 - rate * dcG1, 1e-6) << "key 4";
+  }
 }
 
 // The summary's quantiles: nearest rank over the histogram.
