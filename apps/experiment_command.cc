@@ -151,7 +151,9 @@ struct RunRow {
   std::optional<int64_t> steps, samples, stalenessP50, stalenessP99, stalenessMax, wireBytes, stepsToTarget;
   std::vector<int64_t> staleness;           // its histogram (ps modes)
   std::vector<std::pair<double, double>> curve;  // (elapsed s, metric) of its evaluations during training
+  std::vector<std::pair<double, double>> curveBySamples;  // (samples trained, metric), where metrics.csv has them
   std::string label;
+  std::string shortLabel;  // the plots' (keys swept together: their values only)
 };
 
 // A markdown table cell: no '|' or line breaks of its own.
@@ -257,6 +259,11 @@ void readRun(const std::string& summaryPath, const std::string& runDir, const st
     const double value = std::strtod(cellValue.c_str(), &endValue);
     if (endElapsed == f[2].c_str() || endValue == cellValue.c_str() || !std::isfinite(value)) continue;
     r->curve.emplace_back(elapsed, value);
+    if (f.size() >= 9) {
+      char* endSamples = nullptr;
+      const double samples = std::strtod(f[7].c_str(), &endSamples);
+      if (endSamples != f[7].c_str()) r->curveBySamples.emplace_back(samples, value);
+    }
     r->best = r->best ? std::max(*r->best, value) : value;
     if (targetValue && targetMetric == r->metric && value >= *targetValue && !r->timeToTarget) {
       r->timeToTarget = elapsed;
@@ -273,8 +280,8 @@ std::string machine() {
 
 // The plots: gnuplot draws each from a data file; false (and why) when it
 // cannot.
-bool drawPlots(const std::string& dir, const std::vector<RunRow>& rows, std::vector<std::string>* pictures,
-               std::string* why) {
+bool drawPlots(const std::string& dir, const std::vector<RunRow>& rows, const std::string& keyTitle,
+               std::vector<std::string>* pictures, std::string* why) {
   const std::string plots = dir + "/plots";
   std::error_code ec;
   fs::create_directories(plots, ec);
@@ -283,7 +290,9 @@ bool drawPlots(const std::string& dir, const std::vector<RunRow>& rows, std::vec
     return false;
   }
   // (nothing of an earlier experiment in the same place: its pictures, data, log)
-  for (const char* old : {"metric.png", "rate.png", "staleness.png", "curves.png"}) fs::remove(dir + "/" + old, ec);
+  for (const char* old : {"metric.png", "rate.png", "target.png", "staleness.png", "curves.png", "curves-samples.png"}) {
+    fs::remove(dir + "/" + old, ec);
+  }
   for (const auto& e : fs::directory_iterator(plots, ec)) fs::remove(e.path(), ec);
   std::string gp =
       "set terminal pngcairo size 1100,620 font 'Sans,10' noenhanced\nset grid ytics\nset key outside right\n";
@@ -296,8 +305,9 @@ bool drawPlots(const std::string& dir, const std::vector<RunRow>& rows, std::vec
   {
     std::ofstream d(plots + "/runs.dat");
     for (const auto& r : rows) {
-      d << fmt::format("\"{}\" {} {}\n", plotLabel(r.label), r.final ? fmt::format("{:.6g}", *r.final) : "NaN",
-                       r.samplesPerSec ? fmt::format("{:.6g}", *r.samplesPerSec) : "NaN");
+      d << fmt::format("\"{}\" {} {} {}\n", plotLabel(r.shortLabel), r.final ? fmt::format("{:.6g}", *r.final) : "NaN",
+                       r.samplesPerSec ? fmt::format("{:.6g}", *r.samplesPerSec) : "NaN",
+                       r.timeToTarget ? fmt::format("{:.6g}", *r.timeToTarget) : "NaN");
     }
   }
   const bool anyFinal = std::any_of(rows.begin(), rows.end(), [](const RunRow& r) { return r.final.has_value(); });
@@ -321,7 +331,15 @@ bool drawPlots(const std::string& dir, const std::vector<RunRow>& rows, std::vec
     drawn.push_back("metric.png");
     drawn.push_back("rate.png");
   }
+  if (std::any_of(rows.begin(), rows.end(), [](const RunRow& r) { return r.timeToTarget.has_value(); })) {
+    gp += fmt::format("set output {}\nset title 'Time to the target (runs that reached it)'\n"
+                      "set ylabel 'worker 0''s seconds of training'\nset yrange [0:*]\n"
+                      "plot {} using 4:xtic(1) title 'seconds to the target' lc rgb '#cc0000'\n",
+                      quoted(dir + "/target.png"), quoted(plots + "/runs.dat"));
+    drawn.push_back("target.png");
+  }
   gp += "set style data linespoints\nset xtics norotate\nset key outside right\n";
+  if (!keyTitle.empty()) gp += fmt::format("set key title {}\n", quoted(keyTitle));
   // Staleness histograms (ps modes), one line a run.
   std::vector<std::string> lines;
   for (const auto& r : rows) {
@@ -331,7 +349,7 @@ bool drawPlots(const std::string& dir, const std::vector<RunRow>& rows, std::vec
     int64_t total = 0;
     for (int64_t c : r.staleness) total += c;
     for (size_t k = 0; k < r.staleness.size(); ++k) d << k << " " << double(r.staleness[k]) / double(total) << "\n";
-    lines.push_back(fmt::format("{} using 1:2 title {}", quoted(file), quoted(plotLabel(r.label))));
+    lines.push_back(fmt::format("{} using 1:2 title {}", quoted(file), quoted(plotLabel(r.shortLabel))));
   }
   if (!lines.empty()) {
     gp += fmt::format("set output {}\nset title 'Staleness: updates a push missed'\nset xlabel 'updates missed'\n"
@@ -346,14 +364,30 @@ bool drawPlots(const std::string& dir, const std::vector<RunRow>& rows, std::vec
     const std::string file = plots + fmt::format("/curve-{:03d}.dat", r.index);
     std::ofstream d(file);
     for (const auto& [t, v] : r.curve) d << t << " " << v << "\n";
-    lines.push_back(fmt::format("{} using 1:2 title {}", quoted(file), quoted(plotLabel(r.label))));
+    lines.push_back(fmt::format("{} using 1:2 title {}", quoted(file), quoted(plotLabel(r.shortLabel))));
   }
   if (!lines.empty()) {
-    gp += fmt::format("set output {}\nset title {}\nset xlabel 'wall time of training (s)'\nset ylabel {}\n"
+    gp += fmt::format("set output {}\nset title {}\nset xlabel 'worker 0''s seconds of training'\nset ylabel {}\n"
                       "set yrange [*:*]\nplot {}\n",
                       quoted(dir + "/curves.png"), quoted(metric + " against time"), quoted(metric),
                       fmt::join(lines, ", "));
     drawn.push_back("curves.png");
+  }
+  // And against the samples trained.
+  lines.clear();
+  for (const auto& r : rows) {
+    if (r.curveBySamples.size() < 2) continue;
+    const std::string file = plots + fmt::format("/samples-{:03d}.dat", r.index);
+    std::ofstream d(file);
+    for (const auto& [n, v] : r.curveBySamples) d << n << " " << v << "\n";
+    lines.push_back(fmt::format("{} using 1:2 title {}", quoted(file), quoted(plotLabel(r.shortLabel))));
+  }
+  if (!lines.empty()) {
+    gp += fmt::format("set output {}\nset title {}\nset xlabel 'samples trained'\nset ylabel {}\n"
+                      "set format x '%.0s%c'\nset yrange [*:*]\nplot {}\nset format x '%g'\n",
+                      quoted(dir + "/curves-samples.png"), quoted(metric + " against samples"), quoted(metric),
+                      fmt::join(lines, ", "));
+    drawn.push_back("curves-samples.png");
   }
   {
     std::ofstream s(plots + "/plots.gp");
@@ -454,12 +488,16 @@ int runExperiment(const ExperimentFlags& f) {
       r.values[k] = sweeps[k].values[rest % sweeps[k].values.size()];
       rest /= sweeps[k].values.size();
     }
-    std::vector<std::string> parts;
+    std::vector<std::string> parts, shortParts;
     for (size_t k = 0; k < sweeps.size(); ++k) {
       for (const auto& a : assignments(sweeps[k], r.values[k])) parts.push_back(a);
+      shortParts.push_back(sweeps[k].key.find('|') == std::string::npos ? sweeps[k].key + "=" + r.values[k]
+                                                                         : fmt::format("{}", fmt::join(splitBar(r.values[k]), " ")));
       if (sweeps[k].key == "run.seed") r.seed = std::strtoll(r.values[k].c_str(), nullptr, 10);
     }
-    r.label = fmt::format("{}", fmt::join(parts, " ")) + (f.repeats > 1 ? fmt::format(" #{}", r.repeat + 1) : "");
+    const std::string repeat = f.repeats > 1 ? fmt::format(" #{}", r.repeat + 1) : "";
+    r.label = fmt::format("{}", fmt::join(parts, " ")) + repeat;
+    r.shortLabel = fmt::format("{}", fmt::join(shortParts, " ")) + repeat;
     rows.push_back(std::move(r));
   }
   std::printf("experiment: %zu runs in %s\n", rows.size(), dir.c_str());
@@ -552,7 +590,12 @@ int runExperiment(const ExperimentFlags& f) {
   }
   std::vector<std::string> pictures;
   std::string noPlots;
-  const bool plotted = drawPlots(dir, rows, &pictures, &noPlots);
+  // Keys swept together appear by their values in the plots' legends, under these names.
+  std::vector<std::string> together;
+  for (const auto& sw : sweeps) {
+    if (sw.key.find('|') != std::string::npos) together.push_back(fmt::format("{}", fmt::join(splitBar(sw.key), " ")));
+  }
+  const bool plotted = drawPlots(dir, rows, fmt::format("{}", fmt::join(together, "; ")), &pictures, &noPlots);
   // The report.
   std::string md = "# troupe experiment\n\n";
   const std::time_t now = std::time(nullptr);

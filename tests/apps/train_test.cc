@@ -322,7 +322,7 @@ TEST(ExperimentTest, AGridOfRunsWritesTheTablePlotsAndReportAndAFailedRunIsARowS
     EXPECT_EQ(row[15], "64") << "2 epochs x 32 batches";
     EXPECT_EQ(row[16], "4000");
   }
-  for (const std::string png : {"metric.png", "rate.png", "curves.png"}) {
+  for (const std::string png : {"metric.png", "rate.png", "target.png", "curves.png", "curves-samples.png"}) {
     const std::string bytes = readFile(dir.file("exp/" + png));
     EXPECT_EQ(bytes.substr(0, 4), "\x89PNG") << png;
   }
