@@ -25,10 +25,17 @@ struct LaunchFlags {
   std::string listen;
   int64_t rank = -1;
   std::string summaryJson;
+  int metricsPort = 0;
 };
 
 int runLaunch(const LaunchFlags& flags) {
-  if (flags.role == "coordinator") return runCoordinatorCommand(flags.common, flags.coordinator, flags.summaryJson);
+  if (flags.role == "coordinator") {
+    return runCoordinatorCommand(flags.common, flags.coordinator, flags.summaryJson, flags.metricsPort);
+  }
+  if (flags.metricsPort != 0) {
+    TROUPE_SETUP_ERROR("launch --role {}: --metrics-port is the coordinator's (it serves the whole job's metrics)",
+                       flags.role);
+  }
   if (!flags.common.faults.empty()) {
     TROUPE_SETUP_ERROR("launch --role {}: --fault goes to the coordinator (troupe launch --role coordinator), whose "
                        "plan every process follows",
@@ -92,6 +99,8 @@ void addLaunchCommand(CLI::App* app, int* result) {
                                              "transport.listen_host)");
   cmd->add_option("--rank", flags->rank, "ps / worker: the rank to ask for (default: the launcher's rank variable)");
   cmd->add_option("--summary-json", flags->summaryJson, "coordinator: write the job's summary as JSON here");
+  cmd->add_option("--metrics-port", flags->metricsPort,
+                  "coordinator: serve the job's metrics (Prometheus text format) on its host at this port");
   cmd->callback([=] { *result = runGuarded([&] { return runLaunch(*flags); }); });
 }
 

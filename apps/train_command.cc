@@ -17,10 +17,12 @@
 #include "actors/fault_plan.h"
 #include "actors/launcher.h"
 #include "apps/cli_common.h"
+#include "apps/metrics_server.h"
 #include "common/check.h"
 #include "common/hash.h"
 #include "common/json_text.h"
 #include "common/logging.h"
+#include "common/metrics_registry.h"
 #include "common/progress_line.h"
 #include "data/criteo_reader.h"
 #include "transport/node_config.h"
@@ -49,6 +51,8 @@ struct TrainFlags {
   // --baseline: with a fault plan, also run the job without it (its AUC or
   // accuracy goes beside the faulty run's in the fault report).
   bool baseline = false;
+  // --metrics-port: the coordinator serves the job's metrics here (0: no).
+  int metricsPort = 0;
 };
 
 // What --resume found: the checkpoint and its manifest.
@@ -132,12 +136,49 @@ workers::JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, c
     token = transport::jobTokenFromEnvironment();
   }
   const int64_t epochs = config.getInt("train.epochs");
+  // --metrics-port: the job's counters, served while it runs.
+  auto metrics = std::make_shared<MetricsRegistry>();
+  std::unique_ptr<MetricsServer> metricsServer;
+  if (flags.metricsPort != 0) {
+    const std::string host = config.getString("transport.listen_host");
+    auto server = MetricsServer::start(host, flags.metricsPort, metrics);
+    if (!server.hasValue()) TROUPE_SETUP_ERROR("{}", server.status().message());
+    metricsServer = std::move(*server);
+    log->info("metrics: http://{}:{}/metrics", host, flags.metricsPort);
+    using T = MetricsRegistry::Type;
+    metrics->declare("troupe_worker_step", T::kGauge, "steps the worker has taken (its last progress report)");
+    metrics->declare("troupe_worker_epoch", T::kGauge, "the epoch the worker is in (0-based)");
+    metrics->declare("troupe_worker_loss", T::kGauge, "the worker's mean training loss since its previous report");
+    metrics->declare("troupe_worker_wire_ratio", T::kGauge,
+                     "the worker's bytes sent compressed over their float32 size (1: uncompressed)");
+    metrics->declare("troupe_samples_per_second", T::kGauge, "training samples a second, all workers together");
+    metrics->declare("troupe_progress_reports_total", T::kCounter, "progress reports the coordinator received");
+    metrics->declare("troupe_eval_step", T::kGauge, "worker 0's step at the latest evaluation during training");
+    metrics->declare("troupe_eval_auc", T::kGauge, "test AUC of the latest evaluation during training (DLRM)");
+    metrics->declare("troupe_eval_accuracy", T::kGauge, "test accuracy of the latest evaluation during training");
+    metrics->declare("troupe_eval_loss", T::kGauge, "test loss of the latest evaluation during training");
+    metrics->declare("troupe_evaluations_total", T::kCounter, "evaluations during training the coordinator received");
+    metrics->declare("troupe_job_workers", T::kGauge, "worker processes of the job (cluster.workers)");
+    metrics->declare("troupe_job_servers", T::kGauge, "parameter-server processes of the job");
+    metrics->set("troupe_job_workers", double(workers));
+    metrics->set("troupe_job_servers", double(servers));
+    metrics->set("troupe_progress_reports_total", 0);
+  }
   workers::TrainingJobOptions jo;
   const bool compressing = workers::compressionOf(config).any();
   // (A pipeline's: the last stage of its first replica, which has the loss.)
   const workers::PipelineConfig pipe = workers::pipelineOf(config);
   const int64_t reporter = pipe.any() ? pipe.stages - 1 : 0;
   jo.onProgress = [&, compressing, reporter](const workers::JobProgress& p) {
+    if (metricsServer) {
+      const MetricsRegistry::Labels w = {{"worker", std::to_string(p.worker)}};
+      metrics->set("troupe_worker_step", w, double(p.step));
+      metrics->set("troupe_worker_epoch", w, double(p.epoch));
+      if (std::isfinite(p.loss)) metrics->set("troupe_worker_loss", w, p.loss);
+      metrics->set("troupe_worker_wire_ratio", w, p.wireRatio);
+      metrics->set("troupe_samples_per_second", p.samplesPerSec);
+      metrics->add("troupe_progress_reports_total", 1);
+    }
     if (p.worker != reporter) return;
     const int64_t total = p.rowsPerEpoch * epochs;
     const int64_t done = p.rowsPerEpoch * p.epoch + p.epochRows;
@@ -146,7 +187,15 @@ workers::JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, c
                                 p.worker, p.epoch + 1, epochs, p.step, p.loss, p.samplesPerSec,
                                 compressing ? fmt::format("  wire x{:.3f}", p.wireRatio) : std::string()));
   };
-  jo.onEval = std::move(onEval);
+  jo.onEval = [&, onEval = std::move(onEval)](const workers::EvalPoint& p, double wall) {
+    if (metricsServer) {
+      metrics->set("troupe_eval_step", double(p.step));
+      metrics->set(p.auc > 0 ? "troupe_eval_auc" : "troupe_eval_accuracy", p.auc > 0 ? p.auc : p.accuracy);
+      metrics->set("troupe_eval_loss", p.loss);
+      metrics->add("troupe_evaluations_total", 1);
+    }
+    if (onEval) onEval(p, wall);
+  };
   const bool checkpoints = config.getInt("checkpoint.every_steps") > 0 || config.getInt("checkpoint.every_seconds") > 0;
   // (A pipeline across processes sums over the ring whatever the backend says.)
   const bool pipelineProcesses = pipe.any() && config.getInt("cluster.workers") > 0;
@@ -420,6 +469,10 @@ int runTrain(const TrainFlags& flags) {
   const int64_t clusterWorkers = config.getInt("cluster.workers");
   JobOutcome outcome;
   Expected<workers::TrainReport> report = Status::internal("no report");
+  if (clusterWorkers <= 0 && flags.metricsPort != 0) {
+    TROUPE_SETUP_ERROR("--metrics-port serves a job of processes' metrics (cluster.workers >= 1); a run in one "
+                       "process reports in its log and metrics.csv");
+  }
   if (clusterWorkers <= 0 && !flags.coordinatorAddress.empty()) {
     TROUPE_SETUP_ERROR("launch --role coordinator needs cluster.workers >= 1 (--set cluster.workers=W)");
   }
@@ -797,11 +850,13 @@ int runTrain(const TrainFlags& flags) {
   return counting && !countsExact ? kExitFailure : kExitOk;
 }
 
-int runCoordinatorCommand(const CommonFlags& common, const std::string& address, const std::string& summaryJson) {
+int runCoordinatorCommand(const CommonFlags& common, const std::string& address, const std::string& summaryJson,
+                          int metricsPort) {
   TrainFlags flags;
   flags.common = common;
   flags.coordinatorAddress = address;
   flags.summaryJson = summaryJson;
+  flags.metricsPort = metricsPort;
   return runTrain(flags);
 }
 
@@ -818,6 +873,9 @@ void addTrainCommand(CLI::App* app, int* result) {
   cmd->add_flag("--baseline", flags->baseline,
                "with a fault plan: also run the same job without its faults, and set its test AUC (or accuracy) "
                "beside this one's in the fault report");
+  cmd->add_option("--metrics-port", flags->metricsPort,
+                  "a job of processes: serve its metrics (Prometheus text format) at "
+                  "http://<transport.listen_host>:PORT/metrics while it runs");
   addFaultFlag(cmd, &flags->common);
   cmd->callback([=] { *result = runGuarded([&] { return runTrain(*flags); }); });
 }

@@ -15,6 +15,7 @@ void addTrainCommand(CLI::App* app, int* result);
 // `troupe launch --role coordinator`: the training job's coordinator at
 // `address` (host:port), with the processes started elsewhere.
 struct CommonFlags;
-int runCoordinatorCommand(const CommonFlags& common, const std::string& address, const std::string& summaryJson);
+int runCoordinatorCommand(const CommonFlags& common, const std::string& address, const std::string& summaryJson,
+                          int metricsPort = 0);
 
 }  // namespace troupe::apps

@@ -28,9 +28,11 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config git
   libcaf-dev libucx-dev ucx-utils libcapnp-dev capnproto
   libspdlog-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libopenblas-dev zlib1g-dev libssl-dev libxxhash-dev libisal-dev iproute2
+  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libopenblas-dev zlib1g-dev libssl-dev libxxhash-dev libisal-dev libcpp-httplib-dev iproute2
   dataset-fashion-mnist
   gnuplot-nox
+  openmpi-bin
+  prometheus
 )
 # shellcheck disable=SC2206
 packages+=(${TROUPE_EXTRA_PACKAGES:-})

@@ -27,6 +27,7 @@
 
 #include <caf/all.hpp>
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include "actors/actor_system.h"
@@ -52,6 +53,7 @@ using testing::ProcessResult;
 using testing::readFile;
 using testing::runProcess;
 using testing::selfExe;
+using testing::writeFile;
 using testing::TempDir;
 
 double field(const std::string& json, const std::string& key) {
@@ -345,6 +347,86 @@ std::vector<std::string> slowJob(const TempDir& dir, const std::string& run, con
                                  int slowRank = 0, int delayMs = 15) {
   return plus(smallJob(dir, run), {"--set", "ps.consistency=" + mode, "--fault",
                                    fmt::format("kind=slow,target=worker:{},delay_ms={}", slowRank, delayMs)});
+}
+
+// --metrics-port: while the job runs, its coordinator serves the job's
+// metrics over HTTP in the Prometheus text format, which Debian's promtool
+// accepts; every worker's step is there, and the evaluations during
+// training counted. A second process cannot take the same port.
+TEST_F(ClusterTest, TheCoordinatorServesTheJobsMetricsWhileItRuns) {
+  sharedMemoryFifo();
+  ASSERT_EQ(runProcess({"/bin/sh", "-c", "command -v promtool"}).exitCode, 0)
+      << "promtool not found: scripts/setup.sh installs Debian's prometheus";
+  TempDir dir;
+  const int port = freePort();
+  // Worker 0 slowed 10 ms a step: the job runs a few seconds.
+  Child job(plus({TROUPE_BINARY, "train"},
+                 plus(smallJob(dir, "metrics"),
+                      {"--set", "cluster.workers=2", "--set", "cluster.servers=2", "--set", "train.eval_every_steps=20",
+                       "--set", "train.progress_every=10", "--fault", "kind=slow,target=worker:0,delay_ms=10",
+                       "--metrics-port", std::to_string(port)})),
+            dir.file("train.out"));
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(1, 0);
+  client.set_read_timeout(5, 0);
+  std::string body;
+  const auto deadline = std::chrono::steady_clock::now() + 90s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (auto res = client.Get("/metrics"); res && res->status == 200) {
+      body = res->body;
+      if (body.find("troupe_worker_step{worker=\"1\"}") != std::string::npos &&
+          body.find("troupe_evaluations_total") != std::string::npos) {
+        break;
+      }
+    }
+    std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_NE(body.find("troupe_worker_step{worker=\"0\"}"), std::string::npos) << body;
+  ASSERT_NE(body.find("troupe_worker_step{worker=\"1\"}"), std::string::npos) << body;
+  EXPECT_NE(body.find("# TYPE troupe_evaluations_total counter"), std::string::npos) << body;
+  EXPECT_NE(body.find("troupe_job_workers 2\n"), std::string::npos) << body;
+  EXPECT_NE(body.find("troupe_eval_auc "), std::string::npos) << body;
+  writeFile(dir.file("scrape.txt"), body);
+  auto check = runProcess({"/bin/sh", "-c", "promtool check metrics < " + dir.file("scrape.txt")});
+  EXPECT_EQ(check.exitCode, 0) << check.out << check.err << body;
+  // The port is taken: a second job refuses to start, naming it.
+  auto second = troupe(plus({"train"}, plus(smallJob(dir, "second"), {"--set", "cluster.workers=1", "--set",
+                                                                      "cluster.servers=1", "--metrics-port",
+                                                                      std::to_string(port)})));
+  EXPECT_EQ(second.exitCode, 2) << second.err;
+  EXPECT_NE(second.err.find(fmt::format("--metrics-port {}: cannot listen on 127.0.0.1:{}", port, port)),
+            std::string::npos)
+      << second.err;
+  auto done = job.wait(120s);
+  EXPECT_EQ(done.exitCode, 0) << readFile(dir.file("train.out"));
+}
+
+// Under a real launcher: the coordinator started by hand, the workers by
+// Open MPI's mpirun (Debian's openmpi-bin), each taking its rank from
+// OMPI_COMM_WORLD_RANK. The job trains and ends as one started by troupe.
+TEST_F(ClusterTest, AJobStartsUnderOpenMpiWithEachWorkersRankFromItsEnvironment) {
+  sharedMemoryFifo();
+  ASSERT_EQ(runProcess({"/bin/sh", "-c", "command -v mpirun"}).exitCode, 0)
+      << "mpirun not found: scripts/setup.sh installs Debian's openmpi-bin";
+  TempDir dir;
+  LaunchedJob job(dir, plus(smallJob(dir, "mpi"), {"--set", "train.mode=allreduce"}), 2, 0, dir.file("mpi.json"));
+  // (mpirun passes the job's token on with -x; as root it needs its consent.)
+  auto r = runProcess({"/usr/bin/env", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "-x", "TROUPE_JOB_TOKEN",
+                       "-x", "UCX_TLS", TROUPE_BINARY, "launch", "--role", "worker", "--coordinator", job.address},
+                      std::chrono::seconds(180));
+  EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
+  const std::string out = r.out + r.err;
+  EXPECT_NE(out.find("rank 0 from OMPI_COMM_WORLD_RANK"), std::string::npos) << out;
+  EXPECT_NE(out.find("rank 1 from OMPI_COMM_WORLD_RANK"), std::string::npos) << out;
+  auto c = job.coordinator->wait(120s);
+  EXPECT_EQ(c.exitCode, 0) << readFile(dir.file("coordinator.log"));
+  const std::string json = readFile(dir.file("mpi.json"));
+  EXPECT_EQ(field(json, "workers"), 2) << json;
+  EXPECT_EQ(field(json, "samples"), 39936) << json;  // 40000 rows in whole batches of 2 x 128
+  EXPECT_GT(field(json, "test_auc"), 0.7) << json;
+  const auto summary = nlohmann::json::parse(json);
+  ASSERT_EQ(summary.at("worker_reports").size(), 2u) << json;
+  EXPECT_EQ(summary.at("worker_reports")[0].at("dense_hash"), summary.at("worker_reports")[1].at("dense_hash"));
 }
 
 // supervision.on_worker_loss = fail: a lost worker ends the job, naming it,
