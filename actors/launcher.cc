@@ -184,7 +184,9 @@ void LocalJob::stopAll(std::chrono::milliseconds grace) {
 }
 
 std::optional<int64_t> launcherRank(std::string* from) {
-  for (const char* name : {"SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "JOB_COMPLETION_INDEX",
+  // The innermost launcher first: mpirun inside a Slurm allocation leaves
+  // every rank the allocation's SLURM_PROCID.
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", "JOB_COMPLETION_INDEX",
                            "RANK"}) {
     const char* v = std::getenv(name);
     if (!v || !*v) continue;

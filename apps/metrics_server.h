@@ -3,6 +3,7 @@
 // the transport's listen host only, while the job runs.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -29,6 +30,7 @@ class MetricsServer {
   MetricsServer() = default;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
+  std::shared_ptr<std::atomic<bool>> done_ = std::make_shared<std::atomic<bool>>(false);  // listen returned
 };
 
 }  // namespace troupe::apps

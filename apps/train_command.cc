@@ -107,13 +107,35 @@ Expected<workers::TrainReport> reportOf(const JobOutcome& o) {
   return r;
 }
 
+// The metrics a job serves (--metrics-port), with their help.
+void declareJobMetrics(MetricsRegistry& m) {
+  using T = MetricsRegistry::Type;
+  m.declare("troupe_worker_step", T::kGauge, "steps the worker has taken (its last progress report)");
+  m.declare("troupe_worker_epoch", T::kGauge, "the epoch the worker is in (0-based)");
+  m.declare("troupe_worker_loss", T::kGauge, "the worker's mean training loss since its previous report");
+  m.declare("troupe_worker_wire_ratio", T::kGauge,
+           "the worker's bytes sent compressed over their float32 size (1: uncompressed)");
+  m.declare("troupe_samples_per_second", T::kGauge, "training samples a second, all workers together");
+  m.declare("troupe_progress_reports_total", T::kCounter, "progress reports the coordinator received");
+  m.declare("troupe_eval_step", T::kGauge, "worker 0's step at the latest evaluation during training");
+  m.declare("troupe_eval_auc", T::kGauge, "test AUC of the latest evaluation during training (DLRM)");
+  m.declare("troupe_eval_accuracy", T::kGauge, "test accuracy of the latest evaluation during training");
+  m.declare("troupe_eval_loss", T::kGauge, "test loss of the latest evaluation during training");
+  m.declare("troupe_evaluations_total", T::kCounter, "evaluations during training the coordinator received");
+  m.declare("troupe_job_workers", T::kGauge, "worker processes of the job (cluster.workers)");
+  m.declare("troupe_job_servers", T::kGauge, "parameter-server processes of the job");
+  m.set("troupe_progress_reports_total", 0);
+}
+
 // `troupe train` with cluster.workers > 0: this process coordinates; S ps
 // and W worker processes start from this binary on loopback, each logging to
 // the run directory, and are stopped (by PID) when the job ends.
 // `troupe launch --role coordinator` comes here too and starts none.
+// `metrics` (--metrics-port; null: none) gets the job's live figures.
 workers::JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, const std::string& runDir,
                                 ProgressLine& progress, const std::optional<Resumed>& resumed,
-                                std::function<void(const workers::EvalPoint&, double)> onEval) {
+                                std::function<void(const workers::EvalPoint&, double)> onEval,
+                                const std::shared_ptr<MetricsRegistry>& metrics) {
   const CommonFlags& common = flags.common;
   auto log = logger("apps");
   const int64_t workers = config.getInt("cluster.workers");
@@ -136,41 +158,17 @@ workers::JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, c
     token = transport::jobTokenFromEnvironment();
   }
   const int64_t epochs = config.getInt("train.epochs");
-  // --metrics-port: the job's counters, served while it runs.
-  auto metrics = std::make_shared<MetricsRegistry>();
-  std::unique_ptr<MetricsServer> metricsServer;
-  if (flags.metricsPort != 0) {
-    const std::string host = config.getString("transport.listen_host");
-    auto server = MetricsServer::start(host, flags.metricsPort, metrics);
-    if (!server.hasValue()) TROUPE_SETUP_ERROR("{}", server.status().message());
-    metricsServer = std::move(*server);
-    log->info("metrics: http://{}:{}/metrics", host, flags.metricsPort);
-    using T = MetricsRegistry::Type;
-    metrics->declare("troupe_worker_step", T::kGauge, "steps the worker has taken (its last progress report)");
-    metrics->declare("troupe_worker_epoch", T::kGauge, "the epoch the worker is in (0-based)");
-    metrics->declare("troupe_worker_loss", T::kGauge, "the worker's mean training loss since its previous report");
-    metrics->declare("troupe_worker_wire_ratio", T::kGauge,
-                     "the worker's bytes sent compressed over their float32 size (1: uncompressed)");
-    metrics->declare("troupe_samples_per_second", T::kGauge, "training samples a second, all workers together");
-    metrics->declare("troupe_progress_reports_total", T::kCounter, "progress reports the coordinator received");
-    metrics->declare("troupe_eval_step", T::kGauge, "worker 0's step at the latest evaluation during training");
-    metrics->declare("troupe_eval_auc", T::kGauge, "test AUC of the latest evaluation during training (DLRM)");
-    metrics->declare("troupe_eval_accuracy", T::kGauge, "test accuracy of the latest evaluation during training");
-    metrics->declare("troupe_eval_loss", T::kGauge, "test loss of the latest evaluation during training");
-    metrics->declare("troupe_evaluations_total", T::kCounter, "evaluations during training the coordinator received");
-    metrics->declare("troupe_job_workers", T::kGauge, "worker processes of the job (cluster.workers)");
-    metrics->declare("troupe_job_servers", T::kGauge, "parameter-server processes of the job");
-    metrics->set("troupe_job_workers", double(workers));
-    metrics->set("troupe_job_servers", double(servers));
-    metrics->set("troupe_progress_reports_total", 0);
-  }
   workers::TrainingJobOptions jo;
   const bool compressing = workers::compressionOf(config).any();
   // (A pipeline's: the last stage of its first replica, which has the loss.)
   const workers::PipelineConfig pipe = workers::pipelineOf(config);
   const int64_t reporter = pipe.any() ? pipe.stages - 1 : 0;
+  if (metrics) {
+    metrics->set("troupe_job_workers", double(workers));
+    metrics->set("troupe_job_servers", double(servers));
+  }
   jo.onProgress = [&, compressing, reporter](const workers::JobProgress& p) {
-    if (metricsServer) {
+    if (metrics) {
       const MetricsRegistry::Labels w = {{"worker", std::to_string(p.worker)}};
       metrics->set("troupe_worker_step", w, double(p.step));
       metrics->set("troupe_worker_epoch", w, double(p.epoch));
@@ -187,10 +185,11 @@ workers::JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, c
                                 p.worker, p.epoch + 1, epochs, p.step, p.loss, p.samplesPerSec,
                                 compressing ? fmt::format("  wire x{:.3f}", p.wireRatio) : std::string()));
   };
-  jo.onEval = [&, onEval = std::move(onEval)](const workers::EvalPoint& p, double wall) {
-    if (metricsServer) {
+  const bool binary = workers::modelOptions(config, 1).kind == workers::ModelKind::kDlrm;
+  jo.onEval = [&, binary, onEval = std::move(onEval)](const workers::EvalPoint& p, double wall) {
+    if (metrics) {
       metrics->set("troupe_eval_step", double(p.step));
-      metrics->set(p.auc > 0 ? "troupe_eval_auc" : "troupe_eval_accuracy", p.auc > 0 ? p.auc : p.accuracy);
+      metrics->set(binary ? "troupe_eval_auc" : "troupe_eval_accuracy", binary ? p.auc : p.accuracy);
       metrics->set("troupe_eval_loss", p.loss);
       metrics->add("troupe_evaluations_total", 1);
     }
@@ -305,6 +304,30 @@ int runTrain(const TrainFlags& flags) {
   Config config = flags.resume.empty() ? loadConfig(flags.common) : resumeConfig(flags, &resumed);
   if (resumed && config.getInt("cluster.workers") <= 0) {
     TROUPE_SETUP_ERROR("--resume: checkpoints are of multi-process jobs (cluster.workers > 0)");
+  }
+  // --metrics-port: bound now, before any data is read or process started
+  // (a port in use is a setup error at once), and served while the job
+  // runs (not its --baseline).
+  std::shared_ptr<MetricsRegistry> liveMetrics;
+  std::unique_ptr<MetricsServer> metricsServer;
+  if (flags.metricsPort != 0) {
+    if (config.getInt("cluster.workers") <= 0) {
+      TROUPE_SETUP_ERROR("--metrics-port serves a job of processes' metrics (cluster.workers >= 1); a run in one "
+                         "process reports in its log and metrics.csv");
+    }
+    // The coordinator's own host when it was named (launch --role coordinator), else the transport's.
+    std::string host = config.getString("transport.listen_host");
+    if (!flags.coordinatorAddress.empty()) {
+      auto hp = transport::parseHostPort(flags.coordinatorAddress);
+      if (!hp.hasValue()) TROUPE_SETUP_ERROR("--coordinator: {}", hp.status().message());
+      host = hp->first == "localhost" ? "127.0.0.1" : hp->first;
+    }
+    liveMetrics = std::make_shared<MetricsRegistry>();
+    auto server = MetricsServer::start(host, flags.metricsPort, liveMetrics);
+    if (!server.hasValue()) TROUPE_SETUP_ERROR("{}", server.status().message());
+    metricsServer = std::move(*server);
+    logger("apps")->info("metrics: http://{}:{}/metrics", host, flags.metricsPort);
+    declareJobMetrics(*liveMetrics);
   }
   if (config.getInt("cluster.slow_worker") >= 0) {
     TROUPE_SETUP_ERROR("config: cluster.slow_worker is gone: make worker {} slow with a fault instead, --fault "
@@ -469,10 +492,6 @@ int runTrain(const TrainFlags& flags) {
   const int64_t clusterWorkers = config.getInt("cluster.workers");
   JobOutcome outcome;
   Expected<workers::TrainReport> report = Status::internal("no report");
-  if (clusterWorkers <= 0 && flags.metricsPort != 0) {
-    TROUPE_SETUP_ERROR("--metrics-port serves a job of processes' metrics (cluster.workers >= 1); a run in one "
-                       "process reports in its log and metrics.csv");
-  }
   if (clusterWorkers <= 0 && !flags.coordinatorAddress.empty()) {
     TROUPE_SETUP_ERROR("launch --role coordinator needs cluster.workers >= 1 (--set cluster.workers=W)");
   }
@@ -566,7 +585,7 @@ int runTrain(const TrainFlags& flags) {
   }
   if (clusterWorkers > 0) {
     outcome = runLocalJob(config, flags, runDir, progress, resumed,
-                          [&evalPoint](const workers::EvalPoint& p, double) { evalPoint(p); });
+                          [&evalPoint](const workers::EvalPoint& p, double) { evalPoint(p); }, liveMetrics);
     report = reportOf(outcome);
     if (report.hasValue() && !report->evals.empty() && worker.core.kind != workers::ModelKind::kCount) {
       // The final evaluation, after the last step (in one process the last
@@ -600,7 +619,7 @@ int runTrain(const TrainFlags& flags) {
         fs::create_directories(dir, ec);
         if (ec) TROUPE_SETUP_ERROR("cannot create '{}': {}", dir, ec.message());
         logger("apps")->info("--baseline: the same job without its faults, in {}", dir);
-        baseline = runLocalJob(free, flags, dir, progress, resumed, nullptr);
+        baseline = runLocalJob(free, flags, dir, progress, resumed, nullptr, nullptr);
         progress.finish();
       }
       const workers::FaultReport faults = workers::faultReport(outcome, binary, baseline ? &*baseline : nullptr);

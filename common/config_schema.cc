@@ -50,7 +50,9 @@ std::vector<Config::Key> troupeConfigSchema() {
       {"train.embedding_lr", T::kFloat, 0.5, "embedding learning rate"},
       {"train.adagrad_initial_accumulator", T::kFloat, 1e-3,
        "Adagrad's starting accumulator (dense and embedding rows), a prior of about this much squared gradient"},
-      {"train.lr_decay", T::kFloat, 1.0, "dense learning rate multiplied by this after every epoch"},
+      {"train.lr_decay", T::kFloat, 1.0,
+       "dense learning rate multiplied by this after every epoch (ps mode: each push carries it to the shards, "
+       "which hold the dense optimizer)"},
       {"train.weight_decay", T::kFloat, 0.0, "L2 (sgd) or decoupled (adam) weight decay of dense weights"},
       {"train.eval_each_epoch", T::kBool, true, "evaluate on the test set after every epoch, not only the last"},
       {"train.eval_every_steps", T::kInt, int64_t{0},

@@ -41,7 +41,7 @@ std::string escapeHelp(const std::string& v) {
 std::string number(double v) {
   if (std::isnan(v)) return "NaN";
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  return fmt::format("{:.17g}", v);
+  return fmt::format("{}", v);  // (the shortest text that reads back as v)
 }
 
 }  // namespace

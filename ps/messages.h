@@ -39,6 +39,7 @@ struct PushRequest {
   std::vector<std::vector<float>> grads;  // grads[t]: [keys[t].size() x dim_t]
   std::vector<float> denseGrads;          // PS mode: every dense gradient
   int64_t clock = 0;                      // the worker's step (0-based) this push ends
+  double lrScale = 1;                     // PS mode: the dense learning rate's scale (train.lr_decay), in (0, 1]
 };
 
 using PullRequestPtr = std::shared_ptr<const PullRequest>;

@@ -622,16 +622,18 @@ float staleAware(ShardState& st, const PushView& v, int64_t step, const float** 
   return lrScale;
 }
 
-// One optimizer step for the tables and the dense slice.
+// One optimizer step for the tables and the dense slice; lrScale scales
+// every learning rate (ps.stale_lr), denseScale the dense one too (the
+// pushes' train.lr_decay).
 Status apply(ShardState& st, const uint64_t* counts, const uint64_t* keys, const float* grads,
-             const float* denseGrads, float lrScale = 1.0f) {
+             const float* denseGrads, float lrScale = 1.0f, float denseScale = 1.0f) {
   const int64_t step = ++st.updates;
   Status s = st.tables->push(counts, keys, grads, step, *st.kernels, lrScale);
   if (!s.isOk()) return s;
   if (denseGrads && st.denseSize > 0) {
     kernels::OptimizerConfig c = st.options.denseOptimizer;
     c.step = step;
-    c.learningRate *= lrScale;
+    c.learningRate *= lrScale * denseScale;
     float* row = st.dense.data();
     s = st.kernels->applyRowOptimizer(c, &row, 1, st.denseSize, denseGrads);
   }
@@ -709,7 +711,12 @@ void applyReadySteps(Self* self) {
     for (auto& [w, part] : step.parts) u.parts.push_back({w, part.view.sequence, part.view.samples});
     u.indexed = false;
     const int64_t before = st.updates;
-    Status s = apply(st, st.counts.data(), st.keys.data(), st.grads.data(), anyDense ? st.denseGrads.data() : nullptr);
+    // (The step's parts are of one step, so of one epoch; the least scale
+    // should one part's epoch differ.)
+    double denseScale = 1;
+    for (auto& [w, part] : step.parts) denseScale = std::min(denseScale, part.view.lrScale);
+    Status s = apply(st, st.counts.data(), st.keys.data(), st.grads.data(), anyDense ? st.denseGrads.data() : nullptr,
+                     1.0f, float(denseScale));
     if (s.isOk()) {
       for (auto& [w, part] : step.parts) recordStaleness(st, w, stepIndex, before);  // (one update for them all)
     }
@@ -985,11 +992,12 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
         return promise;
       },
       [=](push_atom a, int64_t worker, int64_t sequence, int64_t step, int64_t samples, const Tensor& counts,
-          const Tensor& keys, const Tensor& grads, const Tensor& denseGrads, int64_t generation) -> PushPromise {
+          const Tensor& keys, const Tensor& grads, const Tensor& denseGrads, int64_t generation,
+          double lrScale) -> PushPromise {
         auto& st = self->state;
         auto promise = self->make_response_promise<int64_t>();
-        caf::message msg =
-            caf::make_message(a, worker, sequence, step, samples, counts, keys, grads, denseGrads, generation);
+        caf::message msg = caf::make_message(a, worker, sequence, step, samples, counts, keys, grads, denseGrads,
+                                             generation, lrScale);
         // With a backup, the push goes there too, and its sender hears once both have it.
         Ack ack = ackOf(self, promise, msg);
         if (generation != st.generation) {
@@ -1048,7 +1056,7 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
           const float lrScale = st.options.staleLr || st.options.delayCompensation > 0
                                     ? staleAware(st, *view, step, &grads, &denseGrads)
                                     : 1.0f;
-          Status s = apply(st, view->counts, view->keys, grads, denseGrads, lrScale);
+          Status s = apply(st, view->counts, view->keys, grads, denseGrads, lrScale, float(view->lrScale));
           if (!s.isOk()) {
             settle(self, ack, caf::make_error(caf::sec::runtime_error, s.toString()));
             return promise;

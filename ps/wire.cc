@@ -51,9 +51,9 @@ caf::message pullToWire(int64_t worker, int64_t step, bool create, bool dense, T
 }
 
 caf::message pushToWire(int64_t worker, int64_t sequence, int64_t step, int64_t samples, Tensor counts, Tensor keys,
-                        Tensor grads, Tensor denseGrads, int64_t generation) {
+                        Tensor grads, Tensor denseGrads, int64_t generation, double lrScale) {
   return caf::make_message(push_atom::value, worker, sequence, step, samples, std::move(counts), std::move(keys),
-                           std::move(grads), std::move(denseGrads), generation);
+                           std::move(grads), std::move(denseGrads), generation, lrScale);
 }
 
 caf::message pullReplyToWire(Tensor rows, Tensor dense) { return caf::make_message(std::move(rows), std::move(dense)); }
@@ -80,7 +80,7 @@ Expected<PullView> pullFromWire(const caf::message& msg, const std::vector<int64
 }
 
 Expected<PushView> pushFromWire(const caf::message& msg, const std::vector<int64_t>& dims, size_t denseSlice) {
-  if (!msg.match_elements<push_atom, int64_t, int64_t, int64_t, int64_t, Tensor, Tensor, Tensor, Tensor, int64_t>()) {
+  if (!msg.match_elements<push_atom, int64_t, int64_t, int64_t, int64_t, Tensor, Tensor, Tensor, Tensor, int64_t, double>()) {
     return Status::corruption(fmt::format("not a push: {}", caf::to_string(msg)));
   }
   const Tensor& counts = msg.get_as<Tensor>(5);
@@ -113,6 +113,10 @@ Expected<PushView> pushFromWire(const caf::message& msg, const std::vector<int64
   v.denseGrads = dense.count<float>() ? dense.as<float>() : nullptr;
   v.denseFloats = dense.count<float>();
   v.generation = msg.get_as<int64_t>(9);
+  v.lrScale = msg.get_as<double>(10);
+  if (!(v.lrScale > 0 && v.lrScale <= 1)) {
+    return Status::corruption(fmt::format("push: learning-rate scale {} (it must be in (0, 1])", v.lrScale));
+  }
   return v;
 }
 
@@ -143,7 +147,7 @@ Expected<Tensor> decodePart(const Tensor& part, size_t floats, const kernels::Co
 
 Expected<caf::message> decodePush(const caf::message& msg, const std::vector<int64_t>& dims, size_t denseSlice,
                                   const kernels::Codec* codec) {
-  if (!msg.match_elements<push_atom, int64_t, int64_t, int64_t, int64_t, Tensor, Tensor, Tensor, Tensor, int64_t>()) {
+  if (!msg.match_elements<push_atom, int64_t, int64_t, int64_t, int64_t, Tensor, Tensor, Tensor, Tensor, int64_t, double>()) {
     return msg;  // pushFromWire says what is wrong
   }
   const Tensor& grads = msg.get_as<Tensor>(7);
@@ -157,7 +161,7 @@ Expected<caf::message> decodePush(const caf::message& msg, const std::vector<int
   if (!d.hasValue()) return d.status();
   return caf::make_message(push_atom::value, msg.get_as<int64_t>(1), msg.get_as<int64_t>(2), msg.get_as<int64_t>(3),
                            msg.get_as<int64_t>(4), msg.get_as<Tensor>(5), msg.get_as<Tensor>(6), std::move(*g),
-                           std::move(*d), msg.get_as<int64_t>(9));
+                           std::move(*d), msg.get_as<int64_t>(9), msg.get_as<double>(10));
 }
 
 Expected<PullReplyView> pullReplyFromWire(const caf::message& msg, size_t rowFloats, size_t denseFloats) {

@@ -141,6 +141,9 @@ struct PushView {
   const float* denseGrads = nullptr;  // [denseFloats], 0 or the shard's slice
   size_t denseFloats = 0;
   int64_t generation = 0;
+  // The dense learning rate's scale for this push (train.lr_decay per
+  // epoch, in (0, 1]): the shards that hold the dense optimizer apply it.
+  double lrScale = 1;
 };
 
 struct PullReplyView {
@@ -160,7 +163,8 @@ Expected<PullReplyView> pullReplyFromWire(const caf::message& msg, size_t rowFlo
 caf::message pullToWire(int64_t worker, int64_t step, bool create, bool dense, transport::Tensor counts,
                         transport::Tensor keys, int64_t generation = 0);
 caf::message pushToWire(int64_t worker, int64_t sequence, int64_t step, int64_t samples, transport::Tensor counts,
-                        transport::Tensor keys, transport::Tensor grads, transport::Tensor denseGrads, int64_t generation = 0);
+                        transport::Tensor keys, transport::Tensor grads, transport::Tensor denseGrads, int64_t generation = 0,
+                        double lrScale = 1.0);
 caf::message pullReplyToWire(transport::Tensor rows, transport::Tensor dense);
 
 // Compression (compression.push, compression.pull; DESIGN.md, Compression):

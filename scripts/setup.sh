@@ -25,7 +25,7 @@ while [[ $# -gt 0 ]]; do
 done
 
 packages=(
-  build-essential cmake ninja-build ccache pkg-config git
+  build-essential cmake ninja-build ccache pkg-config git file dpkg-dev
   libcaf-dev libucx-dev ucx-utils libcapnp-dev capnproto
   libspdlog-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libopenblas-dev zlib1g-dev libssl-dev libxxhash-dev libisal-dev libcpp-httplib-dev iproute2
@@ -49,7 +49,21 @@ if [[ ${#missing[@]} -gt 0 ]]; then
   if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update -qq
-  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # The tests need only prometheus's promtool: its server is not started
+  # (policy-rc.d says no to every service start during the install) nor
+  # left enabled.
+  policy=""
+  if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+    policy=/usr/sbin/policy-rc.d
+    printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null && $sudo chmod +x "$policy"
+  fi
+  status=0
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || status=$?
+  if [[ -n "$policy" ]]; then $sudo rm -f "$policy"; fi
+  [[ $status -eq 0 ]] || exit "$status"
+  if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null && [[ -d /run/systemd/system ]]; then
+    $sudo systemctl disable --now prometheus >/dev/null 2>&1 || true
+  fi
 fi
 
 [[ $do_build -eq 1 ]] || exit 0

@@ -392,7 +392,7 @@ caf::behavior psClient(Self* self, PsClientOptions options) {
           caf::message msg = ps::pushToWire(o.worker, sequence, req->clock, req->samples,
                                             Tensor::adopt(std::move(split.counts[size_t(s)]), DType::kUInt64),
                                             Tensor::adopt(std::move(split.keys[size_t(s)]), DType::kUInt64),
-                                            std::move(gradsT), std::move(denseT), o.generation);
+                                            std::move(gradsT), std::move(denseT), o.generation, req->lrScale);
           auto issue = [=](Token t) {
             self->request(self->state.options.shards[size_t(s)], self->state.options.requestTimeout, msg)
                 .then(

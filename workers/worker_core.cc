@@ -251,6 +251,7 @@ void WorkerCore::resumeAt(int64_t steps) {
 }
 
 void WorkerCore::setDenseLearningRateScale(double scale) {
+  denseLrScale_ = scale;  // (ps mode: the shards apply it, with each push)
   const float lr = float(double(options_.denseOptimizer.learningRate) * scale);
   dense().setLearningRate(lr);
   if (options_.pipeline) options_.pipeline->setLearningRate(lr);
@@ -412,6 +413,7 @@ std::shared_ptr<ps::PushRequest> WorkerCore::newPush(int64_t samples) {
   push->sequence = sequence_++;
   push->step = steps_;
   push->clock = steps_ - 1;
+  if (options_.denseOnServers) push->lrScale = std::max(denseLrScale_, 1e-30);  // (> 0 on the wire)
   return push;
 }
 

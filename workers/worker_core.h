@@ -247,6 +247,7 @@ class WorkerCore final {
   std::unique_ptr<collectives::GradientBuckets> buckets_;
   int64_t steps_ = 0;
   int64_t samplesApplied_ = 0;
+  double denseLrScale_ = 1;  // setDenseLearningRateScale's
   double collectiveSeconds_ = 0;
   int64_t agreedRows_ = 0;  // every rank's rows of the step agreed on
   bool collectiveFailed_ = false;

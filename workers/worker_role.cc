@@ -619,9 +619,10 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   wo.core = model;
   wo.pushResiduals = mode != TrainMode::kAllReduce && compression.push.kind != kernels::CodecKind::kNone;
   wo.epochs = positive(config, "train.epochs");
-  // The dense learning rate decays per epoch where the workers hold the
-  // dense optimizer (the sync modes; in ps mode it is the shards').
-  if (mode != TrainMode::kPs && model.kind != ModelKind::kCount) wo.lrDecayPerEpoch = config.getFloat("train.lr_decay");
+  // The dense learning rate decays per epoch: applied by the workers in the
+  // sync modes, and sent with every push in ps mode, where the shards hold
+  // the dense optimizer.
+  if (model.kind != ModelKind::kCount) wo.lrDecayPerEpoch = config.getFloat("train.lr_decay");
   wo.maxSteps = config.getInt("train.max_steps");
   wo.progressEverySteps = positive(config, "train.progress_every");
   wo.evaluateEachEpoch = false;

@@ -274,6 +274,30 @@ TEST_F(ClusterTest, BspEqualsASingleProcessOnTheSameGlobalBatches) {
   EXPECT_NEAR(epoch.aucOne, epoch.aucBsp, 1e-3);
   EXPECT_NEAR(epoch.lossOne, epoch.lossBsp, 1e-3);
   EXPECT_LT(epoch.worst, 2e-2) << "largest difference of a test prediction after an epoch";
+  // train.lr_decay reaches the shards' dense optimizer (each push carries
+  // its epoch's scale): 13 steps into the second epoch at a tenth of the
+  // rate, BSP still predicts as the one process does (plain SGD on the dense
+  // weights keeps the rounding small), and not as BSP without the decay.
+  // (40960 rows: 160 whole batches of 256, 160 of 128 a worker, so the
+  // epochs end at the same step.)
+  const std::vector<std::string> decayed = {"--set", "data.synthetic.rows=40960", "--set", "train.epochs=2",
+                                            "--set", "train.max_steps=173", "--set", "train.dense_optimizer=sgd",
+                                            "--set", "train.dense_lr=0.1", "--set", "train.lr_decay=0.1"};
+  Comparison decay = compareBspWithOneProcess(dir, "decay", decayed);
+  EXPECT_EQ(decay.rows, 5000);
+  EXPECT_LT(decay.worst, 1e-3) << "largest difference of a test prediction, both decayed";
+  auto flat = decayed;
+  flat.back() = "train.lr_decay=1";
+  Comparison undecayed = compareBspWithOneProcess(dir, "flat", flat);
+  double apart = 0;
+  {
+    std::ifstream pa(dir.file("decaybsp.tsv")), pb(dir.file("flatbsp.tsv"));
+    int l1, l2;
+    double p1, p2;
+    while (pa >> l1 >> p1 && pb >> l2 >> p2) apart = std::max(apart, std::fabs(p1 - p2));
+  }
+  EXPECT_GT(apart, 10 * decay.worst) << "the decay changes what BSP learns, by more than BSP and one process differ";
+  EXPECT_LT(undecayed.worst, 1e-3);
 }
 
 TEST_F(ClusterTest, SspNeverLetsAWorkerRunMoreThanStalenessAhead) {
@@ -359,16 +383,33 @@ TEST_F(ClusterTest, TheCoordinatorServesTheJobsMetricsWhileItRuns) {
       << "promtool not found: scripts/setup.sh installs Debian's prometheus";
   TempDir dir;
   const int port = freePort();
-  // Worker 0 slowed 10 ms a step: the job runs a few seconds.
+  // Worker 0 slowed 30 ms a step: the job runs several seconds.
   Child job(plus({TROUPE_BINARY, "train"},
                  plus(smallJob(dir, "metrics"),
                       {"--set", "cluster.workers=2", "--set", "cluster.servers=2", "--set", "train.eval_every_steps=20",
-                       "--set", "train.progress_every=10", "--fault", "kind=slow,target=worker:0,delay_ms=10",
+                       "--set", "train.progress_every=10", "--fault", "kind=slow,target=worker:0,delay_ms=30",
                        "--metrics-port", std::to_string(port)})),
             dir.file("train.out"));
   httplib::Client client("127.0.0.1", port);
   client.set_connection_timeout(1, 0);
   client.set_read_timeout(5, 0);
+  // Serving: then the port is taken, and a second job refuses to start at
+  // once (before it reads data or starts a process), naming it.
+  bool serving = false;
+  for (int i = 0; i < 600 && !serving; ++i) {
+    auto res = client.Get("/metrics");
+    serving = res && res->status == 200;
+    if (!serving) std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_TRUE(serving) << readFile(dir.file("train.out"));
+  auto second = troupe(plus({"train"}, plus(smallJob(dir, "second"), {"--set", "cluster.workers=1", "--set",
+                                                                      "cluster.servers=1", "--metrics-port",
+                                                                      std::to_string(port)})));
+  EXPECT_EQ(second.exitCode, 2) << second.err;
+  EXPECT_NE(second.err.find(fmt::format("--metrics-port {}: cannot listen on 127.0.0.1:{}", port, port)),
+            std::string::npos)
+      << second.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("runs/second"))) << "refused before its run directory";
   std::string body;
   const auto deadline = std::chrono::steady_clock::now() + 90s;
   while (std::chrono::steady_clock::now() < deadline) {
@@ -389,14 +430,6 @@ TEST_F(ClusterTest, TheCoordinatorServesTheJobsMetricsWhileItRuns) {
   writeFile(dir.file("scrape.txt"), body);
   auto check = runProcess({"/bin/sh", "-c", "promtool check metrics < " + dir.file("scrape.txt")});
   EXPECT_EQ(check.exitCode, 0) << check.out << check.err << body;
-  // The port is taken: a second job refuses to start, naming it.
-  auto second = troupe(plus({"train"}, plus(smallJob(dir, "second"), {"--set", "cluster.workers=1", "--set",
-                                                                      "cluster.servers=1", "--metrics-port",
-                                                                      std::to_string(port)})));
-  EXPECT_EQ(second.exitCode, 2) << second.err;
-  EXPECT_NE(second.err.find(fmt::format("--metrics-port {}: cannot listen on 127.0.0.1:{}", port, port)),
-            std::string::npos)
-      << second.err;
   auto done = job.wait(120s);
   EXPECT_EQ(done.exitCode, 0) << readFile(dir.file("train.out"));
 }
@@ -411,8 +444,10 @@ TEST_F(ClusterTest, AJobStartsUnderOpenMpiWithEachWorkersRankFromItsEnvironment)
   TempDir dir;
   LaunchedJob job(dir, plus(smallJob(dir, "mpi"), {"--set", "train.mode=allreduce"}), 2, 0, dir.file("mpi.json"));
   // (mpirun passes the job's token on with -x; as root it needs its consent.)
-  auto r = runProcess({"/usr/bin/env", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "-x", "TROUPE_JOB_TOKEN",
-                       "-x", "UCX_TLS", TROUPE_BINARY, "launch", "--role", "worker", "--coordinator", job.address},
+  // (--timeout: mpirun takes its processes down itself if the job hangs.)
+  auto r = runProcess({"/usr/bin/env", "mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+                       "--timeout", "150", "-np", "2", "-x", "TROUPE_JOB_TOKEN", TROUPE_BINARY, "launch", "--role",
+                       "worker", "--coordinator", job.address},
                       std::chrono::seconds(180));
   EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
   const std::string out = r.out + r.err;

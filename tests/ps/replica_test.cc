@@ -307,7 +307,7 @@ TEST(Replica, WhileANewBackupTakesTheStateTrainingGoesOn) {
   EXPECT_EQ(ackWithin(self, kQuiet), -1) << "not two copies before the backup answered the push sent after the state";
   fake->receive(
       [&](push_atom, int64_t worker, int64_t sequence, int64_t, int64_t, const transport::Tensor&,
-          const transport::Tensor&, const transport::Tensor&, const transport::Tensor&, int64_t) -> int64_t {
+          const transport::Tensor&, const transport::Tensor&, const transport::Tensor&, int64_t, double) -> int64_t {
         got.push_back(fmt::format("push {} of worker {}", sequence, worker));
         return sequence;
       },
@@ -319,7 +319,7 @@ TEST(Replica, WhileANewBackupTakesTheStateTrainingGoesOn) {
   EXPECT_EQ(ackWithin(self, kQuiet), -1);
   fake->receive(
       [&](push_atom, int64_t, int64_t sequence, int64_t, int64_t, const transport::Tensor&, const transport::Tensor&,
-          const transport::Tensor&, const transport::Tensor&, int64_t) -> int64_t { return sequence; },
+          const transport::Tensor&, const transport::Tensor&, int64_t, double) -> int64_t { return sequence; },
       caf::after(kTimeout) >> [] { ADD_FAILURE() << "the push did not reach the backup"; });
   EXPECT_EQ(ackWithin(self, kTimeout), 6);
 }

@@ -387,6 +387,35 @@ TEST(Shard, StalenessAwareUpdatesScaleTheRateAndCompensateTheDelay) {
   }
 }
 
+// train.lr_decay in ps mode: a push's learning-rate scale reaches the
+// shard's dense optimizer (SGD at rate 1: the slice moves by scale x g),
+// and not the rows (the embedding rate does not decay).
+TEST(Shard, APushsLearningRateScaleScalesTheDenseUpdateOnly) {
+  for (Consistency c : {Consistency::kAsp, Consistency::kBsp}) {
+    SCOPED_TRACE(consistencyName(c));
+    Job job(1, 1, c);
+    caf::scoped_actor self{*job.system};
+    auto f32 = [](const std::vector<float>& v) {
+      return transport::Tensor::copyOf(v.data(), v.size() * 4, transport::DType::kFloat32);
+    };
+    auto u64 = [](const std::vector<uint64_t>& v) {
+      return transport::Tensor::copyOf(v.data(), v.size() * 8, transport::DType::kUInt64);
+    };
+    ASSERT_TRUE(pullNow(self, job.clients[0], pullOf({{3}, {4}}, 0)));
+    int64_t ack = -1;
+    self->request(job.shards[0], kTimeout,
+                  pushToWire(0, 0, 0, 10, u64({1, 1}), u64({3, 4}), f32({0.1f, 0.1f, 0.1f, 0.1f, 0.1f}),
+                             f32(std::vector<float>(10, 0.1f)), 0, 0.25))
+        .receive([&](int64_t a) { ack = a; }, [&](caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
+    ASSERT_EQ(ack, 0);
+    auto now = pullNow(self, job.clients[0], pullOf({{3}, {4}}, 1, false));
+    ASSERT_TRUE(now);
+    for (size_t i = 0; i < 10; ++i) EXPECT_NEAR(now->dense[i], float(i) - 0.25f * 0.1f, 1e-6) << "dense " << i;
+    const auto w3 = initial(job, 0, 3);
+    for (size_t j = 0; j < 2; ++j) EXPECT_NEAR(now->rows[0][j], w3[j] - 0.1f, 1e-6) << "row of key 3";
+  }
+}
+
 // The summary's quantiles: nearest rank over the histogram.
 TEST(Shard, StalenessQuantilesAreNearestRank) {
   auto of = [](std::vector<std::vector<int64_t>> perShard) {

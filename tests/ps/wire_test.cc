@@ -88,6 +88,18 @@ TEST(PsWire, InconsistentMessagesAreRefused) {
   EXPECT_FALSE(pushFromWire(push({1, 2, 3, 4}, {1, 2}), {2}, 3).hasValue());  // dense slice size
   EXPECT_FALSE(pushFromWire(pushToWire(1, 1, 0, -1, u64({2}), u64({5, 6}), f32({1, 2, 3, 4}), f32({})), {2}, 0)
                    .hasValue());  // negative samples
+  // The dense learning rate's scale (train.lr_decay) crosses as it is, and
+  // only one in (0, 1] is taken.
+  auto scaled = [](double s) { return pushToWire(1, 1, 0, 4, u64({2}), u64({5, 6}), f32({1, 2, 3, 4}), f32({}), 0, s); };
+  auto quarter = pushFromWire(acrossProcesses(scaled(0.25)), {2}, 0);
+  ASSERT_TRUE(quarter.hasValue()) << quarter.status().message();
+  EXPECT_EQ(quarter->lrScale, 0.25);
+  EXPECT_EQ(pushFromWire(push({1, 2, 3, 4}, {}), {2}, 0)->lrScale, 1.0);  // (the default: none)
+  for (double bad : {0.0, -0.5, 1.5, std::nan("")}) {
+    auto refused = pushFromWire(scaled(bad), {2}, 0);
+    ASSERT_FALSE(refused.hasValue()) << bad;
+    EXPECT_NE(refused.status().message().find("learning-rate scale"), std::string::npos) << refused.status().message();
+  }
   // Counts that claim more keys than there are.
   auto lying = pullToWire(0, 0, true, false, u64({5}), u64({1, 2}));
   auto p = pullFromWire(lying, {1});
