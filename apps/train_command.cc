@@ -124,7 +124,21 @@ void declareJobMetrics(MetricsRegistry& m) {
   m.declare("troupe_evaluations_total", T::kCounter, "evaluations during training the coordinator received");
   m.declare("troupe_job_workers", T::kGauge, "worker processes of the job (cluster.workers)");
   m.declare("troupe_job_servers", T::kGauge, "parameter-server processes of the job");
+  m.declare("troupe_shard_rows", T::kGauge, "embedding rows the shard holds");
+  m.declare("troupe_shard_pushes_applied_total", T::kCounter, "pushes the shard has applied");
+  m.declare("troupe_shard_pulls_served_total", T::kCounter, "pulls the shard has served");
+  m.declare("troupe_shard_pulls_delayed_total", T::kCounter, "training pulls the shard's consistency gate held");
+  m.declare("troupe_push_staleness_mean", T::kGauge, "updates a push's gradient missed, over every shard: the mean");
+  m.declare("troupe_push_staleness_p50", T::kGauge, "updates a push's gradient missed: the median");
+  m.declare("troupe_push_staleness_p99", T::kGauge, "updates a push's gradient missed: the 99th percentile");
+  m.declare("troupe_push_staleness_max", T::kGauge, "updates a push's gradient missed: the most");
+  m.declare("troupe_processes_replaced_total", T::kCounter, "processes that took the rank of a lost one");
+  m.declare("troupe_rollbacks_total", T::kCounter, "times the job rolled back to a checkpoint");
+  m.declare("troupe_backups_promoted_total", T::kCounter, "shard backups that took over from a lost primary");
   m.set("troupe_progress_reports_total", 0);
+  m.set("troupe_processes_replaced_total", 0);
+  m.set("troupe_rollbacks_total", 0);
+  m.set("troupe_backups_promoted_total", 0);
 }
 
 // `troupe train` with cluster.workers > 0: this process coordinates; S ps
@@ -185,6 +199,28 @@ workers::JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, c
                                 p.worker, p.epoch + 1, epochs, p.step, p.loss, p.samplesPerSec,
                                 compressing ? fmt::format("  wire x{:.3f}", p.wireRatio) : std::string()));
   };
+  if (metrics) {
+    // The shards' counters and staleness and the recoveries, every second.
+    jo.liveEvery = std::chrono::seconds(1);
+    jo.onLive = [metrics](const workers::LiveFigures& f) {
+      for (const auto& s : f.shards) {
+        const MetricsRegistry::Labels l = {{"shard", std::to_string(s.rank)}};
+        metrics->set("troupe_shard_rows", l, double(s.rows));
+        metrics->set("troupe_shard_pushes_applied_total", l, double(s.pushesApplied));
+        metrics->set("troupe_shard_pulls_served_total", l, double(s.pullsServed));
+        metrics->set("troupe_shard_pulls_delayed_total", l, double(s.pullsDelayed));
+      }
+      if (const auto st = workers::summarizeStaleness(f.shards); st.pushes > 0) {
+        metrics->set("troupe_push_staleness_mean", st.mean);
+        metrics->set("troupe_push_staleness_p50", double(st.p50));
+        metrics->set("troupe_push_staleness_p99", double(st.p99));
+        metrics->set("troupe_push_staleness_max", double(st.max));
+      }
+      metrics->set("troupe_processes_replaced_total", double(f.processesReplaced));
+      metrics->set("troupe_rollbacks_total", double(f.rollbacks));
+      metrics->set("troupe_backups_promoted_total", double(f.backupsPromoted));
+    };
+  }
   const bool binary = workers::modelOptions(config, 1).kind == workers::ModelKind::kDlrm;
   jo.onEval = [&, binary, onEval = std::move(onEval)](const workers::EvalPoint& p, double wall) {
     if (metrics) {

@@ -30,6 +30,7 @@ using recheck_atom = caf::atom_constant<caf::atom("recheck")>;
 using regroup_check_atom = caf::atom_constant<caf::atom("regroupchk")>;
 using rebuild_atom = caf::atom_constant<caf::atom("rebuild")>;
 using stall_atom = caf::atom_constant<caf::atom("stall")>;
+using live_atom = caf::atom_constant<caf::atom("livepoll")>;
 using pause_timeout_atom = caf::atom_constant<caf::atom("pausetime")>;
 using write_timeout_atom = caf::atom_constant<caf::atom("writetime")>;
 using Clock = std::chrono::steady_clock;
@@ -105,7 +106,8 @@ StalenessSummary summarizeStaleness(const std::vector<ShardSummary>& shards) {
 }
 
 TrainingJob::TrainingJob(const Config& config, TrainingJobOptions options)
-    : onProgress_(std::move(options.onProgress)), onEval_(std::move(options.onEval)), configText_(config.toToml()), config_(config) {
+    : onProgress_(std::move(options.onProgress)), onEval_(std::move(options.onEval)), onLive_(std::move(options.onLive)),
+      liveEvery_(options.liveEvery), configText_(config.toToml()), config_(config) {
   generation_ = config.getInt("cluster.generation");
   if (const PipelineConfig pipe = pipelineOf(config); pipe.any()) pipelineStages_ = pipe.stages;
   checkpointBase_ = options.checkpointDir;
@@ -183,11 +185,63 @@ int64_t TrainingJob::expectedSamples(int64_t rowsPerEpoch) const {
   return syncSamples(rowsPerEpoch, std::max<int64_t>(1, config_.getInt("train.batch_size")), epochs_, divisions_);
 }
 
+void TrainingJob::pollLive(actors::JobContext& job) {
+  struct Poll {
+    LiveFigures figures;
+    std::map<int64_t, ShardSummary> shards;
+    int64_t left = 1;
+  };
+  auto poll = std::make_shared<Poll>();
+  poll->figures.rollbacks = int64_t(outcome_.rollbacks.size());
+  poll->figures.backupsPromoted = int64_t(outcome_.promotions.size());
+  for (const std::string role : {"ps", "worker"}) {
+    for (const auto& m : job.members(role)) poll->figures.processesReplaced += std::max<int64_t>(0, m.incarnation);
+  }
+  auto done = [this, poll] {
+    if (--poll->left > 0 || !onLive_) return;
+    for (auto& [rank, s] : poll->shards) poll->figures.shards.push_back(std::move(s));
+    onLive_(poll->figures);
+  };
+  auto dropped = [done](caf::error&) { done(); };  // (a shard that does not answer now is left out)
+  for (const auto& m : servers_ > 0 ? job.members("ps") : std::vector<actors::Member>{}) {
+    if (!m.live()) continue;
+    const int64_t s = m.rank;
+    poll->left += 2;
+    job.self()
+        ->request(shardActor(job, s), 5s, ps::stats_atom::value)
+        .then(
+            [poll, s, done](int64_t rows, int64_t pushes, int64_t dups, int64_t served, int64_t delayed, int64_t lead,
+                            int64_t samples, std::vector<int64_t>& byWorker) {
+              ShardSummary& out = poll->shards[s];
+              auto staleness = std::move(out.staleness);
+              const int64_t unknown = out.stalenessUnknown;
+              out = ShardSummary{s, rows, pushes, dups, served, delayed, lead, samples, std::move(byWorker)};
+              out.staleness = std::move(staleness);
+              out.stalenessUnknown = unknown;
+              done();
+            },
+            dropped);
+    job.self()
+        ->request(shardActor(job, s), 5s, ps::staleness_atom::value)
+        .then(
+            [poll, s, done](std::vector<int64_t>& histogram, int64_t unknown) {
+              ShardSummary& out = poll->shards[s];
+              out.rank = s;
+              out.staleness = std::move(histogram);
+              out.stalenessUnknown = unknown;
+              done();
+            },
+            dropped);
+  }
+  done();
+}
+
 void TrainingJob::onStart(actors::JobContext& job) {
   started_ = true;
   awaitingReplacement_.clear();  // every rank has its process
   lastProgress_.assign(size_t(workers_), Clock::now());
   job.self()->delayed_send(job.self(), 1s, stall_atom::value);
+  if (onLive_ && liveEvery_.count() > 0) job.self()->delayed_send(job.self(), liveEvery_, live_atom::value);
   faults_->start(job);
   log()->info("all {} processes are ready; training starts ({} mode, {}, {} workers, {} shards)", workers_ + servers_,
               trainModeName(mode_), ps::consistencyName(consistency_), workers_, servers_);
@@ -1459,6 +1513,11 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
       [this, &job](recheck_atom) {
         checkGate(job);
         checkDone(job);
+      },
+      [this, &job](live_atom) {
+        if (job.over()) return;
+        pollLive(job);
+        job.self()->delayed_send(job.self(), liveEvery_, live_atom::value);
       },
       [this, &job](stall_atom) {
         if (job.over()) return;

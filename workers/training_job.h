@@ -202,11 +202,24 @@ inline std::string trainerName(int64_t rank) { return "trainer" + std::to_string
 // as psClientName(rank) (the coordinator names new primaries to it).
 inline std::string psClientName(int64_t rank) { return "psclient" + std::to_string(rank); }
 
+// What the job knows besides progress, while it runs (--metrics-port):
+// each live shard's counters and staleness histogram, and its recoveries so
+// far.
+struct LiveFigures {
+  std::vector<ShardSummary> shards;  // the shards that answered
+  int64_t processesReplaced = 0;     // processes that took the rank of a lost one (every role)
+  int64_t rollbacks = 0, backupsPromoted = 0;
+};
+
 struct TrainingJobOptions {
   std::function<void(const JobProgress&)> onProgress;  // on the coordinator's thread
   // An evaluation during training (train.eval_every_*), with the seconds
   // since the job started; on the coordinator's thread.
   std::function<void(const EvalPoint&, double wallSeconds)> onEval;
+  // LiveFigures every `liveEvery` while the job runs (0: never); on the
+  // coordinator's thread. Each asks every live shard, as the end does.
+  std::function<void(const LiveFigures&)> onLive;
+  std::chrono::milliseconds liveEvery{0};
   // Where checkpoints go (checkpoint.dir, or the run directory's
   // checkpoints/); "" when the job writes none.
   std::string checkpointDir;
@@ -298,6 +311,9 @@ class TrainingJob final : public actors::JobPolicy {
   int64_t epochs_ = 1, maxSteps_ = 0;
   std::function<void(const JobProgress&)> onProgress_;
   std::function<void(const EvalPoint&, double)> onEval_;
+  std::function<void(const LiveFigures&)> onLive_;
+  std::chrono::milliseconds liveEvery_{0};
+  void pollLive(actors::JobContext& job);
   std::string configText_;
   JobShape shape_;
   // Checkpoints.

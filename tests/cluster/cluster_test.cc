@@ -378,16 +378,16 @@ std::vector<std::string> slowJob(const TempDir& dir, const std::string& run, con
 // accepts; every worker's step is there, and the evaluations during
 // training counted. A second process cannot take the same port.
 TEST_F(ClusterTest, TheCoordinatorServesTheJobsMetricsWhileItRuns) {
-  sharedMemoryFifo();
   ASSERT_EQ(runProcess({"/bin/sh", "-c", "command -v promtool"}).exitCode, 0)
       << "promtool not found: scripts/setup.sh installs Debian's prometheus";
   TempDir dir;
   const int port = freePort();
-  // Worker 0 slowed 30 ms a step: the job runs several seconds.
+  // Worker 0 slowed 30 ms a step: the job runs several seconds; worker 1
+  // is killed at its step 40 and replaced.
   Child job(plus({TROUPE_BINARY, "train"},
                  plus(smallJob(dir, "metrics"),
                       {"--set", "cluster.workers=2", "--set", "cluster.servers=2", "--set", "train.eval_every_steps=20",
-                       "--set", "train.progress_every=10", "--fault", "kind=slow,target=worker:0,delay_ms=30",
+                       "--set", "train.progress_every=10", "--fault", "kind=slow,target=worker:0,delay_ms=30", "--fault", "kind=kill,target=worker:1,at_step=40",
                        "--metrics-port", std::to_string(port)})),
             dir.file("train.out"));
   httplib::Client client("127.0.0.1", port);
@@ -416,7 +416,9 @@ TEST_F(ClusterTest, TheCoordinatorServesTheJobsMetricsWhileItRuns) {
     if (auto res = client.Get("/metrics"); res && res->status == 200) {
       body = res->body;
       if (body.find("troupe_worker_step{worker=\"1\"}") != std::string::npos &&
-          body.find("troupe_evaluations_total") != std::string::npos) {
+          body.find("troupe_evaluations_total") != std::string::npos &&
+          body.find("troupe_push_staleness_p99 ") != std::string::npos &&
+          body.find("troupe_processes_replaced_total 1\n") != std::string::npos) {
         break;
       }
     }
@@ -427,6 +429,11 @@ TEST_F(ClusterTest, TheCoordinatorServesTheJobsMetricsWhileItRuns) {
   EXPECT_NE(body.find("# TYPE troupe_evaluations_total counter"), std::string::npos) << body;
   EXPECT_NE(body.find("troupe_job_workers 2\n"), std::string::npos) << body;
   EXPECT_NE(body.find("troupe_eval_auc "), std::string::npos) << body;
+  // The shards' own counters, polled while the job runs (BSP: no push misses an update).
+  EXPECT_NE(body.find("troupe_shard_pushes_applied_total{shard=\"1\"}"), std::string::npos) << body;
+  EXPECT_NE(body.find("troupe_push_staleness_max 0\n"), std::string::npos) << body;
+  EXPECT_NE(body.find("troupe_processes_replaced_total 1\n"), std::string::npos) << body;  // the killed worker's
+  EXPECT_NE(body.find("troupe_rollbacks_total 0\n"), std::string::npos) << body;
   writeFile(dir.file("scrape.txt"), body);
   auto check = runProcess({"/bin/sh", "-c", "promtool check metrics < " + dir.file("scrape.txt")});
   EXPECT_EQ(check.exitCode, 0) << check.out << check.err << body;
