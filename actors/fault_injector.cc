@@ -69,6 +69,10 @@ LinkCounts linkCountsOf(const transport::NodeStats& s, const std::string& role, 
   c.reordered = int64_t(s.faultsReordered);
   c.corrupted = int64_t(s.faultsCorrupted);
   c.partitioned = int64_t(s.faultsPartitioned);
+  c.framesSent = int64_t(s.framesSent);
+  c.framesReceived = int64_t(s.framesReceived);
+  c.bytesSent = int64_t(s.bytesSent);
+  c.bytesReceived = int64_t(s.bytesReceived);
   return c;
 }
 

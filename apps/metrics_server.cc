@@ -70,7 +70,10 @@ MetricsServer::~MetricsServer() {
     if (done_->load()) {
       thread_.join();
     } else {
-      thread_.detach();  // (10 s and it did not stop: the process is ending anyway)
+      // 10 s and it did not stop: the thread is left (the process is
+      // ending), and so is the server it runs on.
+      thread_.detach();
+      (void)server_.release();
     }
   }
 }

@@ -125,14 +125,21 @@ void declareJobMetrics(MetricsRegistry& m) {
   m.declare("troupe_job_workers", T::kGauge, "worker processes of the job (cluster.workers)");
   m.declare("troupe_job_servers", T::kGauge, "parameter-server processes of the job");
   m.declare("troupe_shard_rows", T::kGauge, "embedding rows the shard holds");
-  m.declare("troupe_shard_pushes_applied_total", T::kCounter, "pushes the shard has applied");
-  m.declare("troupe_shard_pulls_served_total", T::kCounter, "pulls the shard has served");
-  m.declare("troupe_shard_pulls_delayed_total", T::kCounter, "training pulls the shard's consistency gate held");
+  // (Gauges: a rollback, an undone step or a promoted backup takes them back.)
+  m.declare("troupe_shard_pushes_applied", T::kGauge, "pushes in the shard's state (a rollback takes it back)");
+  m.declare("troupe_shard_pulls_served", T::kGauge, "pulls the serving copy of the shard has served");
+  m.declare("troupe_shard_pulls_delayed", T::kGauge, "training pulls the serving copy's consistency gate held");
   m.declare("troupe_push_staleness_mean", T::kGauge, "updates a push's gradient missed, over every shard: the mean");
   m.declare("troupe_push_staleness_p50", T::kGauge, "updates a push's gradient missed: the median");
   m.declare("troupe_push_staleness_p99", T::kGauge, "updates a push's gradient missed: the 99th percentile");
   m.declare("troupe_push_staleness_max", T::kGauge, "updates a push's gradient missed: the most");
-  m.declare("troupe_processes_replaced_total", T::kCounter, "processes that took the rank of a lost one");
+  m.declare("troupe_process_sent_bytes_total", T::kCounter, "bytes the process's node sent (its current process)");
+  m.declare("troupe_process_received_bytes_total", T::kCounter, "bytes the process's node received");
+  m.declare("troupe_process_sent_frames_total", T::kCounter, "frames the process's node sent");
+  m.declare("troupe_process_received_frames_total", T::kCounter, "frames the process's node received");
+  m.declare("troupe_processes_replaced_total", T::kCounter,
+            "processes that took a rank after its first (a lost one's, a rank moved into a live process, every rank "
+            "after a rollback)");
   m.declare("troupe_rollbacks_total", T::kCounter, "times the job rolled back to a checkpoint");
   m.declare("troupe_backups_promoted_total", T::kCounter, "shard backups that took over from a lost primary");
   m.set("troupe_progress_reports_total", 0);
@@ -206,15 +213,24 @@ workers::JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, c
       for (const auto& s : f.shards) {
         const MetricsRegistry::Labels l = {{"shard", std::to_string(s.rank)}};
         metrics->set("troupe_shard_rows", l, double(s.rows));
-        metrics->set("troupe_shard_pushes_applied_total", l, double(s.pushesApplied));
-        metrics->set("troupe_shard_pulls_served_total", l, double(s.pullsServed));
-        metrics->set("troupe_shard_pulls_delayed_total", l, double(s.pullsDelayed));
+        metrics->set("troupe_shard_pushes_applied", l, double(s.pushesApplied));
+        metrics->set("troupe_shard_pulls_served", l, double(s.pullsServed));
+        metrics->set("troupe_shard_pulls_delayed", l, double(s.pullsDelayed));
       }
       if (const auto st = workers::summarizeStaleness(f.shards); st.pushes > 0) {
         metrics->set("troupe_push_staleness_mean", st.mean);
         metrics->set("troupe_push_staleness_p50", double(st.p50));
         metrics->set("troupe_push_staleness_p99", double(st.p99));
         metrics->set("troupe_push_staleness_max", double(st.max));
+      }
+      for (const auto& p : f.processes) {
+        // (A replacement's counters start again: `incarnation` tells its series apart.)
+        const MetricsRegistry::Labels l = {
+            {"role", p.role}, {"rank", std::to_string(p.rank)}, {"incarnation", std::to_string(p.incarnation)}};
+        metrics->set("troupe_process_sent_bytes_total", l, double(p.bytesSent));
+        metrics->set("troupe_process_received_bytes_total", l, double(p.bytesReceived));
+        metrics->set("troupe_process_sent_frames_total", l, double(p.framesSent));
+        metrics->set("troupe_process_received_frames_total", l, double(p.framesReceived));
       }
       metrics->set("troupe_processes_replaced_total", double(f.processesReplaced));
       metrics->set("troupe_rollbacks_total", double(f.rollbacks));

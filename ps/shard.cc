@@ -711,8 +711,8 @@ void applyReadySteps(Self* self) {
     for (auto& [w, part] : step.parts) u.parts.push_back({w, part.view.sequence, part.view.samples});
     u.indexed = false;
     const int64_t before = st.updates;
-    // (The step's parts are of one step, so of one epoch; the least scale
-    // should one part's epoch differ.)
+    // (A step's parts may be of two epochs, where the ranks' shares of an
+    // epoch differ by a batch: the least scale.)
     double denseScale = 1;
     for (auto& [w, part] : step.parts) denseScale = std::min(denseScale, part.view.lrScale);
     Status s = apply(st, st.counts.data(), st.keys.data(), st.grads.data(), anyDense ? st.denseGrads.data() : nullptr,

@@ -11,7 +11,7 @@
 //   push:   (push_atom, i64 worker, i64 sequence, i64 step, i64 samples,
 //            Tensor key counts u64[T], Tensor keys u64[n],
 //            Tensor grads f32[sum_t n_t x dim_t], Tensor dense grads f32[slice or 0],
-//            i64 generation)
+//            i64 generation, f64 dense learning-rate scale in (0, 1])
 //           -> i64 sequence, once applied
 //   leave:  (leave_atom, i64 worker, i64 generation) -> i64 worker   the worker
 //           trains no more (refused from an older generation, like pulls and pushes)

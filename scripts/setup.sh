@@ -55,11 +55,12 @@ if [[ ${#missing[@]} -gt 0 ]]; then
   policy=""
   if [[ ! -e /usr/sbin/policy-rc.d ]]; then
     policy=/usr/sbin/policy-rc.d
+    trap '$sudo rm -f "$policy"' EXIT INT TERM  # (never left behind)
     printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null && $sudo chmod +x "$policy"
   fi
   status=0
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || status=$?
-  if [[ -n "$policy" ]]; then $sudo rm -f "$policy"; fi
+  if [[ -n "$policy" ]]; then $sudo rm -f "$policy"; trap - EXIT INT TERM; fi
   [[ $status -eq 0 ]] || exit "$status"
   if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null && [[ -d /run/systemd/system ]]; then
     $sudo systemctl disable --now prometheus >/dev/null 2>&1 || true

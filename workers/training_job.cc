@@ -191,21 +191,40 @@ void TrainingJob::pollLive(actors::JobContext& job) {
     std::map<int64_t, ShardSummary> shards;
     int64_t left = 1;
   };
+  if (livePolling_) return;  // (the last one has not answered yet: a slow shard is not asked twice)
+  livePolling_ = true;
   auto poll = std::make_shared<Poll>();
-  poll->figures.rollbacks = int64_t(outcome_.rollbacks.size());
-  poll->figures.backupsPromoted = int64_t(outcome_.promotions.size());
-  for (const std::string role : {"ps", "worker"}) {
-    for (const auto& m : job.members(role)) poll->figures.processesReplaced += std::max<int64_t>(0, m.incarnation);
-  }
-  auto done = [this, poll] {
-    if (--poll->left > 0 || !onLive_) return;
+  auto done = [this, &job, poll] {
+    if (--poll->left > 0) return;
+    livePolling_ = false;
+    if (!onLive_ || job.over()) return;
+    // The recoveries as of now (a poll's answers may have taken seconds).
+    poll->figures.rollbacks = int64_t(outcome_.rollbacks.size());
+    poll->figures.backupsPromoted = int64_t(outcome_.promotions.size());
+    for (const std::string role : {"ps", "worker"}) {
+      for (const auto& m : job.members(role)) poll->figures.processesReplaced += std::max<int64_t>(0, m.incarnation);
+    }
     for (auto& [rank, s] : poll->shards) poll->figures.shards.push_back(std::move(s));
     onLive_(poll->figures);
   };
   auto dropped = [done](caf::error&) { done(); };  // (a shard that does not answer now is left out)
-  for (const auto& m : servers_ > 0 ? job.members("ps") : std::vector<actors::Member>{}) {
-    if (!m.live()) continue;
-    const int64_t s = m.rank;
+  // Every live process's traffic (its agent answers from its node's counters).
+  for (const std::string role : {"ps", "worker"}) {
+    for (const auto& m : job.members(role)) {
+      if (!m.agent || !m.live()) continue;
+      ++poll->left;
+      job.self()
+          ->request(m.agent, 5s, actors::links_atom::value)
+          .then([poll, done](actors::LinkCounts& c) { poll->figures.processes.push_back(std::move(c)), done(); },
+                dropped);
+    }
+  }
+  const auto& psMembers = job.members("ps");
+  for (int64_t s = 0; s < servers_; ++s) {
+    // (Shard s is served by its primary's process: with ps.replicas = 2 not
+    // always process s.)
+    const int64_t host = primaryHost_[size_t(s)];
+    if (host < 0 || host >= int64_t(psMembers.size()) || !psMembers[size_t(host)].live()) continue;
     poll->left += 2;
     job.self()
         ->request(shardActor(job, s), 5s, ps::stats_atom::value)

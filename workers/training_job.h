@@ -209,6 +209,7 @@ struct LiveFigures {
   std::vector<ShardSummary> shards;  // the shards that answered
   int64_t processesReplaced = 0;     // processes that took the rank of a lost one (every role)
   int64_t rollbacks = 0, backupsPromoted = 0;
+  std::vector<actors::LinkCounts> processes;  // each live ps and worker process's (its node's traffic so far)
 };
 
 struct TrainingJobOptions {
@@ -313,6 +314,7 @@ class TrainingJob final : public actors::JobPolicy {
   std::function<void(const EvalPoint&, double)> onEval_;
   std::function<void(const LiveFigures&)> onLive_;
   std::chrono::milliseconds liveEvery_{0};
+  bool livePolling_ = false;  // a poll's answers are outstanding
   void pollLive(actors::JobContext& job);
   std::string configText_;
   JobShape shape_;

@@ -418,7 +418,8 @@ TEST_F(ClusterTest, TheCoordinatorServesTheJobsMetricsWhileItRuns) {
       if (body.find("troupe_worker_step{worker=\"1\"}") != std::string::npos &&
           body.find("troupe_evaluations_total") != std::string::npos &&
           body.find("troupe_push_staleness_p99 ") != std::string::npos &&
-          body.find("troupe_processes_replaced_total 1\n") != std::string::npos) {
+          body.find("troupe_processes_replaced_total 1\n") != std::string::npos &&
+          body.find("role=\"worker\",rank=\"1\",incarnation=\"1\"") != std::string::npos) {
         break;
       }
     }
@@ -430,10 +431,15 @@ TEST_F(ClusterTest, TheCoordinatorServesTheJobsMetricsWhileItRuns) {
   EXPECT_NE(body.find("troupe_job_workers 2\n"), std::string::npos) << body;
   EXPECT_NE(body.find("troupe_eval_auc "), std::string::npos) << body;
   // The shards' own counters, polled while the job runs (BSP: no push misses an update).
-  EXPECT_NE(body.find("troupe_shard_pushes_applied_total{shard=\"1\"}"), std::string::npos) << body;
+  EXPECT_NE(body.find("troupe_shard_pushes_applied{shard=\"1\"}"), std::string::npos) << body;
   EXPECT_NE(body.find("troupe_push_staleness_max 0\n"), std::string::npos) << body;
   EXPECT_NE(body.find("troupe_processes_replaced_total 1\n"), std::string::npos) << body;  // the killed worker's
   EXPECT_NE(body.find("troupe_rollbacks_total 0\n"), std::string::npos) << body;
+  EXPECT_NE(body.find("troupe_process_sent_bytes_total{role=\"ps\",rank=\"0\",incarnation=\"0\"}"), std::string::npos)
+      << body;
+  EXPECT_NE(body.find("troupe_process_received_bytes_total{role=\"worker\",rank=\"1\",incarnation=\"1\"}"),
+            std::string::npos)
+      << body;  // the replacement's own series
   writeFile(dir.file("scrape.txt"), body);
   auto check = runProcess({"/bin/sh", "-c", "promtool check metrics < " + dir.file("scrape.txt")});
   EXPECT_EQ(check.exitCode, 0) << check.out << check.err << body;
