@@ -129,6 +129,9 @@ void declareJobMetrics(MetricsRegistry& m) {
   m.declare("troupe_shard_pushes_applied", T::kGauge, "pushes in the shard's state (a rollback takes it back)");
   m.declare("troupe_shard_pulls_served", T::kGauge, "pulls the serving copy of the shard has served");
   m.declare("troupe_shard_pulls_delayed", T::kGauge, "training pulls the serving copy's consistency gate held");
+  m.declare("troupe_shard_parked_pulls", T::kGauge, "training pulls waiting at the shard's consistency gate now");
+  m.declare("troupe_shard_pending_steps", T::kGauge, "BSP steps waiting at the shard for a worker's push now");
+  m.declare("troupe_shard_awaiting_backup", T::kGauge, "changes waiting at the shard for its backup's answer now");
   m.declare("troupe_push_staleness_mean", T::kGauge, "updates a push's gradient missed, over every shard: the mean");
   m.declare("troupe_push_staleness_p50", T::kGauge, "updates a push's gradient missed: the median");
   m.declare("troupe_push_staleness_p99", T::kGauge, "updates a push's gradient missed: the 99th percentile");
@@ -216,6 +219,9 @@ workers::JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, c
         metrics->set("troupe_shard_pushes_applied", l, double(s.pushesApplied));
         metrics->set("troupe_shard_pulls_served", l, double(s.pullsServed));
         metrics->set("troupe_shard_pulls_delayed", l, double(s.pullsDelayed));
+        metrics->set("troupe_shard_parked_pulls", l, double(s.parkedPulls));
+        metrics->set("troupe_shard_pending_steps", l, double(s.pendingSteps));
+        metrics->set("troupe_shard_awaiting_backup", l, double(s.awaitingBackup));
       }
       if (const auto st = workers::summarizeStaleness(f.shards); st.pushes > 0) {
         metrics->set("troupe_push_staleness_mean", st.mean);

@@ -1268,6 +1268,11 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
         return caf::make_message(s.rows, s.pushesApplied, s.duplicatePushes, s.pullsServed, s.pullsDelayed,
                                  s.maxLead, s.samplesApplied, std::move(applied));
       },
+      [=](queues_atom) {
+        const auto& st = self->state;
+        return caf::make_message(int64_t(st.parked.size()), int64_t(st.pending.size()),
+                                 int64_t(st.awaitingBackup.size()));
+      },
       [=](staleness_atom) {
         const auto& s = self->state.stats;
         return caf::make_message(s.staleness, s.stalenessUnknown);

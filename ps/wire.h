@@ -23,6 +23,9 @@
 //   staleness: (staleness_atom) -> (vector<i64> histogram, i64 unknown):
 //           for every push this copy applied as the primary, how many
 //           updates its gradient missed (ShardStats::staleness)
+//   queues: (queues_atom) -> (i64 pulls parked at the consistency gate,
+//           i64 BSP steps waiting for a worker's push, i64 pushes waiting
+//           for the backup's answer): what waits in the shard now
 //   restore: (restore_atom, string path, i64 generation) -> i64 generation:
 //           the shard drops its state for the checkpoint image at `path`
 //           (the job rolls back) and from then on refuses pulls and pushes
@@ -88,6 +91,7 @@ namespace troupe::ps {
 
 using leave_atom = caf::atom_constant<caf::atom("leave")>;
 using staleness_atom = caf::atom_constant<caf::atom("staleness")>;
+using queues_atom = caf::atom_constant<caf::atom("queues")>;
 using clock_atom = caf::atom_constant<caf::atom("clock")>;
 using snapshot_atom = caf::atom_constant<caf::atom("snapshot")>;
 using written_atom = caf::atom_constant<caf::atom("written")>;

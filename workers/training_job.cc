@@ -225,18 +225,20 @@ void TrainingJob::pollLive(actors::JobContext& job) {
     // always process s.)
     const int64_t host = primaryHost_[size_t(s)];
     if (host < 0 || host >= int64_t(psMembers.size()) || !psMembers[size_t(host)].live()) continue;
-    poll->left += 2;
+    poll->left += 3;
     job.self()
         ->request(shardActor(job, s), 5s, ps::stats_atom::value)
         .then(
             [poll, s, done](int64_t rows, int64_t pushes, int64_t dups, int64_t served, int64_t delayed, int64_t lead,
                             int64_t samples, std::vector<int64_t>& byWorker) {
               ShardSummary& out = poll->shards[s];
-              auto staleness = std::move(out.staleness);
-              const int64_t unknown = out.stalenessUnknown;
+              ShardSummary was = std::move(out);  // (what the other answers filled in)
               out = ShardSummary{s, rows, pushes, dups, served, delayed, lead, samples, std::move(byWorker)};
-              out.staleness = std::move(staleness);
-              out.stalenessUnknown = unknown;
+              out.staleness = std::move(was.staleness);
+              out.stalenessUnknown = was.stalenessUnknown;
+              out.parkedPulls = was.parkedPulls;
+              out.pendingSteps = was.pendingSteps;
+              out.awaitingBackup = was.awaitingBackup;
               done();
             },
             dropped);
@@ -248,6 +250,18 @@ void TrainingJob::pollLive(actors::JobContext& job) {
               out.rank = s;
               out.staleness = std::move(histogram);
               out.stalenessUnknown = unknown;
+              done();
+            },
+            dropped);
+    job.self()
+        ->request(shardActor(job, s), 5s, ps::queues_atom::value)
+        .then(
+            [poll, s, done](int64_t parked, int64_t pending, int64_t awaiting) {
+              ShardSummary& out = poll->shards[s];
+              out.rank = s;
+              out.parkedPulls = parked;
+              out.pendingSteps = pending;
+              out.awaitingBackup = awaiting;
               done();
             },
             dropped);

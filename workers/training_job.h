@@ -93,6 +93,8 @@ struct ShardSummary {
   // ps::ShardStats::staleness: pushes by the updates their gradients missed.
   std::vector<int64_t> staleness;
   int64_t stalenessUnknown = 0;
+  // While the job runs (LiveFigures): what waits in the shard now.
+  int64_t parkedPulls = 0, pendingSteps = 0, awaitingBackup = 0;
 };
 
 // Staleness over every shard (ShardSummary::staleness summed): its count,

@@ -433,6 +433,8 @@ TEST_F(ClusterTest, TheCoordinatorServesTheJobsMetricsWhileItRuns) {
   // The shards' own counters, polled while the job runs (BSP: no push misses an update).
   EXPECT_NE(body.find("troupe_shard_pushes_applied{shard=\"1\"}"), std::string::npos) << body;
   EXPECT_NE(body.find("troupe_push_staleness_max 0\n"), std::string::npos) << body;
+  EXPECT_NE(body.find("troupe_shard_parked_pulls{shard=\"0\"} "), std::string::npos) << body;
+  EXPECT_NE(body.find("troupe_shard_pending_steps{shard=\"1\"} "), std::string::npos) << body;
   EXPECT_NE(body.find("troupe_processes_replaced_total 1\n"), std::string::npos) << body;  // the killed worker's
   EXPECT_NE(body.find("troupe_rollbacks_total 0\n"), std::string::npos) << body;
   EXPECT_NE(body.find("troupe_process_sent_bytes_total{role=\"ps\",rank=\"0\",incarnation=\"0\"}"), std::string::npos)

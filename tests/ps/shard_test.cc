@@ -416,6 +416,55 @@ TEST(Shard, APushsLearningRateScaleScalesTheDenseUpdateOnly) {
   }
 }
 
+// What waits in a shard now (queues_atom, the live metrics' queue depths):
+// a pull parked at the SSP gate, a BSP step waiting for a worker's push.
+std::vector<int64_t> queuesOf(caf::scoped_actor& self, const caf::actor& shard) {
+  std::vector<int64_t> out;
+  self->request(shard, kTimeout, queues_atom::value)
+      .receive([&](int64_t parked, int64_t pending, int64_t awaiting) { out = {parked, pending, awaiting}; },
+               [&](caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
+  return out;
+}
+
+TEST(Shard, ItsQueuesSayWhatWaitsNow) {
+  std::vector<std::vector<uint64_t>> keys = {{3}, {4}};
+  {
+    Job job(2, 1, Consistency::kSsp, 0);
+    caf::scoped_actor self{*job.system};
+    ASSERT_TRUE(pullNow(self, job.clients[0], pullOf(keys, 0)));
+    ASSERT_TRUE(pullNow(self, job.clients[1], pullOf(keys, 0)));
+    ASSERT_EQ(pushNow(self, job.clients[0], pushOf(0, 0, 0, keys, 0.1f, 0.1f)), 0);
+    EXPECT_EQ(queuesOf(self, job.shards[0]), (std::vector<int64_t>{0, 0, 0}));
+    self->send(job.clients[0], pull_atom::value, pullOf(keys, 1));  // parks: w1 has not pushed step 0
+    std::vector<int64_t> q;
+    for (int i = 0; i < 500 && q != std::vector<int64_t>{1, 0, 0}; ++i) {
+      q = queuesOf(self, job.shards[0]);
+      if (q != std::vector<int64_t>{1, 0, 0}) std::this_thread::sleep_for(10ms);
+    }
+    EXPECT_EQ(q, (std::vector<int64_t>{1, 0, 0}));
+    ASSERT_EQ(pushNow(self, job.clients[1], pushOf(1, 0, 0, keys, 0.1f, 0.1f)), 0);
+    PullReplyPtr parked;
+    self->receive([&](PullReplyPtr r) { parked = r; }, caf::after(kTimeout) >> [] {});
+    ASSERT_TRUE(parked);
+    EXPECT_EQ(queuesOf(self, job.shards[0]), (std::vector<int64_t>{0, 0, 0}));
+  }
+  {
+    Job job(2, 1, Consistency::kBsp);
+    caf::scoped_actor self{*job.system};
+    for (int w = 0; w < 2; ++w) ASSERT_TRUE(pullNow(self, job.clients[size_t(w)], pullOf(keys, 0)));
+    self->send(job.clients[0], push_atom::value, pushOf(0, 0, 0, keys, 0.1f, 0.1f));  // acknowledged with the step
+    std::vector<int64_t> q;
+    for (int i = 0; i < 500 && q != std::vector<int64_t>{0, 1, 0}; ++i) {
+      q = queuesOf(self, job.shards[0]);
+      if (q != std::vector<int64_t>{0, 1, 0}) std::this_thread::sleep_for(10ms);
+    }
+    EXPECT_EQ(q, (std::vector<int64_t>{0, 1, 0}));
+    self->send(job.clients[1], push_atom::value, pushOf(1, 0, 0, keys, 0.1f, 0.1f));
+    for (int i = 0; i < 2; ++i) self->receive([](int64_t) {}, caf::after(kTimeout) >> [] { ADD_FAILURE() << "no ack"; });
+    EXPECT_EQ(queuesOf(self, job.shards[0]), (std::vector<int64_t>{0, 0, 0}));
+  }
+}
+
 // The summary's quantiles: nearest rank over the histogram.
 TEST(Shard, StalenessQuantilesAreNearestRank) {
   auto of = [](std::vector<std::vector<int64_t>> perShard) {
