@@ -357,38 +357,30 @@ bool drawPlots(const std::string& dir, const std::vector<RunRow>& rows, const st
                       quoted(dir + "/staleness.png"), fmt::join(lines, ", "));
     drawn.push_back("staleness.png");
   }
-  // The metric against wall time, from evaluations during training.
-  lines.clear();
-  for (const auto& r : rows) {
-    if (r.curve.size() < 2) continue;
-    const std::string file = plots + fmt::format("/curve-{:03d}.dat", r.index);
-    std::ofstream d(file);
-    for (const auto& [t, v] : r.curve) d << t << " " << v << "\n";
-    lines.push_back(fmt::format("{} using 1:2 title {}", quoted(file), quoted(plotLabel(r.shortLabel))));
-  }
-  if (!lines.empty()) {
-    gp += fmt::format("set output {}\nset title {}\nset xlabel 'worker 0''s seconds of training'\nset ylabel {}\n"
-                      "set yrange [*:*]\nplot {}\n",
-                      quoted(dir + "/curves.png"), quoted(metric + " against time"), quoted(metric),
-                      fmt::join(lines, ", "));
-    drawn.push_back("curves.png");
-  }
-  // And against the samples trained.
-  lines.clear();
-  for (const auto& r : rows) {
-    if (r.curveBySamples.size() < 2) continue;
-    const std::string file = plots + fmt::format("/samples-{:03d}.dat", r.index);
-    std::ofstream d(file);
-    for (const auto& [n, v] : r.curveBySamples) d << n << " " << v << "\n";
-    lines.push_back(fmt::format("{} using 1:2 title {}", quoted(file), quoted(plotLabel(r.shortLabel))));
-  }
-  if (!lines.empty()) {
-    gp += fmt::format("set output {}\nset title {}\nset xlabel 'samples trained'\nset ylabel {}\n"
-                      "set format x '%.0s%c'\nset yrange [*:*]\nplot {}\nset format x '%g'\n",
-                      quoted(dir + "/curves-samples.png"), quoted(metric + " against samples"), quoted(metric),
-                      fmt::join(lines, ", "));
-    drawn.push_back("curves-samples.png");
-  }
+  // The metric against worker 0's training seconds and against the samples
+  // trained, from the evaluations in metrics.csv: a line a run.
+  auto curves = [&](const std::string& png, const char* data, const char* against, const std::string& xlabel,
+                    const std::string& xformat, auto series) {
+    std::vector<std::string> runs;
+    for (const auto& r : rows) {
+      const std::vector<std::pair<double, double>>& points = series(r);
+      if (points.size() < 2) continue;
+      const std::string file = plots + fmt::format("/{}-{:03d}.dat", data, r.index);
+      std::ofstream d(file);
+      for (const auto& [x, v] : points) d << x << " " << v << "\n";
+      runs.push_back(fmt::format("{} using 1:2 title {}", quoted(file), quoted(plotLabel(r.shortLabel))));
+    }
+    if (runs.empty()) return;
+    gp += fmt::format("set output {}\nset title {}\nset xlabel {}\nset ylabel {}\nset format x {}\n"
+                      "set yrange [*:*]\nplot {}\nset format x '%g'\n",
+                      quoted(dir + "/" + png), quoted(metric + " against " + against), quoted(xlabel),
+                      quoted(metric), quoted(xformat), fmt::join(runs, ", "));
+    drawn.push_back(png);
+  };
+  curves("curves.png", "curve", "time", "worker 0's seconds of training", "%g",
+         [](const RunRow& r) -> const auto& { return r.curve; });
+  curves("curves-samples.png", "samples", "samples", "samples trained", "%.0s%c",
+         [](const RunRow& r) -> const auto& { return r.curveBySamples; });
   {
     std::ofstream s(plots + "/plots.gp");
     s << gp;

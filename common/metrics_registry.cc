@@ -8,29 +8,17 @@
 namespace troupe {
 namespace {
 
-std::string escapeLabelValue(const std::string& v) {
+// The text format's escapes: backslash and newline (HELP), and in label
+// values the double quote too.
+std::string escaped(const std::string& v, bool quotes) {
   std::string out;
   for (char c : v) {
     if (c == '\\') {
       out += "\\\\";
-    } else if (c == '"') {
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '"' && quotes) {
       out += "\\\"";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-std::string escapeHelp(const std::string& v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '\n') {
-      out += "\\n";
     } else {
       out += c;
     }
@@ -97,14 +85,14 @@ std::string MetricsRegistry::render() const {
   std::string out;
   for (const auto& [name, m] : metrics_) {
     if (m.values.empty()) continue;
-    out += fmt::format("# HELP {} {}\n", name, escapeHelp(m.help.empty() ? name : m.help));
+    out += fmt::format("# HELP {} {}\n", name, escaped(m.help.empty() ? name : m.help, false));
     out += fmt::format("# TYPE {} {}\n", name, m.type == Type::kCounter ? "counter" : "gauge");
     for (const auto& [labels, value] : m.values) {
       out += name;
       if (!labels.empty()) {
         out += '{';
         for (size_t i = 0; i < labels.size(); ++i) {
-          out += fmt::format("{}{}=\"{}\"", i ? "," : "", labels[i].first, escapeLabelValue(labels[i].second));
+          out += fmt::format("{}{}=\"{}\"", i ? "," : "", labels[i].first, escaped(labels[i].second, true));
         }
         out += '}';
       }

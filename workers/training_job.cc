@@ -185,6 +185,21 @@ int64_t TrainingJob::expectedSamples(int64_t rowsPerEpoch) const {
   return syncSamples(rowsPerEpoch, std::max<int64_t>(1, config_.getInt("train.batch_size")), epochs_, divisions_);
 }
 
+// A shard's answer to stats_atom, into `out`; what its other answers filled
+// in (staleness, queues) stays.
+void setShardCounters(ShardSummary& out, int64_t shard, int64_t rows, int64_t pushes, int64_t dups, int64_t served,
+                      int64_t delayed, int64_t lead, int64_t samples, std::vector<int64_t> byWorker) {
+  out.rank = shard;
+  out.rows = rows;
+  out.pushesApplied = pushes;
+  out.duplicatePushes = dups;
+  out.pullsServed = served;
+  out.pullsDelayed = delayed;
+  out.maxLead = lead;
+  out.samplesApplied = samples;
+  out.pushesByWorker = std::move(byWorker);
+}
+
 void TrainingJob::pollLive(actors::JobContext& job) {
   struct Poll {
     LiveFigures figures;
@@ -231,14 +246,8 @@ void TrainingJob::pollLive(actors::JobContext& job) {
         .then(
             [poll, s, done](int64_t rows, int64_t pushes, int64_t dups, int64_t served, int64_t delayed, int64_t lead,
                             int64_t samples, std::vector<int64_t>& byWorker) {
-              ShardSummary& out = poll->shards[s];
-              ShardSummary was = std::move(out);  // (what the other answers filled in)
-              out = ShardSummary{s, rows, pushes, dups, served, delayed, lead, samples, std::move(byWorker)};
-              out.staleness = std::move(was.staleness);
-              out.stalenessUnknown = was.stalenessUnknown;
-              out.parkedPulls = was.parkedPulls;
-              out.pendingSteps = was.pendingSteps;
-              out.awaitingBackup = was.awaitingBackup;
+              setShardCounters(poll->shards[s], s, rows, pushes, dups, served, delayed, lead, samples,
+                               std::move(byWorker));
               done();
             },
             dropped);
@@ -341,12 +350,8 @@ void TrainingJob::finalize(actors::JobContext& job) {
         .then(
             [this, s, done](int64_t rows, int64_t pushes, int64_t dups, int64_t served, int64_t delayed, int64_t lead,
                             int64_t samples, std::vector<int64_t>& byWorker) {
-              auto& out = outcome_.shards[size_t(s)];
-              const auto staleness = std::move(out.staleness);
-              const int64_t unknown = out.stalenessUnknown;
-              out = ShardSummary{s, rows, pushes, dups, served, delayed, lead, samples, std::move(byWorker)};
-              out.staleness = std::move(staleness);
-              out.stalenessUnknown = unknown;
+              setShardCounters(outcome_.shards[size_t(s)], s, rows, pushes, dups, served, delayed, lead, samples,
+                               std::move(byWorker));
               done();
             },
             [&job, s](caf::error& err) {

@@ -126,21 +126,7 @@ TEST(TrainTest, EvaluationsDuringTrainingAreOfTheModelAtTheirStep) {
   const std::string at60 = run("at60", {"train.max_steps=60"});
   const std::string plain = run("plain", {"train.max_steps=200"});
   // metrics.csv: the points during training, then the final evaluation.
-  std::vector<std::vector<std::string>> rows;
-  {
-    std::stringstream in(readFile(dir.file("runs/during/metrics.csv")));
-    std::string line;
-    std::getline(in, line);
-    EXPECT_EQ(line, "epoch,step,elapsed_s,rows,loss,auc,accuracy,samples,wall_s");
-    while (std::getline(in, line)) {
-      std::vector<std::string> f;
-      std::stringstream ss(line);
-      std::string cell;
-      while (std::getline(ss, cell, ',')) f.push_back(cell);
-      ASSERT_EQ(f.size(), 9u) << line;
-      rows.push_back(f);
-    }
-  }
+  const auto rows = testing::readMetricsCsv(dir.file("runs/during/metrics.csv"));
   const auto summary = nlohmann::json::parse(during);
   const int64_t points = summary.at("evaluations_during_training").at("points").get<int64_t>();
   const int64_t replaced = summary.at("evaluations_during_training").at("snapshots_replaced").get<int64_t>();

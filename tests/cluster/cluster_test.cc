@@ -507,20 +507,7 @@ TEST_F(ClusterTest, EvaluationsDuringTrainingAreWrittenAsTheyComeAndLeaveTrainin
   sharedMemoryFifo();  // no process is killed: the default transports
   TempDir dir;
   auto metricsRows = [&](const std::string& run) {
-    std::vector<std::vector<std::string>> rows;
-    std::stringstream in(readFile(dir.file("runs/" + run + "/metrics.csv")));
-    std::string line;
-    std::getline(in, line);
-    EXPECT_EQ(line, "epoch,step,elapsed_s,rows,loss,auc,accuracy,samples,wall_s");
-    while (std::getline(in, line)) {
-      std::vector<std::string> f;
-      std::stringstream ss(line);
-      std::string cell;
-      while (std::getline(ss, cell, ',')) f.push_back(cell);
-      EXPECT_EQ(f.size(), 9u) << line;
-      if (f.size() == 9) rows.push_back(f);
-    }
-    return rows;
+    return testing::readMetricsCsv(dir.file("runs/" + run + "/metrics.csv"));
   };
   for (const std::string mode : {"allreduce", "ps"}) {
     SCOPED_TRACE(mode);

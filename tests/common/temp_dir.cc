@@ -57,4 +57,21 @@ std::string readFile(const std::string& path) {
   return buf.str();
 }
 
+std::vector<std::vector<std::string>> readMetricsCsv(const std::string& path) {
+  std::vector<std::vector<std::string>> rows;
+  std::stringstream in(readFile(path));
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line, "epoch,step,elapsed_s,rows,loss,auc,accuracy,samples,wall_s") << path;
+  while (std::getline(in, line)) {
+    std::vector<std::string> f;
+    std::stringstream ss(line);
+    std::string cell;
+    while (std::getline(ss, cell, ',')) f.push_back(cell);
+    EXPECT_EQ(f.size(), 9u) << path << ": " << line;
+    if (f.size() == 9) rows.push_back(std::move(f));
+  }
+  return rows;
+}
+
 }  // namespace troupe::testing

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace troupe::testing {
 
@@ -25,5 +26,9 @@ class TempDir final {
 void writeFile(const std::string& path, const std::string& contents);
 // Reads the whole file; aborts on failure.
 std::string readFile(const std::string& path);
+// A run's metrics.csv, its rows split at commas: the header and every
+// row's 9 fields are expected (a test failure each when not; a row that
+// is not 9 fields is left out).
+std::vector<std::vector<std::string>> readMetricsCsv(const std::string& path);
 
 }  // namespace troupe::testing
