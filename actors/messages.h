@@ -114,6 +114,9 @@ struct LinkCounts {
   int64_t dropped = 0, duplicated = 0, delayed = 0, reordered = 0, corrupted = 0, partitioned = 0;
   // Everything its node sent and received so far (frames and bytes).
   int64_t framesSent = 0, framesReceived = 0, bytesSent = 0, bytesReceived = 0;
+  // Messages waiting in the agent's mailbox when it answered (links_atom
+  // only; actors/mailbox.h).
+  int64_t mailbox = 0;
 };
 
 // To an agent: the job is over; its process stops.
@@ -164,7 +167,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, LinkCounts& x) {
   return f(caf::meta::type_name("LinkCounts"), x.role, x.rank, x.incarnation, x.resent, x.duplicatesSuppressed,
            x.heldOutOfOrder, x.gaps, x.malformedRefused, x.linksGivenUp, x.dropped, x.duplicated, x.delayed,
-           x.reordered, x.corrupted, x.partitioned, x.framesSent, x.framesReceived, x.bytesSent, x.bytesReceived);
+           x.reordered, x.corrupted, x.partitioned, x.framesSent, x.framesReceived, x.bytesSent, x.bytesReceived, x.mailbox);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Shutdown& x) {

@@ -15,6 +15,7 @@
 #include "actors/fault_injector.h"
 #include "common/check.h"
 #include "common/logging.h"
+#include "common/mailbox.h"
 #include "transport/remote_actors.h"
 
 namespace troupe::actors {
@@ -228,7 +229,9 @@ caf::behavior agent(Agent* self, caf::actor coordinator, std::shared_ptr<Signals
       [=](lost_atom, const std::string& why) { self->state.signals->set(Signals::End::kFailed, why); },
       [=](links_atom) -> LinkCounts {
         auto& st = self->state;
-        return linkCountsOf(st.stats(), st.role, st.rank, st.incarnation);
+        LinkCounts c = linkCountsOf(st.stats(), st.role, st.rank, st.incarnation);
+        c.mailbox = mailboxDepth(self);
+        return c;
       },
       [=](linktick_atom) {
         // From this process only: the plan has message faults, and the

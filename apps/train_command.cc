@@ -132,6 +132,9 @@ void declareJobMetrics(MetricsRegistry& m) {
   m.declare("troupe_shard_parked_pulls", T::kGauge, "training pulls waiting at the shard's consistency gate now");
   m.declare("troupe_shard_pending_steps", T::kGauge, "BSP steps waiting at the shard for a worker's push now");
   m.declare("troupe_shard_awaiting_backup", T::kGauge, "changes waiting at the shard for its backup's answer now");
+  m.declare("troupe_actor_mailbox_depth", T::kGauge,
+            "messages waiting in an actor's mailbox (the worker's at its last progress report, the others' at the "
+            "last poll)");
   m.declare("troupe_push_staleness_mean", T::kGauge, "updates a push's gradient missed, over every shard: the mean");
   m.declare("troupe_push_staleness_p50", T::kGauge, "updates a push's gradient missed: the median");
   m.declare("troupe_push_staleness_p99", T::kGauge, "updates a push's gradient missed: the 99th percentile");
@@ -198,6 +201,8 @@ workers::JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, c
       metrics->set("troupe_worker_epoch", w, double(p.epoch));
       if (std::isfinite(p.loss)) metrics->set("troupe_worker_loss", w, p.loss);
       metrics->set("troupe_worker_wire_ratio", w, p.wireRatio);
+      metrics->set("troupe_actor_mailbox_depth", {{"actor", "worker"}, {"rank", std::to_string(p.worker)}},
+                   double(p.mailbox));
       metrics->set("troupe_samples_per_second", p.samplesPerSec);
       metrics->add("troupe_progress_reports_total", 1);
     }
@@ -222,7 +227,11 @@ workers::JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, c
         metrics->set("troupe_shard_parked_pulls", l, double(s.parkedPulls));
         metrics->set("troupe_shard_pending_steps", l, double(s.pendingSteps));
         metrics->set("troupe_shard_awaiting_backup", l, double(s.awaitingBackup));
+        metrics->set("troupe_actor_mailbox_depth", {{"actor", "shard"}, {"rank", std::to_string(s.rank)}},
+                     double(s.mailbox));
       }
+      metrics->set("troupe_actor_mailbox_depth", {{"actor", "coordinator"}, {"rank", "0"}},
+                   double(f.coordinatorMailbox));
       if (const auto st = workers::summarizeStaleness(f.shards); st.pushes > 0) {
         metrics->set("troupe_push_staleness_mean", st.mean);
         metrics->set("troupe_push_staleness_p50", double(st.p50));
@@ -237,6 +246,8 @@ workers::JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, c
         metrics->set("troupe_process_received_bytes_total", l, double(p.bytesReceived));
         metrics->set("troupe_process_sent_frames_total", l, double(p.framesSent));
         metrics->set("troupe_process_received_frames_total", l, double(p.framesReceived));
+        metrics->set("troupe_actor_mailbox_depth", {{"actor", p.role + "_agent"}, {"rank", std::to_string(p.rank)}},
+                     double(p.mailbox));
       }
       metrics->set("troupe_processes_replaced_total", double(f.processesReplaced));
       metrics->set("troupe_rollbacks_total", double(f.rollbacks));

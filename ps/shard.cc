@@ -16,6 +16,7 @@
 
 #include "common/hash.h"
 #include "common/logging.h"
+#include "common/mailbox.h"
 #include "kernels/kernels.h"
 #include "ps/applied_window.h"
 #include "ps/table_set.h"
@@ -1271,7 +1272,7 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
       [=](queues_atom) {
         const auto& st = self->state;
         return caf::make_message(int64_t(st.parked.size()), int64_t(st.pending.size()),
-                                 int64_t(st.awaitingBackup.size()));
+                                 int64_t(st.awaitingBackup.size()), mailboxDepth(self));
       },
       [=](staleness_atom) {
         const auto& s = self->state.stats;

@@ -25,7 +25,8 @@
 //           updates its gradient missed (ShardStats::staleness)
 //   queues: (queues_atom) -> (i64 pulls parked at the consistency gate,
 //           i64 BSP steps waiting for a worker's push, i64 pushes waiting
-//           for the backup's answer): what waits in the shard now
+//           for the backup's answer, i64 messages in the shard actor's
+//           mailbox behind this one): what waits in the shard now
 //   restore: (restore_atom, string path, i64 generation) -> i64 generation:
 //           the shard drops its state for the checkpoint image at `path`
 //           (the job rolls back) and from then on refuses pulls and pushes

@@ -68,6 +68,7 @@ struct Progress {
   int64_t rank = 0, epoch = 0, step = 0, epochRows = 0, rowsPerEpoch = 0;
   double loss = 0, samplesPerSec = 0;
   double wireRatio = 1;  // compression: the worker's encoded / float32 tensor bytes so far
+  int64_t mailbox = 0;   // messages waiting in the worker actor's mailbox
 };
 
 struct GateRequest {
@@ -264,7 +265,7 @@ typename Inspector::result_type inspect(Inspector& f, Regroup& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Progress& x) {
   return f(caf::meta::type_name("Progress"), x.rank, x.epoch, x.step, x.epochRows, x.rowsPerEpoch, x.loss,
-           x.samplesPerSec, x.wireRatio);
+           x.samplesPerSec, x.wireRatio, x.mailbox);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EvalPoint& x) {

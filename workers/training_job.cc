@@ -15,6 +15,7 @@
 #include "common/check.h"
 #include "common/checksum_file.h"
 #include "common/logging.h"
+#include "common/mailbox.h"
 #include "ps/wire.h"
 #include "transport/remote_actors.h"
 #include "workers/model_image.h"
@@ -209,6 +210,7 @@ void TrainingJob::pollLive(actors::JobContext& job) {
   if (livePolling_) return;  // (the last one has not answered yet: a slow shard is not asked twice)
   livePolling_ = true;
   auto poll = std::make_shared<Poll>();
+  poll->figures.coordinatorMailbox = mailboxDepth(job.self());
   auto done = [this, &job, poll] {
     if (--poll->left > 0) return;
     livePolling_ = false;
@@ -265,12 +267,13 @@ void TrainingJob::pollLive(actors::JobContext& job) {
     job.self()
         ->request(shardActor(job, s), 5s, ps::queues_atom::value)
         .then(
-            [poll, s, done](int64_t parked, int64_t pending, int64_t awaiting) {
+            [poll, s, done](int64_t parked, int64_t pending, int64_t awaiting, int64_t mailbox) {
               ShardSummary& out = poll->shards[s];
               out.rank = s;
               out.parkedPulls = parked;
               out.pendingSteps = pending;
               out.awaitingBackup = awaiting;
+              out.mailbox = mailbox;
               done();
             },
             dropped);
@@ -1580,7 +1583,7 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
         }
         maybeCheckpoint(job);
         if (!onProgress_ || !countsTraining(p.rank, false)) return;  // (a pipeline's loss is its last stages')
-        JobProgress out{p.rank, p.step, p.epoch, p.epochRows, p.rowsPerEpoch, p.loss, 0, p.wireRatio};
+        JobProgress out{p.rank, p.step, p.epoch, p.epochRows, p.rowsPerEpoch, p.loss, 0, p.wireRatio, p.mailbox};
         const auto& members = job.members("worker");
         for (size_t w = 0; w < members.size() && w < rate_.size(); ++w) {
           if (members[w].live() && !reported_[w] && countsTraining(int64_t(w), false)) out.samplesPerSec += rate_[w];

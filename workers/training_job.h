@@ -58,6 +58,7 @@ struct JobProgress {
   int64_t worker = 0, step = 0, epoch = 0, epochRows = 0, rowsPerEpoch = 0;
   double loss = 0, samplesPerSec = 0;  // samplesPerSec: all workers together
   double wireRatio = 1;                // the worker's compression so far (encoded / float32 bytes)
+  int64_t mailbox = 0;                 // messages waiting in the worker actor's mailbox
 };
 
 // One path's bytes over the workers' last processes (WorkerReport's wire
@@ -95,6 +96,7 @@ struct ShardSummary {
   int64_t stalenessUnknown = 0;
   // While the job runs (LiveFigures): what waits in the shard now.
   int64_t parkedPulls = 0, pendingSteps = 0, awaitingBackup = 0;
+  int64_t mailbox = 0;  // messages waiting in the shard actor's mailbox
 };
 
 // Staleness over every shard (ShardSummary::staleness summed): its count,
@@ -212,6 +214,7 @@ struct LiveFigures {
   int64_t processesReplaced = 0;     // processes that took the rank of a lost one (every role)
   int64_t rollbacks = 0, backupsPromoted = 0;
   std::vector<actors::LinkCounts> processes;  // each live ps and worker process's (its node's traffic so far)
+  int64_t coordinatorMailbox = 0;  // messages waiting in the coordinator's mailbox when the poll began
 };
 
 struct TrainingJobOptions {

@@ -14,6 +14,7 @@
 #include "ps/applied_window.h"
 #include "collectives/communicator.h"
 #include "common/logging.h"
+#include "common/mailbox.h"
 #include "ps/messages.h"
 #include "ps/table_holder.h"
 #include "ps/wire.h"
@@ -169,6 +170,7 @@ void reportProgress(Self* self, bool stepDue) {
   e.meanLoss = st.core->takeMeanLoss();  // NaN while a replacement passes over batches
   e.elapsedSec = st.trainSeconds;
   e.samplesPerSec = st.trainSeconds > 0 ? double(st.report->samples) / st.trainSeconds : 0;
+  e.mailbox = mailboxDepth(self);
   st.options.onEvent(e);
 }
 

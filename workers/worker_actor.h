@@ -59,6 +59,7 @@ struct WorkerEvent {
   double samplesPerSec = 0;   // training throughput since the start
   double elapsedSec = 0;      // training time so far (evaluations excluded)
   int64_t samples = 0;        // kEval: WorkerCore::samplesApplied at the evaluation
+  int64_t mailbox = 0;        // kProgress: messages waiting in the worker actor's mailbox
   const EvalResult* eval = nullptr;  // kEval
 };
 

@@ -691,7 +691,7 @@ std::vector<actors::ChildSpec> WorkerRole::start(actors::MemberContext& ctx, con
   wo.onEvent = [coord = ctx.coordinator, rank, paths](const WorkerEvent& e) {
     if (e.kind != WorkerEvent::Kind::kProgress) return;
     caf::anon_send(coord, Progress{rank, e.epoch, e.step, e.epochRows, e.rowsPerEpoch, e.meanLoss, e.samplesPerSec,
-                                   wireRatio(paths)});
+                                   wireRatio(paths), e.mailbox});
   };
   std::vector<actors::ChildSpec> children = {existing("train-loader", trainLoader),
                                              existing("test-loader", testLoader)};

@@ -435,6 +435,13 @@ TEST_F(ClusterTest, TheCoordinatorServesTheJobsMetricsWhileItRuns) {
   EXPECT_NE(body.find("troupe_push_staleness_max 0\n"), std::string::npos) << body;
   EXPECT_NE(body.find("troupe_shard_parked_pulls{shard=\"0\"} "), std::string::npos) << body;
   EXPECT_NE(body.find("troupe_shard_pending_steps{shard=\"1\"} "), std::string::npos) << body;
+  // Mailbox depths: every shard's, each worker's, the coordinator's and each process's agent's.
+  for (const std::string series :
+       {"{actor=\"shard\",rank=\"0\"} ", "{actor=\"shard\",rank=\"1\"} ", "{actor=\"worker\",rank=\"0\"} ",
+        "{actor=\"worker\",rank=\"1\"} ", "{actor=\"coordinator\",rank=\"0\"} ",
+        "{actor=\"ps_agent\",rank=\"1\"} ", "{actor=\"worker_agent\",rank=\"0\"} "}) {
+    EXPECT_NE(body.find("troupe_actor_mailbox_depth" + series), std::string::npos) << series << body;
+  }
   EXPECT_NE(body.find("troupe_processes_replaced_total 1\n"), std::string::npos) << body;  // the killed worker's
   EXPECT_NE(body.find("troupe_rollbacks_total 0\n"), std::string::npos) << body;
   EXPECT_NE(body.find("troupe_process_sent_bytes_total{role=\"ps\",rank=\"0\",incarnation=\"0\"}"), std::string::npos)

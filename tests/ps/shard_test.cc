@@ -418,11 +418,16 @@ TEST(Shard, APushsLearningRateScaleScalesTheDenseUpdateOnly) {
 
 // What waits in a shard now (queues_atom, the live metrics' queue depths):
 // a pull parked at the SSP gate, a BSP step waiting for a worker's push.
-std::vector<int64_t> queuesOf(caf::scoped_actor& self, const caf::actor& shard) {
+// (The fourth figure, the shard's mailbox depth, goes to `mailbox`.)
+std::vector<int64_t> queuesOf(caf::scoped_actor& self, const caf::actor& shard, int64_t* mailbox = nullptr) {
   std::vector<int64_t> out;
   self->request(shard, kTimeout, queues_atom::value)
-      .receive([&](int64_t parked, int64_t pending, int64_t awaiting) { out = {parked, pending, awaiting}; },
-               [&](caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
+      .receive(
+          [&](int64_t parked, int64_t pending, int64_t awaiting, int64_t depth) {
+            out = {parked, pending, awaiting};
+            if (mailbox) *mailbox = depth;
+          },
+          [&](caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
   return out;
 }
 
@@ -434,7 +439,9 @@ TEST(Shard, ItsQueuesSayWhatWaitsNow) {
     ASSERT_TRUE(pullNow(self, job.clients[0], pullOf(keys, 0)));
     ASSERT_TRUE(pullNow(self, job.clients[1], pullOf(keys, 0)));
     ASSERT_EQ(pushNow(self, job.clients[0], pushOf(0, 0, 0, keys, 0.1f, 0.1f)), 0);
-    EXPECT_EQ(queuesOf(self, job.shards[0]), (std::vector<int64_t>{0, 0, 0}));
+    int64_t mailbox = -1;
+    EXPECT_EQ(queuesOf(self, job.shards[0], &mailbox), (std::vector<int64_t>{0, 0, 0}));
+    EXPECT_EQ(mailbox, 0);  // nothing else was sent to it (no pull has parked, so no tick)
     self->send(job.clients[0], pull_atom::value, pullOf(keys, 1));  // parks: w1 has not pushed step 0
     std::vector<int64_t> q;
     for (int i = 0; i < 500 && q != std::vector<int64_t>{1, 0, 0}; ++i) {
