@@ -115,7 +115,7 @@ struct LinkCounts {
   // Everything its node sent and received so far (frames and bytes).
   int64_t framesSent = 0, framesReceived = 0, bytesSent = 0, bytesReceived = 0;
   // Messages waiting in the agent's mailbox when it answered (links_atom
-  // only; actors/mailbox.h).
+  // only; common/mailbox.h).
   int64_t mailbox = 0;
 };
 
