@@ -12,6 +12,7 @@
 #include "apps/cli_common.h"
 #include "apps/config_command.h"
 #include "apps/experiment_command.h"
+#include "kernels/cpu/blas_core.h"
 #include "apps/gen_data_command.h"
 #include "apps/inspect_command.h"
 #include "apps/launch_command.h"
@@ -20,6 +21,9 @@
 #include "troupe/config.h"
 
 int main(int argc, char** argv) {
+  // First, before any thread: OpenBLAS's kernels as wide as the CPU's
+  // vectors (this may start the process again; kernels/cpu/blas_core.h).
+  troupe::kernels::chooseBlasCore(argv);
   CLI::App app{"troupe: actor-model training for recommendation models and dense networks"};
   app.set_version_flag("--version", TROUPE_VERSION);
   app.require_subcommand(1);

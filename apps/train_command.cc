@@ -25,6 +25,7 @@
 #include "common/metrics_registry.h"
 #include "common/progress_line.h"
 #include "data/criteo_reader.h"
+#include "kernels/cpu/blas_core.h"
 #include "transport/node_config.h"
 #include "workers/checkpoint.h"
 #include "workers/fault_report.h"
@@ -312,7 +313,9 @@ workers::JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, c
     processes.setCoordinator(address);
     for (int64_t i = 0; i < servers; ++i) processes.start("ps", i);
     for (int64_t i = 0; i < workers; ++i) processes.start("worker", i);
-    log->info("started {} ps and {} worker processes; their logs are {}/{{ps,worker}}-N.log", servers, workers, runDir);
+    log->info("started {} ps and {} worker processes; their logs are {}/{{ps,worker}}-N.log; dense kernels: "
+              "OpenBLAS {}",
+              servers, workers, runDir, kernels::describeBlasCore());
   };
   if (launchHere) {
     // A lost process is killed by PID (a stopped one must not come back)
@@ -487,8 +490,8 @@ int runTrain(const TrainFlags& flags) {
     worker.core.countScale = countScale(config, data.train->rowsPerEpoch());
     worker.lrDecayPerEpoch = 1;  // every update adds its count, in every epoch
   }
-  log->info("train: {} on {}, {} threads, run directory {}", config.getString("model.kind"), data.description,
-            threads, runDir);
+  log->info("train: {} on {}, {} threads, run directory {}; dense kernels: OpenBLAS {}",
+            config.getString("model.kind"), data.description, threads, runDir, kernels::describeBlasCore());
 
   workers::InProcessJob job;
   job.train = data.train;
@@ -753,6 +756,7 @@ int runTrain(const TrainFlags& flags) {
   field("epochs", std::to_string(epochs));
   field("batch_size", std::to_string(config.getInt("train.batch_size")));
   field("threads", std::to_string(threads));
+  field("blas_core", fmt::format("\"{}\"", kernels::blasCoreName()));  // (OpenBLAS's names are plain words)
   field("dense_parameters", std::to_string(report->denseWeights.size()));
   field("dense_macs_per_sample", std::to_string(report->macsPerSample));
   if (binary) {

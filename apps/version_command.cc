@@ -8,6 +8,7 @@
 #include <spdlog/version.h>
 #include <ucp/api/ucp.h>
 
+#include "kernels/cpu/blas_core.h"
 #include "troupe/config.h"
 
 namespace troupe::apps {
@@ -23,6 +24,7 @@ void addVersionCommand(CLI::App* app, int* result) {
     std::printf("  Cap'n Proto  %d.%d.%d\n", CAPNP_VERSION_MAJOR, CAPNP_VERSION_MINOR, CAPNP_VERSION_MICRO);
     std::printf("  spdlog       %d.%d.%d\n", SPDLOG_VER_MAJOR, SPDLOG_VER_MINOR, SPDLOG_VER_PATCH);
     std::printf("  OpenBLAS     %s\n", openblas_get_config());
+    std::printf("  BLAS core    %s\n", kernels::describeBlasCore().c_str());
     std::printf("  CUDA         %s\n", TROUPE_HAVE_CUDA ? "built" : "not built");
     *result = 0;
   });

@@ -1,0 +1,16 @@
+// For blas_core_test: a program that starts as troupe's main does, but with
+// OpenBLAS's detection replaced by argv[1] (`-` for what OpenBLAS really
+// detected), then prints the core the dense layers run on and its
+// description, a line each.
+#include <cstdio>
+#include <string>
+
+#include "kernels/cpu/blas_core.h"
+
+int main(int argc, char** argv) {
+  if (argc < 2) return 2;
+  const std::string detected = std::string(argv[1]) == "-" ? troupe::kernels::blasCoreName() : argv[1];
+  troupe::kernels::chooseBlasCore(argv, detected, troupe::kernels::hostCpuVectors());
+  std::printf("%s\n%s\n", troupe::kernels::blasCoreName().c_str(), troupe::kernels::describeBlasCore().c_str());
+  return 0;
+}
