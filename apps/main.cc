@@ -21,7 +21,7 @@
 #include "troupe/config.h"
 
 int main(int argc, char** argv) {
-  // First, before any thread: OpenBLAS's kernels as wide as the CPU's
+  // First, before troupe starts any thread: OpenBLAS's kernels as wide as the CPU's
   // vectors (this may start the process again; kernels/cpu/blas_core.h).
   troupe::kernels::chooseBlasCore(argv);
   CLI::App app{"troupe: actor-model training for recommendation models and dense networks"};

@@ -16,24 +16,26 @@ repeats=${REPEATS:-2}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 "$bin" version | grep -E "OpenBLAS|BLAS core"
-run() {  # model core -> samples/s
+run() {  # model core -> "samples/s core" in $out/result
   local model=$1 core=$2 args=()
   if [[ $model == mlp ]]; then
     args=(--config configs/mlp-fashion-mnist.toml --set train.epochs=2)
   else
     args=(--config configs/dlrm-synthetic.toml --set data.synthetic.rows=500000)
   fi
-  local envs=(env -u OPENBLAS_CORETYPE -u TROUPE_BLAS_CORE_CHOSEN_FROM)
+  local envs=(env -u OPENBLAS_CORETYPE -u TROUPE_BLAS_CORE_CHOSEN_FROM -u TROUPE_BLAS_CORE)
   [[ $core != auto ]] && envs+=(OPENBLAS_CORETYPE="$core")
   "${envs[@]}" "$bin" train "${args[@]}" --set run.dir="$out/runs" --summary-json "$out/s.json" \
-    > "$out/log" 2>&1 || { cat "$out/log"; exit 1; }
-  python3 -c "import json,sys; s=json.load(open(sys.argv[1])); print(f\"{s['samples_per_sec']:.0f} {s['blas_core']}\")" "$out/s.json"
+    > "$out/log" 2>&1 || { cat "$out/log" >&2; echo "bench/blas_core.sh: $model on $core failed" >&2; exit 1; }
+  python3 -c "import json,sys; s=json.load(open(sys.argv[1])); print(f\"{s['samples_per_sec']:.0f} {s['blas_core']}\")" \
+    "$out/s.json" > "$out/result"
 }
 for model in mlp dlrm; do
   declare -A sum=()
   for ((r = 0; r < repeats; ++r)); do
     for core in Prescott Haswell auto; do
-      read -r sps name < <(run "$model" "$core")
+      run "$model" "$core"
+      read -r sps name < "$out/result"
       echo "$model  run $r  $core -> OpenBLAS $name: $sps samples/s"
       sum[$core]=$(python3 -c "print(${sum[$core]:-0} + $sps)")
     done

@@ -33,13 +33,12 @@ int blasCoreLevel(std::string_view core) {
     int level;
   };
   // OpenBLAS 0.3.21's x86-64 DYNAMIC_ARCH cores (driver/others/dynamic.c).
-  static constexpr std::array<Known, 26> kKnown = {{
+  static constexpr std::array<Known, 25> kKnown = {{
       {"Katmai", 0},      {"Coppermine", 0},  {"Northwood", 0},  {"Prescott", 0},   {"Banias", 0},
       {"Atom", 0},        {"Core2", 0},       {"Penryn", 0},     {"Dunnington", 0}, {"Nehalem", 0},
       {"Athlon", 0},      {"Opteron", 0},     {"Opteron_SSE3", 0}, {"Barcelona", 0}, {"Nano", 0},
       {"Bobcat", 0},      {"Sandybridge", 1}, {"Bulldozer", 1},  {"Piledriver", 1}, {"Steamroller", 1},
       {"Haswell", 2},     {"Excavator", 2},   {"Zen", 2},        {"SkylakeX", 3},   {"Cooperlake", 3},
-      {"SapphireRapids", 3},
   }};
   for (const auto& k : kKnown) {
     if (core.size() == std::strlen(k.name) && ::strncasecmp(core.data(), k.name, core.size()) == 0) return k.level;
@@ -66,15 +65,25 @@ void chooseBlasCore(char** argv, std::string_view detected, const CpuVectors& cp
   if (const char* s = std::getenv(kBlasCoreSwitch); s != nullptr && std::strcmp(s, "keep") == 0) return;
   const std::string better = betterBlasCore(detected, cpu);
   if (better.empty()) return;
-  ::setenv(kOpenBlasCoreVariable, better.c_str(), 1);
-  ::setenv(kChosenFromVariable, std::string(detected).c_str(), 1);
-  ::execv("/proc/self/exe", argv);
+  // Under the dynamic loader (ld.so troupe ...) /proc/self/exe is the
+  // loader, which would take argv[1] for the program.
+  char exe[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  const std::string self = n > 0 ? std::string(exe, size_t(n)) : std::string();
+  const bool loader = self.find("/ld-linux") != std::string::npos || self.find("/ld.so") != std::string::npos;
+  const char* why = loader ? "it runs under the dynamic loader" : nullptr;
+  if (!loader) {
+    ::setenv(kOpenBlasCoreVariable, better.c_str(), 1);
+    ::setenv(kChosenFromVariable, std::string(detected).c_str(), 1);
+    ::execv("/proc/self/exe", argv);
+    why = std::strerror(errno);
+  }
   // Still here: go on with the core OpenBLAS picked, saying so.
   std::fprintf(stderr,
-               "troupe: warning: OpenBLAS picked its %.*s kernels on a CPU that runs %s; starting again with "
-               "OPENBLAS_CORETYPE=%s failed (%s): the dense layers run slower. Set OPENBLAS_CORETYPE=%s yourself.\n",
-               int(detected.size()), detected.data(), better.c_str(), better.c_str(), std::strerror(errno),
-               better.c_str());
+               "troupe: warning: OpenBLAS picked its %.*s kernels on a CPU that runs %s; troupe could not start "
+               "again with OPENBLAS_CORETYPE=%s (%s): the dense layers run slower. Set OPENBLAS_CORETYPE=%s "
+               "yourself.\n",
+               int(detected.size()), detected.data(), better.c_str(), better.c_str(), why, better.c_str());
   ::unsetenv(kOpenBlasCoreVariable);
   ::unsetenv(kChosenFromVariable);
 }
@@ -92,6 +101,9 @@ std::string describeBlasCore() {
   const std::string widest = widestBlasCore(cpu);
   const char* set = std::getenv(kOpenBlasCoreVariable);
   const char* from = std::getenv(kChosenFromVariable);
+  if (set != nullptr && ::strcasecmp(set, core.c_str()) != 0) {
+    return fmt::format("{} (OpenBLAS did not take {}={})", core, kOpenBlasCoreVariable, set);
+  }
   if (set != nullptr && from != nullptr) {
     return fmt::format("{} (chosen by troupe: OpenBLAS detected {} on a CPU that runs {})", core, from,
                        widest.empty() ? core : widest);

@@ -4,10 +4,11 @@
 // Debian's OpenBLAS is built with DYNAMIC_ARCH: when the library loads it
 // picks a "core" (a set of kernels) from the CPU's model number. A CPU newer
 // than the library (0.3.21 in Debian 12) can get a fallback: on the 16-core
-// Sapphire Rapids host the device tool lends, OpenBLAS picked "Prescott"
-// (SSE3) on a CPU with AVX-512, and the MLP and the DLRM trained 2.1-2.2x
-// slower than with OPENBLAS_CORETYPE=SkylakeX (bench/RESULTS.md). The core
-// is fixed when the library loads, before main, so troupe's main calls
+// Xeon host the device tool lends, OpenBLAS picked "Prescott" (SSE3) on a
+// CPU with AVX-512 (0.3.21 sends Intel models it does not know to Prescott),
+// and the dense layers ran at about half the speed (bench/blas_core.sh
+// measures the same cores here, bench/RESULTS.md). The core is fixed when
+// the library loads, before main, so troupe's main calls
 // chooseBlasCore first: where OpenBLAS picked a core with narrower vectors
 // than the CPU's (and nobody chose one: OPENBLAS_CORETYPE unset), it starts
 // itself again with OPENBLAS_CORETYPE set to the right one. The processes a
@@ -49,11 +50,12 @@ inline constexpr const char* kOpenBlasCoreVariable = "OPENBLAS_CORETYPE";
 inline constexpr const char* kChosenFromVariable = "TROUPE_BLAS_CORE_CHOSEN_FROM";
 inline constexpr const char* kBlasCoreSwitch = "TROUPE_BLAS_CORE";
 
-// Called first in main, before any thread starts: where `detected` (what
+// Called first in main, before troupe starts any thread: where `detected` (what
 // OpenBLAS picked) is narrower than `cpu` allows, OPENBLAS_CORETYPE is unset
 // and TROUPE_BLAS_CORE is not "keep", sets the two variables and execs
 // /proc/self/exe with `argv`. Returns only when it does not start again
-// (or the exec failed, with a line on stderr).
+// (or cannot: the exec failed, or the program runs under the dynamic
+// loader, whose /proc/self/exe is the loader; with a line on stderr).
 void chooseBlasCore(char** argv, std::string_view detected, const CpuVectors& cpu);
 // The same with what OpenBLAS picked and this CPU's vectors.
 void chooseBlasCore(char** argv);
