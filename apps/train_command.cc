@@ -497,6 +497,11 @@ int runTrain(const TrainFlags& flags) {
   job.train = data.train;
   job.test = data.test;
   job.prefetch = int(positive(config, "data.prefetch"));
+  job.profile = config.getBool("train.profile");
+  if (job.profile && (config.getInt("cluster.workers") > 0 || workers::pipelineOf(config).any())) {
+    TROUPE_SETUP_ERROR("config: train.profile times the kernels of one process's worker (cluster.workers = 0, no "
+                       "pipeline stages)");
+  }
   job.tables.tables = tableOptions(config, worker.core);
   job.tables.threads = threads;
 
@@ -756,6 +761,18 @@ int runTrain(const TrainFlags& flags) {
   field("epochs", std::to_string(epochs));
   field("batch_size", std::to_string(config.getInt("train.batch_size")));
   field("threads", std::to_string(threads));
+  if (job.profile) {
+    // Every kernel call of training (not of the evaluations), largest first.
+    std::string rows;
+    double inKernels = 0;
+    for (const auto& e : report->kernelProfile) {
+      rows += fmt::format("{}{{\"kernel\": \"{}\", \"calls\": {}, \"seconds\": {}}}", rows.empty() ? "" : ", ",
+                          e.kernel, e.calls, jsonNumber(e.seconds));
+      inKernels += e.seconds;
+    }
+    field("kernel_profile", "[" + rows + "]");
+    field("kernel_seconds", jsonNumber(inKernels));
+  }
   field("blas_core", fmt::format("\"{}\"", kernels::blasCoreName()));  // (OpenBLAS's names are plain words)
   field("dense_parameters", std::to_string(report->denseWeights.size()));
   field("dense_macs_per_sample", std::to_string(report->macsPerSample));
@@ -937,6 +954,20 @@ int runTrain(const TrainFlags& flags) {
                 "pushes\n",
                 st.mean, static_cast<long long>(st.p50), static_cast<long long>(st.p99),
                 static_cast<long long>(st.max), static_cast<long long>(st.pushes));
+  }
+  if (job.profile && report->trainSeconds > 0) {
+    // train.profile: where training's compute went (wall time inside each
+    // kernel; the rest is the tables, the copies and the waits).
+    std::printf("kernel profile (%d threads; %% of %.2f s training):\n", threads, report->trainSeconds);
+    double inKernels = 0;
+    for (const auto& e : report->kernelProfile) {
+      std::printf("  %-24s %9lld calls %8.3f s %6.1f%%\n", e.kernel.c_str(), static_cast<long long>(e.calls),
+                  e.seconds, 100 * e.seconds / report->trainSeconds);
+      inKernels += e.seconds;
+    }
+    std::printf("  %-24s %15s %8.3f s %6.1f%%\n", "(not in a kernel)", "",
+                std::max(0.0, report->trainSeconds - inKernels),
+                100 * std::max(0.0, report->trainSeconds - inKernels) / report->trainSeconds);
   }
   // The count model is a check: values that are not the counts fail it.
   return counting && !countsExact ? kExitFailure : kExitOk;

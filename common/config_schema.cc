@@ -61,6 +61,9 @@ std::vector<Config::Key> troupeConfigSchema() {
       {"train.eval_every_seconds", T::kFloat, 0.0,
        "also evaluate on the test set every this many seconds of training (worker 0's); 0 = not by time"},
       {"train.progress_every", T::kInt, int64_t{100}, "steps between progress reports"},
+      {"train.profile", T::kBool, false,
+       "one process: time every compute kernel call of training (not the evaluations); the summary's kernel_profile "
+       "and the log say where the step's compute went"},
       // ---- synthetic Criteo generator ----
       {"data.synthetic.rows", T::kInt, int64_t{3'000'000}, "training rows"},
       {"data.synthetic.test_rows", T::kInt, int64_t{0}, "test rows; 0 = rows / 10"},

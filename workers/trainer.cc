@@ -5,6 +5,7 @@
 #include "actors/actor_system.h"
 #include "common/logging.h"
 #include "kernels/kernels.h"
+#include "kernels/profiling_kernels.h"
 #include "workers/evaluator_actor.h"
 #include "workers/loader_actor.h"
 #include "workers/messages.h"
@@ -14,8 +15,14 @@ namespace troupe::workers {
 
 Expected<TrainReport> runInProcess(const InProcessJob& job) {
   // One compute pool for the process: the worker and the table holder share it.
-  std::shared_ptr<kernels::Kernels> kernels =
-      kernels::createKernels({kernels::Device::kCpu, job.worker.core.threads});
+  std::shared_ptr<kernels::Kernels> plain = kernels::createKernels({kernels::Device::kCpu, job.worker.core.threads});
+  std::shared_ptr<kernels::Kernels> kernels = plain;
+  std::shared_ptr<kernels::ProfilingKernels> profiler;
+  if (job.profile) {
+    // (The evaluator computes on the plain ones: its calls are not training's.)
+    profiler = std::make_shared<kernels::ProfilingKernels>(plain);
+    kernels = profiler;
+  }
   caf::actor_system_config cfg;
   actors::configureActorSystem(cfg, {job.schedulerThreads});
   caf::actor_system system{cfg};
@@ -43,11 +50,13 @@ Expected<TrainReport> runInProcess(const InProcessJob& job) {
   caf::actor tables;
   if (job.worker.core.kind != ModelKind::kMlp) tables = ps::spawnTableHolder(system, tableOptions);
   WorkerOptions workerOptions = job.worker;
+  workerOptions.profiler = profiler;
   caf::actor evaluator;
   if (job.evalSchedule.any()) {
     // (It reads the test set now, before the test loader does.)
     EvaluatorOptions eo;
     eo.core = coreOptions;
+    eo.core.kernels = plain;
     eo.test = job.test;
     eo.tables = tables;
     eo.onPoint = job.onEvalPoint;

@@ -35,6 +35,9 @@ struct InProcessJob {
   // what gets each point (on the evaluator's thread).
   EvalSchedule evalSchedule;
   std::function<void(const EvalPoint&)> onEvalPoint;
+  // train.profile: every kernel call of training timed
+  // (kernels/profiling_kernels.h), into TrainReport::kernelProfile.
+  bool profile = false;
 };
 
 Expected<TrainReport> runInProcess(const InProcessJob& job);

@@ -150,6 +150,7 @@ void finish(Self* self) {
   st.report->pushesAcknowledged = st.acknowledged->floor() + int64_t(st.acknowledged->early());
   const float* w = st.core->denseWeights();
   st.report->denseWeights.assign(w, w + st.core->denseParameters());
+  if (st.options.profiler) st.report->kernelProfile = st.options.profiler->profile();
   st.done.deliver(TrainReportPtr(st.report));
   self->quit();
 }
@@ -408,6 +409,7 @@ void nextEvalBatch(Self* self) {
             if (!batch) {
               st.core->finishEval(&st.eval, st.epoch + 1);
               st.report->evalSeconds += secondsSince(st.evalStart);
+              if (st.options.profiler) st.options.profiler->setRecording(true);
               st.report->evals.push_back(std::move(st.eval));
               st.eval = EvalResult{};
               if (st.options.onEvent) {
@@ -513,6 +515,7 @@ void evaluate(Self* self) {
 void startEvaluation(Self* self) {
   auto& st = self->state;
   st.evalStart = Clock::now();
+  if (st.options.profiler) st.options.profiler->setRecording(false);
   self->request(st.testLoader, st.options.requestTimeout, epoch_atom::value, st.epoch)
       .then([=](int64_t) { nextEvalBatch(self); }, [=](caf::error& err) { fail(self, err); });
 }

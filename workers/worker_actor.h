@@ -43,6 +43,7 @@
 #include "actors/fault_plan.h"
 #include "actors/messages.h"
 #include "common/status.h"
+#include "kernels/profiling_kernels.h"
 #include "workers/eval_schedule.h"
 #include "workers/regroup.h"
 #include "workers/worker_core.h"
@@ -83,10 +84,15 @@ struct TrainReport {
   double pullWaitSeconds = 0, collectiveSeconds = 0;
   std::vector<EvalResult> evals;  // one per evaluation, last one last
   std::vector<float> denseWeights;
+  // WorkerOptions::profiler's figures at the end (train.profile).
+  std::vector<kernels::ProfilingKernels::Entry> kernelProfile;
 };
 
 struct WorkerOptions {
   WorkerCoreOptions core;
+  // train.profile: the kernels of core.kernels, timing their calls; the
+  // worker stops it while it evaluates.
+  std::shared_ptr<kernels::ProfilingKernels> profiler;
   // Its tables are a PS client (workers/ps_client.h) whose pushes are
   // compressed: a checkpoint copies their residuals (residuals_atom).
   bool pushResiduals = false;

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -144,6 +145,53 @@ TEST(TrainTest, EvaluationsDuringTrainingAreOfTheModelAtTheirStep) {
   // Training went as it does without evaluations.
   EXPECT_EQ(summary.at("dense_hash"), nlohmann::json::parse(plain).at("dense_hash"));
   EXPECT_EQ(field(during, "test_accuracy"), field(plain, "test_accuracy"));
+}
+
+// train.profile: every kernel call of training is counted (the MLP
+// 784-256-128-10 takes 3 dense layers, 2 ReLUs and a loss a step), none of
+// the evaluations' (after training, and during it), and training goes as
+// it does unprofiled.
+TEST(TrainTest, TheProfileCountsEveryKernelCallOfTrainingAndChangesNothing) {
+  TempDir dir;
+  auto run = [&](const std::string& name, const std::vector<std::string>& sets) {
+    std::vector<std::string> args = {"train", "--config",
+                                     std::string(TROUPE_SOURCE_ROOT) + "/configs/mlp-fashion-mnist.toml",
+                                     "--threads", "1", "--set", "run.dir=" + dir.file("runs"), "--set",
+                                     "run.name=" + name, "--summary-json", dir.file(name + ".json"), "--set",
+                                     "train.max_steps=50", "--set", "train.eval_every_steps=20"};
+    for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+    auto r = troupe(args);
+    EXPECT_EQ(r.exitCode, 0) << r.err;
+    return r;
+  };
+  auto profiled = run("profiled", {"train.profile=true"});
+  run("plain", {});
+  const auto summary = nlohmann::json::parse(readFile(dir.file("profiled.json")));
+  std::map<std::string, int64_t> calls;
+  double seconds = 0;
+  for (const auto& e : summary.at("kernel_profile")) {
+    calls[e.at("kernel").get<std::string>()] = e.at("calls").get<int64_t>();
+    seconds += e.at("seconds").get<double>();
+    EXPECT_GE(e.at("seconds").get<double>(), 0) << e;
+  }
+  EXPECT_EQ(calls["denseForward"], 50 * 3) << summary.at("kernel_profile");
+  EXPECT_EQ(calls["denseBackward"], 50 * 3);
+  EXPECT_EQ(calls["reluForward"], 50 * 2);
+  EXPECT_EQ(calls["reluBackward"], 50 * 2);
+  EXPECT_EQ(calls["softmaxCrossEntropy"], 50);
+  EXPECT_EQ(calls.count("embeddingBagForward"), 0u);  // the MLP has no tables
+  EXPECT_GT(seconds, 0);
+  EXPECT_LE(seconds, field(readFile(dir.file("profiled.json")), "train_seconds") * 1.01);  // one thread
+  EXPECT_NE(profiled.out.find("kernel profile (1 threads"), std::string::npos) << profiled.out;
+  const auto plain = nlohmann::json::parse(readFile(dir.file("plain.json")));
+  EXPECT_EQ(summary.at("dense_hash"), plain.at("dense_hash"));
+  EXPECT_FALSE(plain.contains("kernel_profile"));
+  // One process's only: a job of processes is refused, naming the key.
+  auto job = troupe({"train", "--config", std::string(TROUPE_SOURCE_ROOT) + "/configs/mlp-fashion-mnist.toml",
+                     "--set", "train.profile=true", "--set", "cluster.workers=1", "--set",
+                     "run.dir=" + dir.file("runs")});
+  EXPECT_EQ(job.exitCode, 2) << job.err;
+  EXPECT_NE(job.err.find("train.profile"), std::string::npos) << job.err;
 }
 
 // pipeline.stages: the MLP cut into stage actors learns, and since every

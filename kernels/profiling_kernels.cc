@@ -1,0 +1,109 @@
+#include "kernels/profiling_kernels.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace troupe::kernels {
+
+namespace {
+
+constexpr const char* kNames[ProfilingKernels::kCount] = {
+    "embeddingBagForward",   "embeddingBagBackward",   "uniqueKeys",  "dedupGradients",      "applyRowOptimizer",
+    "denseForward",          "denseBackward",          "dotInteractionForward", "dotInteractionBackward",
+    "reluForward",           "reluBackward",           "sigmoidCrossEntropy",   "softmaxCrossEntropy",
+};
+
+}  // namespace
+
+ProfilingKernels::ProfilingKernels(std::shared_ptr<Kernels> inner) : inner_(std::move(inner)) {
+  for (auto& c : calls_) c.store(0);
+  for (auto& n : nanos_) n.store(0);
+}
+
+template <class F>
+auto ProfilingKernels::timed(Id id, F&& call) -> decltype(call()) {
+  if (!recording_.load(std::memory_order_relaxed)) return call();
+  const auto start = std::chrono::steady_clock::now();
+  struct Count {
+    ProfilingKernels* self;
+    Id id;
+    std::chrono::steady_clock::time_point start;
+    ~Count() {
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
+      self->calls_[id].fetch_add(1, std::memory_order_relaxed);
+      self->nanos_[id].fetch_add(ns.count(), std::memory_order_relaxed);
+    }
+  } count{this, id, start};
+  return call();
+}
+
+std::vector<ProfilingKernels::Entry> ProfilingKernels::profile() const {
+  std::vector<Entry> out;
+  for (int i = 0; i < kCount; ++i) {
+    const int64_t calls = calls_[size_t(i)].load();
+    if (calls == 0) continue;
+    out.push_back({kNames[i], calls, double(nanos_[size_t(i)].load()) * 1e-9});
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) { return a.seconds > b.seconds; });
+  return out;
+}
+
+Status ProfilingKernels::embeddingBagForward(const float* rows, int64_t numRows, int64_t dim,
+                                             const EmbeddingBags& bags, float* out) {
+  return timed(kEmbeddingBagForward, [&] { return inner_->embeddingBagForward(rows, numRows, dim, bags, out); });
+}
+Status ProfilingKernels::embeddingBagBackward(const float* gradOut, int64_t dim, const EmbeddingBags& bags,
+                                              float* gradRows, int64_t numRows) {
+  return timed(kEmbeddingBagBackward,
+               [&] { return inner_->embeddingBagBackward(gradOut, dim, bags, gradRows, numRows); });
+}
+Expected<int64_t> ProfilingKernels::uniqueKeys(const uint64_t* keys, int64_t n, uint64_t* unique, int64_t* inverse) {
+  return timed(kUniqueKeys, [&] { return inner_->uniqueKeys(keys, n, unique, inverse); });
+}
+Expected<int64_t> ProfilingKernels::dedupGradients(const uint64_t* keys, const float* grads, int64_t n, int64_t dim,
+                                                   uint64_t* unique, float* summedGrads, int64_t* inverse) {
+  return timed(kDedupGradients,
+               [&] { return inner_->dedupGradients(keys, grads, n, dim, unique, summedGrads, inverse); });
+}
+Status ProfilingKernels::applyRowOptimizer(const OptimizerConfig& config, float* const* rows, int64_t numRows,
+                                           int64_t dim, const float* grads) {
+  return timed(kApplyRowOptimizer, [&] { return inner_->applyRowOptimizer(config, rows, numRows, dim, grads); });
+}
+Status ProfilingKernels::denseForward(const float* x, const float* w, const float* bias, int64_t batch, int64_t in,
+                                      int64_t out, float* y) {
+  return timed(kDenseForward, [&] { return inner_->denseForward(x, w, bias, batch, in, out, y); });
+}
+Status ProfilingKernels::denseBackward(const float* x, const float* w, const float* dy, int64_t batch, int64_t in,
+                                       int64_t out, float* dx, float* dw, float* dbias, bool accumulate) {
+  return timed(kDenseBackward,
+               [&] { return inner_->denseBackward(x, w, dy, batch, in, out, dx, dw, dbias, accumulate); });
+}
+Status ProfilingKernels::dotInteractionForward(const float* const* inputs, int64_t numInputs, int64_t batch,
+                                               int64_t dim, float* out, int64_t outStride) {
+  return timed(kDotInteractionForward,
+               [&] { return inner_->dotInteractionForward(inputs, numInputs, batch, dim, out, outStride); });
+}
+Status ProfilingKernels::dotInteractionBackward(const float* const* inputs, int64_t numInputs, int64_t batch,
+                                                int64_t dim, const float* dOut, int64_t dOutStride,
+                                                float* const* dInputs) {
+  return timed(kDotInteractionBackward, [&] {
+    return inner_->dotInteractionBackward(inputs, numInputs, batch, dim, dOut, dOutStride, dInputs);
+  });
+}
+void ProfilingKernels::reluForward(const float* x, int64_t n, float* y) {
+  timed(kReluForward, [&] { inner_->reluForward(x, n, y); });
+}
+void ProfilingKernels::reluBackward(const float* x, const float* dy, int64_t n, float* dx) {
+  timed(kReluBackward, [&] { inner_->reluBackward(x, dy, n, dx); });
+}
+Expected<double> ProfilingKernels::sigmoidCrossEntropy(const float* logits, const float* labels, int64_t n,
+                                                       float* dLogits) {
+  return timed(kSigmoidCrossEntropy, [&] { return inner_->sigmoidCrossEntropy(logits, labels, n, dLogits); });
+}
+Expected<double> ProfilingKernels::softmaxCrossEntropy(const float* logits, const int32_t* labels, int64_t batch,
+                                                       int64_t classes, float* dLogits) {
+  return timed(kSoftmaxCrossEntropy,
+               [&] { return inner_->softmaxCrossEntropy(logits, labels, batch, classes, dLogits); });
+}
+
+}  // namespace troupe::kernels

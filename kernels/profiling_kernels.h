@@ -1,0 +1,83 @@
+// Kernels that time every call of the kernels they wrap: where a step's
+// compute goes (`train.profile`; bench/step_profile.sh turns it into the
+// per-phase profile and the scaling Amdahl's law predicts from it).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.h"
+
+namespace troupe::kernels {
+
+class ProfilingKernels final : public Kernels {
+ public:
+  explicit ProfilingKernels(std::shared_ptr<Kernels> inner);
+
+  struct Entry {
+    std::string kernel;  // the Kernels method: "denseForward", ...
+    int64_t calls = 0;
+    double seconds = 0;  // wall time inside the calls, summed (calls on two threads at once both count)
+  };
+  // The kernels called so far, by time, largest first.
+  std::vector<Entry> profile() const;
+  // Calls made while not recording (evaluations) are not counted.
+  void setRecording(bool on) { recording_.store(on, std::memory_order_relaxed); }
+
+  Device device() const override { return inner_->device(); }
+  int threads() const override { return inner_->threads(); }
+  Status embeddingBagForward(const float* rows, int64_t numRows, int64_t dim, const EmbeddingBags& bags,
+                             float* out) override;
+  Status embeddingBagBackward(const float* gradOut, int64_t dim, const EmbeddingBags& bags, float* gradRows,
+                              int64_t numRows) override;
+  Expected<int64_t> uniqueKeys(const uint64_t* keys, int64_t n, uint64_t* uniqueKeys, int64_t* inverse) override;
+  Expected<int64_t> dedupGradients(const uint64_t* keys, const float* grads, int64_t n, int64_t dim,
+                                   uint64_t* uniqueKeys, float* summedGrads, int64_t* inverse) override;
+  Status applyRowOptimizer(const OptimizerConfig& config, float* const* rows, int64_t numRows, int64_t dim,
+                           const float* grads) override;
+  Status denseForward(const float* x, const float* w, const float* bias, int64_t batch, int64_t in, int64_t out,
+                      float* y) override;
+  Status denseBackward(const float* x, const float* w, const float* dy, int64_t batch, int64_t in, int64_t out,
+                       float* dx, float* dw, float* dbias, bool accumulate) override;
+  Status dotInteractionForward(const float* const* inputs, int64_t numInputs, int64_t batch, int64_t dim, float* out,
+                               int64_t outStride) override;
+  Status dotInteractionBackward(const float* const* inputs, int64_t numInputs, int64_t batch, int64_t dim,
+                                const float* dOut, int64_t dOutStride, float* const* dInputs) override;
+  void reluForward(const float* x, int64_t n, float* y) override;
+  void reluBackward(const float* x, const float* dy, int64_t n, float* dx) override;
+  Expected<double> sigmoidCrossEntropy(const float* logits, const float* labels, int64_t n,
+                                       float* dLogits) override;
+  Expected<double> softmaxCrossEntropy(const float* logits, const int32_t* labels, int64_t batch, int64_t classes,
+                                       float* dLogits) override;
+
+  enum Id : int {
+    kEmbeddingBagForward,
+    kEmbeddingBagBackward,
+    kUniqueKeys,
+    kDedupGradients,
+    kApplyRowOptimizer,
+    kDenseForward,
+    kDenseBackward,
+    kDotInteractionForward,
+    kDotInteractionBackward,
+    kReluForward,
+    kReluBackward,
+    kSigmoidCrossEntropy,
+    kSoftmaxCrossEntropy,
+    kCount
+  };
+
+ private:
+  template <class F>
+  auto timed(Id id, F&& call) -> decltype(call());
+
+  std::shared_ptr<Kernels> inner_;
+  std::atomic<bool> recording_{true};
+  std::array<std::atomic<int64_t>, kCount> calls_{};
+  std::array<std::atomic<int64_t>, kCount> nanos_{};
+};
+
+}  // namespace troupe::kernels
