@@ -22,7 +22,7 @@ ProfilingKernels::ProfilingKernels(std::shared_ptr<Kernels> inner) : inner_(std:
 
 template <class F>
 auto ProfilingKernels::timed(Id id, F&& call) -> decltype(call()) {
-  if (!recording_.load(std::memory_order_relaxed)) return call();
+  if (paused_.load(std::memory_order_relaxed) == std::this_thread::get_id()) return call();
   const auto start = std::chrono::steady_clock::now();
   struct Count {
     ProfilingKernels* self;

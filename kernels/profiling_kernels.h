@@ -7,6 +7,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/kernels.h"
@@ -20,12 +21,19 @@ class ProfilingKernels final : public Kernels {
   struct Entry {
     std::string kernel;  // the Kernels method: "denseForward", ...
     int64_t calls = 0;
-    double seconds = 0;  // wall time inside the calls, summed (calls on two threads at once both count)
+    // Wall time inside the calls, summed: calls on two threads at once both
+    // count, and so does a wait for the wrapped kernels (cpu::Kernels runs
+    // one call at a time).
+    double seconds = 0;
   };
   // The kernels called so far, by time, largest first.
   std::vector<Entry> profile() const;
-  // Calls made while not recording (evaluations) are not counted.
-  void setRecording(bool on) { recording_.store(on, std::memory_order_relaxed); }
+  // Calls made on the calling thread from now on are not counted (its
+  // evaluations), until it calls this again with false; other threads'
+  // calls (the table actor's work on a push still in flight) still are.
+  void pauseThisThread(bool paused) {
+    paused_.store(paused ? std::this_thread::get_id() : std::thread::id(), std::memory_order_relaxed);
+  }
 
   Device device() const override { return inner_->device(); }
   int threads() const override { return inner_->threads(); }
@@ -75,7 +83,7 @@ class ProfilingKernels final : public Kernels {
   auto timed(Id id, F&& call) -> decltype(call());
 
   std::shared_ptr<Kernels> inner_;
-  std::atomic<bool> recording_{true};
+  std::atomic<std::thread::id> paused_{};
   std::array<std::atomic<int64_t>, kCount> calls_{};
   std::array<std::atomic<int64_t>, kCount> nanos_{};
 };

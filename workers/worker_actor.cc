@@ -409,7 +409,7 @@ void nextEvalBatch(Self* self) {
             if (!batch) {
               st.core->finishEval(&st.eval, st.epoch + 1);
               st.report->evalSeconds += secondsSince(st.evalStart);
-              if (st.options.profiler) st.options.profiler->setRecording(true);
+              if (st.options.profiler) st.options.profiler->pauseThisThread(false);
               st.report->evals.push_back(std::move(st.eval));
               st.eval = EvalResult{};
               if (st.options.onEvent) {
@@ -515,7 +515,7 @@ void evaluate(Self* self) {
 void startEvaluation(Self* self) {
   auto& st = self->state;
   st.evalStart = Clock::now();
-  if (st.options.profiler) st.options.profiler->setRecording(false);
+  if (st.options.profiler) st.options.profiler->pauseThisThread(true);
   self->request(st.testLoader, st.options.requestTimeout, epoch_atom::value, st.epoch)
       .then([=](int64_t) { nextEvalBatch(self); }, [=](caf::error& err) { fail(self, err); });
 }

@@ -91,7 +91,7 @@ struct TrainReport {
 struct WorkerOptions {
   WorkerCoreOptions core;
   // train.profile: the kernels of core.kernels, timing their calls; the
-  // worker stops it while it evaluates.
+  // worker pauses it on its own thread while it evaluates.
   std::shared_ptr<kernels::ProfilingKernels> profiler;
   // Its tables are a PS client (workers/ps_client.h) whose pushes are
   // compressed: a checkpoint copies their residuals (residuals_atom).

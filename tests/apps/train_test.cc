@@ -148,9 +148,10 @@ TEST(TrainTest, EvaluationsDuringTrainingAreOfTheModelAtTheirStep) {
 }
 
 // train.profile: every kernel call of training is counted (the MLP
-// 784-256-128-10 takes 3 dense layers, 2 ReLUs and a loss a step), none of
-// the evaluations' (after training, and during it), and training goes as
-// it does unprofiled.
+// 784-256-128-10 takes 3 dense layers, 2 ReLUs and a loss a step), in both
+// epochs (the count goes on after the evaluation between them), none of the
+// evaluations' (after each epoch, and during training), and training goes
+// as it does unprofiled.
 TEST(TrainTest, TheProfileCountsEveryKernelCallOfTrainingAndChangesNothing) {
   TempDir dir;
   auto run = [&](const std::string& name, const std::vector<std::string>& sets) {
@@ -158,7 +159,8 @@ TEST(TrainTest, TheProfileCountsEveryKernelCallOfTrainingAndChangesNothing) {
                                      std::string(TROUPE_SOURCE_ROOT) + "/configs/mlp-fashion-mnist.toml",
                                      "--threads", "1", "--set", "run.dir=" + dir.file("runs"), "--set",
                                      "run.name=" + name, "--summary-json", dir.file(name + ".json"), "--set",
-                                     "train.max_steps=50", "--set", "train.eval_every_steps=20"};
+                                     "data.max_train_rows=6400", "--set", "train.epochs=2", "--set",
+                                     "train.eval_every_steps=20"};
     for (const auto& s : sets) args.insert(args.end(), {"--set", s});
     auto r = troupe(args);
     EXPECT_EQ(r.exitCode, 0) << r.err;
@@ -174,11 +176,12 @@ TEST(TrainTest, TheProfileCountsEveryKernelCallOfTrainingAndChangesNothing) {
     seconds += e.at("seconds").get<double>();
     EXPECT_GE(e.at("seconds").get<double>(), 0) << e;
   }
-  EXPECT_EQ(calls["denseForward"], 50 * 3) << summary.at("kernel_profile");
-  EXPECT_EQ(calls["denseBackward"], 50 * 3);
-  EXPECT_EQ(calls["reluForward"], 50 * 2);
-  EXPECT_EQ(calls["reluBackward"], 50 * 2);
-  EXPECT_EQ(calls["softmaxCrossEntropy"], 50);
+  ASSERT_EQ(summary.at("steps").get<int64_t>(), 100) << summary;  // 2 epochs of 6400 rows in batches of 128
+  EXPECT_EQ(calls["denseForward"], 100 * 3) << summary.at("kernel_profile");
+  EXPECT_EQ(calls["denseBackward"], 100 * 3);
+  EXPECT_EQ(calls["reluForward"], 100 * 2);
+  EXPECT_EQ(calls["reluBackward"], 100 * 2);
+  EXPECT_EQ(calls["softmaxCrossEntropy"], 100);
   EXPECT_EQ(calls.count("embeddingBagForward"), 0u);  // the MLP has no tables
   EXPECT_GT(seconds, 0);
   EXPECT_LE(seconds, field(readFile(dir.file("profiled.json")), "train_seconds") * 1.01);  // one thread
