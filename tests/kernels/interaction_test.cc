@@ -129,7 +129,12 @@ TEST_P(InteractionTest, SameBitsOnOneAndTwoThreads) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, InteractionTest,
                          ::testing::Values(Shape{2, 1, 1}, Shape{3, 5, 7}, Shape{5, 3, 16}, Shape{1, 4, 3},
-                                           Shape{27, 67, 16}, Shape{4, 0, 8}));
+                                           Shape{27, 67, 16}, Shape{4, 0, 8},
+                                           // The register paths: 1-4 chunks of inputs and of dim, whole
+                                           // chunks (16, 32, 64 inputs: the forward's four-row groups run
+                                           // past the last), and past them (the general loops).
+                                           Shape{16, 9, 16}, Shape{32, 5, 32}, Shape{33, 4, 48}, Shape{64, 3, 64},
+                                           Shape{70, 3, 80}));
 
 TEST(InteractionTest, RejectsANarrowOutputRow) {
   auto k = makeKernels(1);
