@@ -718,6 +718,8 @@ int runTrain(const TrainFlags& flags) {
   const workers::EvalResult last = report->evals.empty() ? workers::EvalResult{} : report->evals.back();
   const double samplesPerSec = report->trainSeconds > 0 ? double(report->samples) / report->trainSeconds : 0;
   const bool binary = worker.core.kind == workers::ModelKind::kDlrm;
+  double kernelSeconds = 0;  // train.profile: the time inside every kernel call, summed
+  for (const auto& e : report->kernelProfile) kernelSeconds += e.seconds;
 
   std::string json = "{\n";
   auto field = [&](const std::string& k, const std::string& v) { json += fmt::format("  \"{}\": {},\n", k, v); };
@@ -764,14 +766,12 @@ int runTrain(const TrainFlags& flags) {
   if (job.profile) {
     // Every kernel call of training (not of the evaluations), largest first.
     std::string rows;
-    double inKernels = 0;
     for (const auto& e : report->kernelProfile) {
       rows += fmt::format("{}{{\"kernel\": \"{}\", \"calls\": {}, \"seconds\": {}}}", rows.empty() ? "" : ", ",
                           e.kernel, e.calls, jsonNumber(e.seconds));
-      inKernels += e.seconds;
     }
     field("kernel_profile", "[" + rows + "]");
-    field("kernel_seconds", jsonNumber(inKernels));
+    field("kernel_seconds", jsonNumber(kernelSeconds));
   }
   field("blas_core", fmt::format("\"{}\"", kernels::blasCoreName()));  // (OpenBLAS's names are plain words)
   field("dense_parameters", std::to_string(report->denseWeights.size()));
@@ -959,15 +959,13 @@ int runTrain(const TrainFlags& flags) {
     // train.profile: where training's compute went (wall time inside each
     // kernel; the rest is the tables, the copies and the waits).
     std::printf("kernel profile (%d threads; %% of %.2f s training):\n", threads, report->trainSeconds);
-    double inKernels = 0;
     for (const auto& e : report->kernelProfile) {
       std::printf("  %-24s %9lld calls %8.3f s %6.1f%%\n", e.kernel.c_str(), static_cast<long long>(e.calls),
                   e.seconds, 100 * e.seconds / report->trainSeconds);
-      inKernels += e.seconds;
     }
-    std::printf("  %-24s %15s %8.3f s %6.1f%%\n", "(not in a kernel)", "",
-                std::max(0.0, report->trainSeconds - inKernels),
-                100 * std::max(0.0, report->trainSeconds - inKernels) / report->trainSeconds);
+    const double outside = std::max(0.0, report->trainSeconds - kernelSeconds);
+    std::printf("  %-24s %15s %8.3f s %6.1f%%\n", "(not in a kernel)", "", outside,
+                100 * outside / report->trainSeconds);
   }
   // The count model is a check: values that are not the counts fail it.
   return counting && !countsExact ? kExitFailure : kExitOk;

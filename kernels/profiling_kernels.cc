@@ -15,10 +15,7 @@ constexpr const char* kNames[ProfilingKernels::kCount] = {
 
 }  // namespace
 
-ProfilingKernels::ProfilingKernels(std::shared_ptr<Kernels> inner) : inner_(std::move(inner)) {
-  for (auto& c : calls_) c.store(0);
-  for (auto& n : nanos_) n.store(0);
-}
+ProfilingKernels::ProfilingKernels(std::shared_ptr<Kernels> inner) : inner_(std::move(inner)) {}
 
 template <class F>
 auto ProfilingKernels::timed(Id id, F&& call) -> decltype(call()) {

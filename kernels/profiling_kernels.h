@@ -84,7 +84,7 @@ class ProfilingKernels final : public Kernels {
 
   std::shared_ptr<Kernels> inner_;
   std::atomic<std::thread::id> paused_{};
-  std::array<std::atomic<int64_t>, kCount> calls_{};
+  std::array<std::atomic<int64_t>, kCount> calls_{};  // (value-initialised: zeros)
   std::array<std::atomic<int64_t>, kCount> nanos_{};
 };
 

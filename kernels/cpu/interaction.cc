@@ -68,16 +68,14 @@ void forwardSample16(const float* const* inputs, int64_t f, int64_t b, int64_t d
   }
   for (int64_t i = 1; i < f; ++i) {
     const int64_t used = (i + kLanes - 1) / kLanes;  // chunks holding j < i
-    {
-      for (int64_t c = 0; c < used; ++c) acc[c] = V16{};
-      for (int64_t d = 0; d < dim; ++d) {
-        const float* row = zt + d * width;
-        const float zi = row[i];
-        for (int64_t c = 0; c < used; ++c) acc[c] += zi * load16(row + c * kLanes);
-      }
-      const float* a = reinterpret_cast<const float*>(acc);
-      for (int64_t j = 0; j < i; ++j) *o++ = a[j];
+    for (int64_t c = 0; c < used; ++c) acc[c] = V16{};
+    for (int64_t d = 0; d < dim; ++d) {
+      const float* row = zt + d * width;
+      const float zi = row[i];
+      for (int64_t c = 0; c < used; ++c) acc[c] += zi * load16(row + c * kLanes);
     }
+    const float* a = reinterpret_cast<const float*>(acc);
+    for (int64_t j = 0; j < i; ++j) *o++ = a[j];
   }
 }
 

@@ -111,16 +111,23 @@ TEST(TrainTest, SmallMlpOnFashionMnistLearns) {
 // stops there (one thread each, so both sum alike) gives the same metrics.
 // Every snapshot is evaluated or replaced before the run ends, and the
 // evaluation leaves training as it was (the same final model).
+// The MLP on Fashion-MNIST with one thread, as run `name` under dir/runs
+// with these --set overrides; its summary is dir/<name>.json.
+ProcessResult trainMlp(const TempDir& dir, const std::string& name, const std::vector<std::string>& sets) {
+  std::vector<std::string> args = {"train", "--config",
+                                   std::string(TROUPE_SOURCE_ROOT) + "/configs/mlp-fashion-mnist.toml",
+                                   "--threads", "1", "--set", "run.dir=" + dir.file("runs"), "--set",
+                                   "run.name=" + name, "--summary-json", dir.file(name + ".json")};
+  for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+  auto r = troupe(args);
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  return r;
+}
+
 TEST(TrainTest, EvaluationsDuringTrainingAreOfTheModelAtTheirStep) {
   TempDir dir;
   auto run = [&](const std::string& name, const std::vector<std::string>& sets) {
-    std::vector<std::string> args = {"train", "--config",
-                                     std::string(TROUPE_SOURCE_ROOT) + "/configs/mlp-fashion-mnist.toml",
-                                     "--threads", "1", "--set", "run.dir=" + dir.file("runs"), "--set",
-                                     "run.name=" + name, "--summary-json", dir.file(name + ".json")};
-    for (const auto& s : sets) args.insert(args.end(), {"--set", s});
-    auto r = troupe(args);
-    EXPECT_EQ(r.exitCode, 0) << r.err;
+    trainMlp(dir, name, sets);
     return readFile(dir.file(name + ".json"));
   };
   const std::string during = run("during", {"train.max_steps=200", "train.eval_every_steps=60"});
@@ -154,17 +161,9 @@ TEST(TrainTest, EvaluationsDuringTrainingAreOfTheModelAtTheirStep) {
 // as it does unprofiled.
 TEST(TrainTest, TheProfileCountsEveryKernelCallOfTrainingAndChangesNothing) {
   TempDir dir;
-  auto run = [&](const std::string& name, const std::vector<std::string>& sets) {
-    std::vector<std::string> args = {"train", "--config",
-                                     std::string(TROUPE_SOURCE_ROOT) + "/configs/mlp-fashion-mnist.toml",
-                                     "--threads", "1", "--set", "run.dir=" + dir.file("runs"), "--set",
-                                     "run.name=" + name, "--summary-json", dir.file(name + ".json"), "--set",
-                                     "data.max_train_rows=6400", "--set", "train.epochs=2", "--set",
-                                     "train.eval_every_steps=20"};
-    for (const auto& s : sets) args.insert(args.end(), {"--set", s});
-    auto r = troupe(args);
-    EXPECT_EQ(r.exitCode, 0) << r.err;
-    return r;
+  auto run = [&](const std::string& name, std::vector<std::string> sets) {
+    sets.insert(sets.end(), {"data.max_train_rows=6400", "train.epochs=2", "train.eval_every_steps=20"});
+    return trainMlp(dir, name, sets);
   };
   auto profiled = run("profiled", {"train.profile=true"});
   run("plain", {});
