@@ -21,6 +21,7 @@
 #include "bench/common/statistics.h"
 #include "common/compute_pool.h"
 #include "common/hash.h"
+#include "kernels/cpu/blas_core.h"
 #include "kernels/kernels.h"
 
 namespace troupe::bench {
@@ -275,6 +276,7 @@ void parseOwnFlags(int& argc, char** argv, Setup& s) {
 }  // namespace troupe::bench
 
 int main(int argc, char** argv) {
+  troupe::kernels::chooseBlasCore(argv);  // the core troupe itself runs on (kernels/cpu/blas_core.h)
   using namespace troupe::bench;
   Setup& s = setup();
   parseOwnFlags(argc, argv, s);

@@ -29,6 +29,7 @@
 #include <caf/all.hpp>
 
 #include "common/hash.h"
+#include "kernels/cpu/blas_core.h"
 #include "kernels/kernels.h"
 #include "workers/dense_parameters.h"
 #include "workers/mlp.h"
@@ -146,6 +147,7 @@ Measured pipelined(caf::actor_system& system, const std::vector<int64_t>& widths
 }  // namespace
 
 int main(int argc, char** argv) {
+  troupe::kernels::chooseBlasCore(argv);  // the core troupe itself runs on (kernels/cpu/blas_core.h)
   int64_t width = 512, rows = 64;
   int layers = 4, steps = 20;
   std::vector<int> stageCounts = {2, 4}, micro = {4, 8, 16, 32};

@@ -24,7 +24,7 @@ def main(out):
     try:  # measured again at the end of the run: keep the better figure of each
         e = load(f"{out}/ceilings_end.json")
         c = {"threads": c["threads"], "memcpy_gbps": max(c["memcpy_gbps"], e["memcpy_gbps"]),
-             "sgemm_gflops": max(c["sgemm_gflops"], e["sgemm_gflops"])}
+             "sgemm_gflops": max(c["sgemm_gflops"], e["sgemm_gflops"]), "blas_core": c.get("blas_core", "?")}
     except FileNotFoundError:
         pass
     tm, pm = load(f"{out}/troupe_mlp.json"), load(f"{out}/pytorch_mlp.json")
@@ -63,7 +63,7 @@ def main(out):
         json.dump(result, f, indent=2)
     m, d = result["mlp"], result["dlrm"]
     print(f"ceilings: sgemm {c['sgemm_gflops']:.1f} GFLOP/s, memcpy {c['memcpy_gbps']:.1f} GB/s, "
-          f"{c['threads']} threads")
+          f"{c['threads']} threads, OpenBLAS core {c.get('blas_core', '?')}")
     print(f"MLP : troupe {m['troupe_samples_per_sec']:9.0f} samples/s (acc {m['troupe_test_accuracy']:.4f}, "
           f"MFU {100 * m['troupe_mfu']:.1f}%)   pytorch {m['pytorch_samples_per_sec']:9.0f} samples/s "
           f"(acc {m['pytorch_test_accuracy']:.4f}, MFU {100 * m['pytorch_mfu']:.1f}%)   ratio {m['ratio']:.2f}x")

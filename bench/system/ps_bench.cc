@@ -144,7 +144,7 @@ int runPsBench(const PsBenchOptions& options) {
   const bool perftest = options.withPerftest && havePerftest();
   if (options.withPerftest && !perftest) logger("apps")->warn("ucx_perftest not found (Debian ucx-utils): no ceiling");
   std::printf("troupe bench ps: 1 worker + 1 shard process on %s (%s), %.1f s per figure\n", node.listenHost.c_str(),
-              node.sharedMemory ? "shared memory" : "TCP");
+              node.sharedMemory ? "shared memory" : "TCP", options.seconds);
   std::printf("%6s %8s %14s %14s %10s %10s %12s %7s %7s\n", "floats", "keys", "push keys/s", "pull keys/s", "push GB/s",
               "pull GB/s", "ceiling GB/s", "push %", "pull %");
   std::string rows;

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Issue 21's figures on the `device` tool's many-core host (its CPU only), in one call:
+#   1. the host, troupe's BLAS core (chosen at start), PyTorch's version;
+#   2. troupe against PyTorch (the host's, 2.11) on the MLP and the DLRM at 2 and at 16 threads,
+#      with the sgemm and memcpy ceilings of the same run (bench/pytorch/report.py reads each);
+#   3. one process's scaling with threads (1, 2, 4, 8, all), with train.profile on;
+#   4. multi-process jobs on all the cores against one process in the same run.
+# Built here and carried (the host has none of our Debian packages):
+#   TROUPE_DEVICE_CUDA=OFF TROUPE_DEVICE_MARCH=x86-64-v4 scripts/device_pack.sh troupe troupe_ceilings
+#   mkdir -p .devdata/bin .devdata/lib && cp -r /usr/share/datasets/fashion-mnist .devdata/ &&
+#   cp /usr/bin/ucx_perftest .devdata/bin/ &&
+#   cp -L /lib/x86_64-linux-gnu/lib{gomp.so.1,numa.so.1} .devdata/lib/   (.devdata: add to .git/info/exclude)
+# and run with the device tool:
+#   run  command: "bash bench/device_cpu.sh"  carry: [".gpu", ".devdata"]  timeout_s: 420
+# Everything lands in $OUT/device.tgz (packed on exit, so a timeout keeps what ran); read it here with bench/device_cpu_report.py DIR.
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+# The device tool returns only a few files from $OUT: everything is written to a folder of its own
+# and packed into $OUT/device.tgz at the end. PARTS picks the parts (default all of them).
+out=/tmp/troupe-device-cpu/device
+rm -rf "$out"
+parts=" ${PARTS:-compare scaling bench jobs} "
+want() { [[ $parts == *" $1 "* ]]; }
+trap 'mkdir -p "${OUT:-/tmp/out}" && tar -czf "${OUT:-/tmp/out}/device.tgz" -C "$(dirname "$out")" device' EXIT
+mkdir -p "$out"/{scaling,jobs}
+rows="${DLRM_ROWS:-400000}"
+all=$(nproc)
+# LOCAL_BUILD=build tries the script here, on the binaries of a build folder.
+bin() {
+  if [ -n "${LOCAL_BUILD:-}" ]; then local n=$1; shift; "$(find "$LOCAL_BUILD" -name "$n" -type f -perm -u+x | head -1)" "$@"
+  else bash .gpu/run.sh "$@"; fi
+}
+troupe() { bin troupe "$@"; }
+py=""  # the first python with torch: PyTorch is the peer
+for c in ${PYTHON:-} python3 /usr/bin/python3; do
+  if "$c" -c 'import torch' 2>/dev/null; then py=$c; break; fi
+done
+[ -n "$py" ] || echo "FAILED: no python with torch" | tee -a "$out/steps.log"
+step() { echo "== $(date +%T) $*" | tee -a "$out/steps.log"; }
+runlog() {  # runlog NAME CMD...: the command's output to NAME.log, a failure noted and passed over
+  local name=$1; shift
+  "$@" >"$out/$name.log" 2>&1 || echo "FAILED ($?): $name" | tee -a "$out/steps.log"
+}
+
+step host
+{ lscpu; echo; nproc; free -g; echo; troupe version; $py -c 'import torch; print("torch", torch.__version__, torch.__config__.parallel_info())'; } \
+  >"$out/host.txt" 2>&1
+grep -E "Model name|^CPU\(s\)|Thread|Core|Socket|NUMA node\(s\)|Flags" "$out/host.txt" | cut -c1-200
+grep -E "BLAS|torch " "$out/host.txt"
+
+mlp=(--config configs/mlp-fashion-mnist.toml --set data.train=.devdata/fashion-mnist --set train.epochs=2
+     --set train.eval_each_epoch=false --set run.dir=/tmp/runs)
+dlrm=(--config configs/dlrm-synthetic.toml --set data.synthetic.rows="$rows" --set run.dir=/tmp/runs)
+
+step "gen-data $rows rows"
+data_dir="$(troupe gen-data criteo-synthetic "${dlrm[@]}" --log-level warn | sed -n 's/.* rows, .* tables, in \(.*\)$/\1/p')"
+echo "data: $data_dir"
+
+want compare && for t in 2 "$all"; do
+  d="$out/t$t"
+  mkdir -p "$d"
+  step "ceilings, $t threads"
+  runlog "t$t/ceilings_run" eval "bin troupe_ceilings --threads=$t > $d/ceilings.json"
+  step "MLP, $t threads: troupe"
+  runlog "t$t/troupe_mlp" troupe train "${mlp[@]}" --log-level warn --threads "$t" --summary-json "$d/troupe_mlp.json"
+  step "MLP, $t threads: pytorch"
+  runlog "t$t/pytorch_mlp_run" sh -c "$py bench/pytorch/mlp_fashion_mnist.py --dir .devdata/fashion-mnist --epochs 2 --threads $t > $d/pytorch_mlp.json"
+  step "DLRM, $t threads: troupe"
+  runlog "t$t/troupe_dlrm" troupe train "${dlrm[@]}" --log-level warn --threads "$t" --summary-json "$d/troupe_dlrm.json"
+  step "DLRM, $t threads: pytorch"
+  runlog "t$t/pytorch_dlrm_run" sh -c "$py bench/pytorch/dlrm_synthetic.py --dir $data_dir --threads $t > $d/pytorch_dlrm.json"
+  runlog "t$t/ceilings_end_run" eval "bin troupe_ceilings --threads=$t > $d/ceilings_end.json"
+  $py bench/pytorch/report.py "$d" 2>&1 | tail -4 | tee -a "$out/steps.log"
+done
+
+want scaling && for t in 1 2 4 8 "$all"; do
+  step "scaling, $t threads (profiled)"
+  runlog "scaling/dlrm-t$t" troupe train "${dlrm[@]}" --threads "$t" --set train.profile=true \
+    --summary-json "$out/scaling/dlrm-t$t.json"
+  runlog "scaling/mlp-t$t" troupe train "${mlp[@]}" --threads "$t" --set train.profile=true \
+    --summary-json "$out/scaling/mlp-t$t.json"
+done
+
+# The transport and the parameter server against ucx_perftest (carried in .devdata/bin, with the
+# two libraries it loads that the bundle lacks) on many cores: are the 2-core figures the cores?
+export PATH="$root/.devdata/bin:$PATH"
+export LD_LIBRARY_PATH="$root/.devdata/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+want bench && step "bench transport" && runlog bench-transport troupe bench transport --seconds 0.5 --trials 3 --json "$out/bench-transport.json"
+want bench && step "bench ps" && runlog bench-ps troupe bench ps --json "$out/bench-ps.json"
+
+job() {  # job NAME SETTINGS...: the DLRM on all the cores
+  step "job $1"
+  local name=$1; shift
+  runlog "jobs/$name" troupe train "${dlrm[@]}" --log-level info "$@" --summary-json "$out/jobs/$name.json"
+}
+want jobs || exit 0
+job one-process
+job ps-W2-S2 --set cluster.workers=2 --set cluster.servers=2
+job ps-W4-S4 --set cluster.workers=4 --set cluster.servers=4
+job ps-W8-S4 --set cluster.workers=8 --set cluster.servers=4
+job ps-W8-S8 --set cluster.workers=8 --set cluster.servers=8
+job allreduce-W4 --set cluster.workers=4 --set train.mode=allreduce
+job allreduce-W8 --set cluster.workers=8 --set train.mode=allreduce
+job one-process-again
+step done
