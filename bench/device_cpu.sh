@@ -4,7 +4,8 @@
 #   2. troupe against PyTorch (the host's, 2.11) on the MLP and the DLRM at 2 and at 16 threads,
 #      with the sgemm and memcpy ceilings of the same run (bench/pytorch/report.py reads each);
 #   3. one process's scaling with threads (1, 2, 4, 8, all), with train.profile on;
-#   4. multi-process jobs on all the cores against one process in the same run.
+#   4. multi-process jobs on all the cores against one process in the same run;
+#   (5. on request, PARTS=ab: the DLRM on this bundle against an earlier one, thread by thread.)
 # Built here and carried (the host has none of our Debian packages):
 #   TROUPE_DEVICE_CUDA=OFF TROUPE_DEVICE_MARCH=x86-64-v4 scripts/device_pack.sh troupe troupe_ceilings
 #   mkdir -p .devdata/bin .devdata/lib && cp -r /usr/share/datasets/fashion-mnist .devdata/ &&
@@ -81,6 +82,23 @@ want scaling && for t in 1 2 4 8 "$all"; do
   runlog "scaling/mlp-t$t" troupe train "${mlp[@]}" --threads "$t" --set train.profile=true \
     --summary-json "$out/scaling/mlp-t$t.json"
 done
+
+# A/B (PARTS=ab, not in the default): the DLRM at each thread count on the bundle in .gpu and on
+# an earlier one in .gpu-old (its run.sh edited to unpack into /tmp/troupe-gpu-old), alternating.
+if want ab; then
+  mkdir -p "$out/ab"
+  for t in 1 2 4 8 "$all"; do
+    for v in old new; do
+      b=.gpu; [ "$v" = old ] && b=.gpu-old
+      step "A/B: $v, $t threads"
+      runlog "ab/dlrm-$v-t$t" bash "$b/run.sh" troupe train "${dlrm[@]}" --threads "$t" \
+        --summary-json "$out/ab/dlrm-$v-t$t.json"
+    done
+  done
+  step "A/B: new, $all threads, profiled"
+  runlog ab/profile-new troupe train "${dlrm[@]}" --threads "$all" --set train.profile=true \
+    --summary-json "$out/ab/profile-new.json"
+fi
 
 # The transport and the parameter server against ucx_perftest (carried in .devdata/bin, with the
 # two libraries it loads that the bundle lacks) on many cores: are the 2-core figures the cores?

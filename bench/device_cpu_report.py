@@ -67,6 +67,20 @@ def main(root):
             print(f"| {k} | {a:.3f} | {b:.3f} | {a / b if b else float('nan'):.2f}x | "
                   f"{100 * b / hi['train_seconds']:.1f}% |")
 
+    ab = {}
+    for p in glob.glob(os.path.join(d, "ab", "dlrm-*-t*.json")):
+        s = load(p)
+        if s:
+            _, v, t = os.path.basename(p)[:-5].split("-")
+            ab.setdefault(int(t[1:]), {})[v] = s["samples_per_sec"]
+    if ab:
+        print("\n## DLRM, one process: this bundle (new) against the earlier one (old), alternating")
+        print("| threads | old samples/s | new samples/s | new / old |")
+        print("|---:|---:|---:|---:|")
+        for t in sorted(ab):
+            o, n = ab[t].get("old"), ab[t].get("new")
+            print(f"| {t} | {o or 0:.0f} | {n or 0:.0f} | {n / o if o and n else float('nan'):.2f} |")
+
     for name in ("bench-transport", "bench-ps"):
         log = os.path.join(d, name + ".log")
         if os.path.exists(log):

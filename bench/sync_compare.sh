@@ -12,7 +12,7 @@ cd "$here"
 out="${OUT:-$here/runs/sync-compare}"
 mkdir -p "$out"
 TROUPE_EXTRA_PACKAGES="libgloo-dev libopenmpi-dev openmpi-bin python3-torch python3-numpy" scripts/setup.sh
-cmake -S . -B build >/dev/null  # finds the peers' libraries now installed
+cmake -S . -B build -U "MPI_*" >/dev/null  # finds the peers' libraries now installed (a cache from before them forgets its misses)
 cmake --build build -j "${TROUPE_JOBS:-2}" --target troupe troupe_gloo_allreduce troupe_mpi_allreduce >/dev/null
 echo "== troupe bench allreduce (beside Gloo and Open MPI)"
 build/bin/troupe bench allreduce --trials "${TRIALS:-3}" --json "$out/allreduce.json"

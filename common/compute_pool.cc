@@ -106,10 +106,11 @@ void ComputePool::parallelFor(int64_t n, int64_t grain,
   }
   if (wake) wake_.notify_all();
 
+  const ComputePool* const outer = tCurrentPool;  // a call made from another pool's work keeps its mark
   tCurrentPool = this;
   while (runOneChunk(call)) {
   }
-  tCurrentPool = nullptr;
+  tCurrentPool = outer;
   if (!spinFor([&] { return pending_.load(std::memory_order_acquire) == 0; })) {
     std::unique_lock lock(mu_);
     callerSleeping_ = true;

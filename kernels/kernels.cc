@@ -10,6 +10,10 @@
 
 namespace troupe::kernels {
 
+void Kernels::forEachIndependent(int64_t count, const std::function<void(int64_t)>& fn) {
+  for (int64_t i = 0; i < count; ++i) fn(i);
+}
+
 std::unique_ptr<Kernels> createKernels(const KernelOptions& options) {
   if (options.threads < 0) TROUPE_SETUP_ERROR("KernelOptions.threads must be >= 0, got {}", options.threads);
   const int threads = options.threads == 0 ? ComputePool::hardwareThreads() : options.threads;

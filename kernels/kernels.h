@@ -8,9 +8,11 @@
 //
 // Threading: a Kernels object runs each call on its own compute threads
 // (options.threads, the caller included) and returns when the result is
-// complete. Calls from several threads on one object are safe; they are
-// serialised. The CPU implementation runs OpenBLAS single-threaded (a
-// process-wide setting) and splits GEMMs over its own threads.
+// complete. Calls from several threads on one object are safe. The CPU
+// implementation runs OpenBLAS single-threaded (a process-wide setting) and
+// splits GEMMs over its own threads; its calls take turns only for those
+// threads (a call that uses none, such as uniqueKeys, runs beside another
+// thread's call, and forEachIndependent runs pieces of work side by side).
 //
 // Errors: inputs that can be wrong at run time (indices, offsets, labels,
 // sizes) are validated before anything is read out of bounds and reported as
@@ -24,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "common/status.h"
@@ -47,6 +50,17 @@ class Kernels {
 
   virtual Device device() const = 0;
   virtual int threads() const = 0;
+
+  // Runs fn(i) once for every i in [0, count), in any order and on any of
+  // this object's compute threads (the caller's included): independent
+  // pieces of work, such as a model's tables, that make their own kernel
+  // calls ON THIS OBJECT (they then run on the thread that runs the piece,
+  // so a few large pieces use fewer threads than the same calls made one
+  // after the other; a call on another Kernels object from a piece can
+  // deadlock). The pieces must touch disjoint data; fn must not throw.
+  // Returns when every piece is done. The default runs them in order on the
+  // calling thread.
+  virtual void forEachIndependent(int64_t count, const std::function<void(int64_t)>& fn);
 
   // ---- embedding bags -------------------------------------------------------
   // out[b, :] = pool(rows[indices[i], :] * weights[i] for i in bag b);

@@ -22,8 +22,8 @@ class ProfilingKernels final : public Kernels {
     std::string kernel;  // the Kernels method: "denseForward", ...
     int64_t calls = 0;
     // Wall time inside the calls, summed: calls on two threads at once both
-    // count, and so does a wait for the wrapped kernels (cpu::Kernels runs
-    // one call at a time).
+    // count, and so does a wait for the wrapped kernels' threads (in
+    // cpu::Kernels the calls that use its pool take turns for it).
     double seconds = 0;
   };
   // The kernels called so far, by time, largest first.
@@ -37,6 +37,10 @@ class ProfilingKernels final : public Kernels {
 
   Device device() const override { return inner_->device(); }
   int threads() const override { return inner_->threads(); }
+  // Not timed itself: the calls its pieces make are, on whichever thread
+  // runs them (so their times add up across threads). From a paused thread
+  // the pieces run in order on it, so that their calls stay uncounted.
+  void forEachIndependent(int64_t count, const std::function<void(int64_t)>& fn) override;
   Status embeddingBagForward(const float* rows, int64_t numRows, int64_t dim, const EmbeddingBags& bags,
                              float* out) override;
   Status embeddingBagBackward(const float* gradOut, int64_t dim, const EmbeddingBags& bags, float* gradRows,

@@ -43,11 +43,13 @@ caf::behavior tableHolder(caf::stateful_actor<TableHolderState>* self, TableHold
         }
         auto reply = std::make_shared<PullReply>();
         reply->rows.resize(tables.size());
-        for (size_t t = 0; t < tables.size(); ++t) {
+        for (size_t t = 0; t < tables.size(); ++t) reply->rows[t].resize(req->keys[t].size() * size_t(tables.dims()[t]));
+        // The tables side by side (each one's rows found, or created, in its own map).
+        self->state.kernels->forEachIndependent(int64_t(tables.size()), [&](int64_t i) {
+          const size_t t = size_t(i);
           const auto& keys = req->keys[t];
-          reply->rows[t].resize(keys.size() * size_t(tables.dims()[t]));
           tables.pullTable(t, keys.data(), int64_t(keys.size()), req->create, reply->rows[t].data());
-        }
+        });
         return PullReplyPtr(std::move(reply));
       },
       [=](push_atom, const PushRequestPtr& req) -> caf::result<int64_t> {

@@ -69,19 +69,34 @@ Status TableSet::push(const uint64_t* counts, const uint64_t* keys, const float*
     }
     return Status::ok();
   }
-  // One optimizer call for every table's rows (same dim and optimizer).
+  // Each table's gradients summed and its rows found (created) side by side,
+  // then one optimizer call for every table's rows (same dim and optimizer).
   rows_.clear();
   grads_.clear();
   const int64_t dim = dims_.front();
-  for (size_t t = 0; t < tables_.size(); ++t) {
-    const int64_t n = int64_t(counts[t]);
-    auto unique = tables_[t]->preparePush(keys, grads, n, kernels);
-    if (!unique.hasValue()) return unique.status();
+  const size_t count = tables_.size();
+  firstKey_.resize(count);
+  unique_.resize(count);
+  status_.assign(count, Status::ok());
+  int64_t first = 0;
+  for (size_t t = 0; t < count; ++t) {
+    firstKey_[t] = first;
+    first += int64_t(counts[t]);
+  }
+  kernels.forEachIndependent(int64_t(count), [&](int64_t i) {
+    const size_t t = size_t(i);
+    auto unique = tables_[t]->preparePush(keys + firstKey_[t], grads + firstKey_[t] * dim, int64_t(counts[t]), kernels);
+    if (unique.hasValue()) {
+      unique_[t] = *unique;
+    } else {
+      status_[t] = unique.status();
+    }
+  });
+  for (size_t t = 0; t < count; ++t) {
+    if (!status_[t].isOk()) return status_[t];
     const float* g = tables_[t]->preparedGrads();
-    rows_.insert(rows_.end(), tables_[t]->preparedRows(), tables_[t]->preparedRows() + *unique);
-    grads_.insert(grads_.end(), g, g + *unique * dim);
-    keys += n;
-    grads += n * dim;
+    rows_.insert(rows_.end(), tables_[t]->preparedRows(), tables_[t]->preparedRows() + unique_[t]);
+    grads_.insert(grads_.end(), g, g + unique_[t] * dim);
   }
   kernels::OptimizerConfig config = tables_.front()->options().optimizer;
   config.step = step;

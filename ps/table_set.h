@@ -51,6 +51,8 @@ class TableSet final {
   bool uniform_ = false;  // every table updates like the first
   std::vector<float*> rows_;
   std::vector<float> grads_;
+  std::vector<int64_t> firstKey_, unique_;  // per table: its first key in a push, its unique keys
+  std::vector<Status> status_;
 };
 
 }  // namespace troupe::ps

@@ -296,16 +296,27 @@ Expected<ps::PullRequestPtr> WorkerCore::prepare(const Batch& batch, bool create
   req->keys.resize(size_t(tables));
   uniqueKeys_.resize(size_t(tables));
   inverse_.resize(size_t(tables));
-  column_.resize(size_t(batch.rows));
-  for (int t = 0; t < tables; ++t) {
-    for (int64_t r = 0; r < batch.rows; ++r) column_[size_t(r)] = batch.keys[size_t(r * tables + t)];
+  columns_.resize(size_t(tables));
+  tableStatus_.assign(size_t(tables), Status::ok());
+  // The tables side by side (each its own column, dedup and buffers).
+  kernels_->forEachIndependent(tables, [&](int64_t t) {
+    auto& column = columns_[size_t(t)];
+    column.resize(size_t(batch.rows));
+    for (int64_t r = 0; r < batch.rows; ++r) column[size_t(r)] = batch.keys[size_t(r * tables + t)];
     auto& unique = uniqueKeys_[size_t(t)];
     unique.resize(size_t(batch.rows));
     inverse_[size_t(t)].resize(size_t(batch.rows));
-    auto n = kernels_->uniqueKeys(column_.data(), batch.rows, unique.data(), inverse_[size_t(t)].data());
-    if (!n.hasValue()) return n.status();
+    auto n = kernels_->uniqueKeys(column.data(), batch.rows, unique.data(), inverse_[size_t(t)].data());
+    if (!n.hasValue()) {
+      tableStatus_[size_t(t)] = n.status();
+      return;
+    }
     unique.resize(size_t(*n));
-    if (create) pulledRows_ += *n;
+  });
+  for (int t = 0; t < tables; ++t) {
+    if (!tableStatus_[size_t(t)].isOk()) return tableStatus_[size_t(t)];
+    const auto& unique = uniqueKeys_[size_t(t)];
+    if (create) pulledRows_ += int64_t(unique.size());
     req->keys[size_t(t)] = unique;
   }
   return ps::PullRequestPtr(std::move(req));

@@ -263,7 +263,8 @@ class WorkerCore final {
   std::vector<std::vector<uint64_t>> uniqueKeys_;
   std::vector<std::vector<int64_t>> inverse_;
   std::vector<int64_t> offsets_;
-  std::vector<uint64_t> column_;
+  std::vector<std::vector<uint64_t>> columns_;  // each table's keys of the batch
+  std::vector<Status> tableStatus_;
   std::vector<int64_t> rowOffset_;   // first row of each table in allRows_
   std::vector<float> allRows_;       // pulled rows of every table, [sum U_t x dim]
   std::vector<int64_t> allIndices_;  // [tables x rows], into allRows_

@@ -28,7 +28,7 @@ struct BagContribution {
   float scale;
 };
 
-// Reusable scratch of the backward pass (one per Kernels object).
+// Reusable scratch of the backward pass (cpu::Kernels lends one to each call in flight).
 struct EmbeddingBagScratch {
   std::vector<BagContribution> contributions;
   std::vector<int32_t> groupStart;

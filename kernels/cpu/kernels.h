@@ -1,11 +1,17 @@
 // cpu::Kernels: the CPU implementation of troupe::kernels::Kernels. Owns a
-// ComputePool of `threads` threads (the caller counts as one) and the scratch
-// buffers of the backward and dedup passes; sets OpenBLAS's process-wide
-// thread count to 1 on construction (the dense layer splits GEMMs over the pool). A mutex serialises calls, so one
-// object may be shared by several threads (each call then runs alone).
+// ComputePool of `threads` threads (the caller counts as one); sets OpenBLAS's
+// process-wide thread count to 1 on construction (the dense layer splits GEMMs
+// over the pool). One object may be shared by several threads: calls that
+// split their work over the pool take turns for it (ComputePool::parallelFor
+// runs one call at a time), the others run side by side; each call in flight
+// borrows its own scratch (bag backward, dedup) from the object, which keeps
+// as many as were ever in use at once. A call made from inside the pool's
+// work (forEachIndependent's pieces) runs on that thread alone.
 #pragma once
 
+#include <memory>
 #include <mutex>
+#include <vector>
 
 #include "common/compute_pool.h"
 #include "kernels/cpu/embedding_bag.h"
@@ -20,6 +26,7 @@ class Kernels final : public troupe::kernels::Kernels {
 
   Device device() const override { return Device::kCpu; }
   int threads() const override { return pool_.threads(); }
+  void forEachIndependent(int64_t count, const std::function<void(int64_t)>& fn) override;
 
   Status embeddingBagForward(const float* rows, int64_t numRows, int64_t dim,
                              const EmbeddingBags& bags, float* out) override;
@@ -48,10 +55,27 @@ class Kernels final : public troupe::kernels::Kernels {
                                        int64_t classes, float* dLogits) override;
 
  private:
-  std::mutex mu_;
+  struct Scratch {
+    EmbeddingBagScratch bags;
+    KeyDedup dedup;
+  };
+  // A scratch for the duration of one call, back to the object after it.
+  class ScratchLease {
+   public:
+    explicit ScratchLease(Kernels* owner);
+    ~ScratchLease();
+    ScratchLease(const ScratchLease&) = delete;
+    ScratchLease& operator=(const ScratchLease&) = delete;
+    Scratch* operator->() const { return scratch_.get(); }
+
+   private:
+    Kernels* owner_;
+    std::unique_ptr<Scratch> scratch_;
+  };
+
   ComputePool pool_;
-  EmbeddingBagScratch bagScratch_;
-  KeyDedup dedup_;
+  std::mutex scratchMu_;
+  std::vector<std::unique_ptr<Scratch>> idleScratch_;  // guarded by scratchMu_
 };
 
 }  // namespace troupe::kernels::cpu

@@ -5,7 +5,8 @@
 // Hashing runs on the calling thread with the slot of a key a few positions
 // ahead prefetched; the gradient sums run in parallel over unique keys, each
 // summed in increasing position, so results do not depend on the thread count.
-// The object keeps its table and buffers between calls; one call at a time.
+// The object keeps its table and buffers between calls; one call at a time
+// (cpu::Kernels lends one to each call in flight).
 #pragma once
 
 #include <cstdint>

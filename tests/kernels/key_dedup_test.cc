@@ -1,8 +1,15 @@
 // uniqueKeys and dedupGradients against a first-seen-order reference, with
 // heavy duplicates, extreme key values and thread-count independence.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
 #include <map>
+#include <thread>
 #include <tuple>
 
+#include "kernels/profiling_kernels.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace troupe::kernels::test {
@@ -95,6 +102,134 @@ TEST(KeyDedup, RejectsNegativeSizes) {
   uint64_t key = 1, unique = 0;
   int64_t inverse = 0;
   EXPECT_EQ(k->uniqueKeys(&key, -1, &unique, &inverse).status().code(), Status::Code::kInvalidArgument);
+}
+
+// A model's tables deduplicated side by side (forEachIndependent, as the
+// worker's step and the table holder's push do): every table's answer is its
+// reference, every piece runs exactly once, and all the while another
+// thread calls the same object (the kernels' calls no longer take one lock:
+// a pool call waiting for the pool while the pieces' own calls run inline
+// must not deadlock).
+TEST(KeyDedup, TablesSideBySideMatchTheirReferencesBesideAnotherThreadsCalls) {
+  constexpr int kTables = 26;
+  constexpr int64_t kRows = 512, kDim = 4;
+  Rng rng(2611);
+  std::vector<std::vector<uint64_t>> keys(kTables);
+  std::vector<std::vector<float>> grads(kTables);
+  std::vector<Reference> refs(kTables);
+  for (int t = 0; t < kTables; ++t) {
+    keys[size_t(t)] = randomKeys(rng, kRows, uint64_t(10 + 40 * t));  // from heavy duplicates to few
+    grads[size_t(t)] = randomFloats(rng, kRows * kDim);
+    refs[size_t(t)] = referenceUnique(keys[size_t(t)]);
+  }
+  // The other thread: a dense forward and a dedup big enough to split over
+  // the pool (so they wait for it while the pieces hold it), each checked
+  // against its reference and bit for bit against the same call made alone.
+  constexpr int64_t kB = 256, kIn = 256, kOut = 256, kOtherKeys = 4096;
+  const std::vector<float> x = randomFloats(rng, kB * kIn), w = randomFloats(rng, kOut * kIn);
+  std::vector<double> yRef(size_t(kB * kOut), 0.0);
+  for (int64_t b = 0; b < kB; ++b) {
+    for (int64_t o = 0; o < kOut; ++o) {
+      for (int64_t i = 0; i < kIn; ++i) yRef[size_t(b * kOut + o)] += double(x[size_t(b * kIn + i)]) * w[size_t(o * kIn + i)];
+    }
+  }
+  const std::vector<uint64_t> otherKeys = randomKeys(rng, kOtherKeys, 1000);
+  const std::vector<float> otherGrads = randomFloats(rng, kOtherKeys * kDim);
+  const Reference otherRef = referenceUnique(otherKeys);
+  ASSERT_GE(otherRef.unique.size(), 256u) << "too few unique keys to use the pool";
+  for (int threads : {2, 4}) {
+    auto k = makeKernels(threads);
+    std::atomic<bool> stop{false};
+    std::atomic<int64_t> otherRounds{0}, otherFailures{0};
+    std::vector<float> yAlone(size_t(kB * kOut)), summedAlone(size_t(kOtherKeys * kDim));
+    std::vector<uint64_t> uniqueAlone(kOtherKeys);
+    std::vector<int64_t> inverseAlone(kOtherKeys);
+    ASSERT_TRUE(k->denseForward(x.data(), w.data(), nullptr, kB, kIn, kOut, yAlone.data()).isOk());
+    expectClose(yAlone, yRef, 1e-4, 1e-4, "y");
+    ASSERT_EQ(*k->dedupGradients(otherKeys.data(), otherGrads.data(), kOtherKeys, kDim, uniqueAlone.data(),
+                                 summedAlone.data(), inverseAlone.data()),
+              int64_t(otherRef.unique.size()));
+    ASSERT_EQ(inverseAlone, otherRef.inverse);
+    std::thread other([&] {
+      std::vector<float> y(size_t(kB * kOut)), summed(size_t(kOtherKeys * kDim));
+      std::vector<uint64_t> unique(kOtherKeys);
+      std::vector<int64_t> inverse(kOtherKeys);
+      do {  // at least one round, however the threads are scheduled
+        if (!k->denseForward(x.data(), w.data(), nullptr, kB, kIn, kOut, y.data()).isOk() || !bitEqual(y, yAlone)) {
+          ++otherFailures;
+        }
+        auto n = k->dedupGradients(otherKeys.data(), otherGrads.data(), kOtherKeys, kDim, unique.data(),
+                                   summed.data(), inverse.data());
+        if (!n.hasValue() || *n != int64_t(otherRef.unique.size()) || inverse != otherRef.inverse ||
+            !bitEqual(summed, summedAlone)) {
+          ++otherFailures;
+        }
+        ++otherRounds;
+      } while (!stop.load() && otherRounds.load() < 100000);
+    });
+    auto rounds = std::async(std::launch::async, [&] {
+      for (int round = 0; round < 50; ++round) {
+        std::vector<std::atomic<int>> runs(kTables);
+        std::vector<std::vector<uint64_t>> unique(kTables, std::vector<uint64_t>(kRows));
+        std::vector<std::vector<int64_t>> inverse(kTables, std::vector<int64_t>(kRows));
+        std::vector<std::vector<float>> summed(kTables, std::vector<float>(kRows * kDim));
+        std::vector<int64_t> counts(kTables, -1);
+        k->forEachIndependent(kTables, [&](int64_t t) {
+          ++runs[size_t(t)];
+          auto n = k->dedupGradients(keys[size_t(t)].data(), grads[size_t(t)].data(), kRows, kDim,
+                                     unique[size_t(t)].data(), summed[size_t(t)].data(), inverse[size_t(t)].data());
+          counts[size_t(t)] = n.hasValue() ? *n : -2;
+        });
+        for (int t = 0; t < kTables; ++t) {
+          EXPECT_EQ(runs[size_t(t)].load(), 1) << "table " << t << ", round " << round;
+          const Reference& ref = refs[size_t(t)];
+          ASSERT_EQ(counts[size_t(t)], int64_t(ref.unique.size())) << "table " << t << ", round " << round;
+          unique[size_t(t)].resize(ref.unique.size());
+          EXPECT_EQ(unique[size_t(t)], ref.unique) << "table " << t;
+          EXPECT_EQ(inverse[size_t(t)], ref.inverse) << "table " << t;
+          std::vector<double> sumRef(ref.unique.size() * kDim, 0.0);
+          for (int64_t i = 0; i < kRows; ++i) {
+            for (int64_t d = 0; d < kDim; ++d) {
+              sumRef[size_t(ref.inverse[size_t(i)] * kDim + d)] += grads[size_t(t)][size_t(i * kDim + d)];
+            }
+          }
+          summed[size_t(t)].resize(sumRef.size());
+          expectClose(summed[size_t(t)], sumRef, 1e-5, 1e-5, "summed");
+        }
+      }
+    });
+    if (rounds.wait_for(std::chrono::seconds(40)) != std::future_status::ready) {
+      std::fprintf(stderr, "forEachIndependent beside another thread's calls: not done in 40 s (deadlock)\n");
+      std::_Exit(1);  // the threads cannot be joined
+    }
+    rounds.get();
+    stop = true;
+    other.join();
+    EXPECT_EQ(otherFailures.load(), 0) << "of " << otherRounds.load() << " rounds on the other thread";
+  }
+}
+
+// The profile counts the calls the pieces of forEachIndependent make, on
+// whichever thread runs them; from a paused thread (an evaluation) none.
+TEST(KeyDedup, TheProfileCountsThePiecesCalls) {
+  auto profiling = std::make_shared<ProfilingKernels>(std::shared_ptr<Kernels>(makeKernels(2)));
+  const std::vector<uint64_t> keys = {5, 7, 5, 9};
+  std::atomic<int> pieces{0};
+  auto eight = [&] {
+    profiling->forEachIndependent(8, [&](int64_t) {
+      std::vector<uint64_t> u(4);
+      std::vector<int64_t> inv(4);
+      if (*profiling->uniqueKeys(keys.data(), 4, u.data(), inv.data()) == 3) ++pieces;
+    });
+  };
+  eight();
+  profiling->pauseThisThread(true);
+  eight();
+  profiling->pauseThisThread(false);
+  EXPECT_EQ(pieces.load(), 16);
+  std::map<std::string, int64_t> calls;
+  for (const auto& e : profiling->profile()) calls[e.kernel] = e.calls;
+  EXPECT_EQ(calls, (std::map<std::string, int64_t>{{"uniqueKeys", 8}}));
 }
 
 }  // namespace
