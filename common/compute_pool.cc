@@ -11,10 +11,14 @@ namespace {
 thread_local const ComputePool* tCurrentPool = nullptr;
 
 // How long an idle thread keeps checking for the next call before it sleeps.
-// Kernel calls of a training step come back to back; a short spin saves the
+// Kernel calls of a training step come close together; a spin saves the
 // futex wake-up and context switch (~10 us each) per call, and an idle pool
-// still sleeps within this bound.
-constexpr auto kSpin = std::chrono::microseconds(30);
+// still sleeps within this bound. Measured on 2 cores (bench/RESULTS.md,
+// "The compute pool's spin"): the gaps inside a step (the loss, the
+// optimizer's bookkeeping, the actors' messages) often exceed 30 us; at 30
+// us the threads slept through them and the MLP and DLRM trained 10-12%
+// slower than at 100-500 us, where it levels off.
+constexpr auto kSpin = std::chrono::microseconds(200);
 
 inline void cpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)

@@ -3,7 +3,7 @@
 // parallelFor splits [0, n) into contiguous chunks of at least `grain` items
 // and runs fn(begin, end) on the pool's threads and the calling thread, then
 // returns when every chunk is done. An idle thread checks for the next call
-// for about 30 us (calls of a training step come back to back), then sleeps on
+// for about 200 us (calls of a training step come close together), then sleeps on
 // a condition variable; a call wakes sleepers only. With threads == 1, or when
 // n is below 2 * grain, fn runs inline on the caller.
 //
