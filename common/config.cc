@@ -1,5 +1,7 @@
 #include "common/config.h"
 
+#include <cmath>
+
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -115,6 +117,14 @@ Config::Config(std::vector<Key> schema) {
     Value v = k.defaultValue;
     TROUPE_CHECK(v.index() == static_cast<size_t>(k.type), "schema default of '{}' has the wrong type",
                  name);
+    TROUPE_CHECK(!(k.range.lo > k.range.hi), "schema range of '{}' is empty", name);
+    if (k.type == Type::kFloat) {
+      TROUPE_CHECK(std::isfinite(std::get<double>(v)) && k.range.contains(std::get<double>(v)),
+                   "schema default of '{}' is not finite or outside its range {}", name, k.range.toString());
+    } else if (k.type == Type::kInt) {
+      TROUPE_CHECK(k.range.contains(double(std::get<int64_t>(v))), "schema default of '{}' is outside its range {}",
+                   name, k.range.toString());
+    }
     auto [it, fresh] = entries_.emplace(name, Entry{std::move(k), std::move(v), false});
     TROUPE_CHECK(fresh, "schema declares '{}' twice", name);
   }
@@ -183,12 +193,15 @@ void Config::loadString(std::string_view text, std::string_view origin) {
       switch (e.key.type) {
         case Type::kInt:
           if (!node.is_integer()) wrongType();
+          checkRange(e.key, node.as_integer()->get(), where);
           e.value = node.as_integer()->get();
           break;
         case Type::kFloat:
           if (node.is_integer()) {
+            checkRange(e.key, double(node.as_integer()->get()), where);
             e.value = double(node.as_integer()->get());
           } else if (node.is_floating_point()) {
+            checkRange(e.key, node.as_floating_point()->get(), where);
             e.value = node.as_floating_point()->get();
           } else {
             wrongType();
@@ -255,12 +268,14 @@ void Config::set(std::string_view assignment) {
     case Type::kInt: {
       int64_t v;
       if (!parseInt(text, &v)) bad();
+      checkRange(e.key, v, "--set");
       e.value = v;
       break;
     }
     case Type::kFloat: {
       double v;
       if (!parseFloat(text, &v)) bad();
+      checkRange(e.key, v, "--set");
       e.value = v;
       break;
     }
@@ -314,6 +329,7 @@ void Config::setValue(std::string_view key, Value value) {
   Entry& e = mutableEntry(key, "a command-line flag");
   TROUPE_CHECK(value.index() == static_cast<size_t>(e.key.type), "setValue('{}') with the wrong type",
                key);
+  checkRange(e.key, value, "a command-line flag");
   e.value = std::move(value);
   e.set = true;
 }
@@ -370,11 +386,55 @@ std::string Config::toToml() const {
   return out;
 }
 
+bool Config::Range::contains(double v) const {
+  if (std::isnan(v)) return false;
+  const bool aboveLo = loOpen ? v > lo : v >= lo;
+  const bool belowHi = hiOpen ? v < hi : v <= hi;
+  return aboveLo && belowHi;
+}
+
+bool Config::Range::any() const { return std::isinf(lo) && lo < 0 && std::isinf(hi) && hi > 0; }
+
+std::string Config::Range::toString() const {
+  const bool bottomless = std::isinf(lo) && lo < 0, topless = std::isinf(hi) && hi > 0;
+  if (bottomless && topless) return "any value";
+  if (topless) return fmt::format("{} {}", loOpen ? ">" : ">=", lo);
+  if (bottomless) return fmt::format("{} {}", hiOpen ? "<" : "<=", hi);
+  return fmt::format("{}{}, {}{}", loOpen ? "(" : "[", lo, hi, hiOpen ? ")" : "]");
+}
+
+void Config::checkRange(const Key& key, const Value& value, std::string_view where) {
+  double v = 0;
+  if (key.type == Type::kInt) {
+    v = double(std::get<int64_t>(value));
+  } else if (key.type == Type::kFloat) {
+    v = std::get<double>(value);
+  } else {
+    return;
+  }
+  const Range& r = key.range;
+  const std::string range = r.toString();
+  const std::string phrase = (range[0] == '(' || range[0] == '[' ? "in " : "") + range;  // "in [0, 1]", ">= 0"
+  if (key.type == Type::kFloat && !std::isfinite(v)) {
+    TROUPE_SETUP_ERROR("config: {}: {} must be a finite number{}, got {}", where, key.name,
+                       r.any() ? "" : " " + phrase, formatValue(value));
+  }
+  if (!r.contains(v)) {
+    TROUPE_SETUP_ERROR("config: {}: {} must be {}, got {}", where, key.name, phrase, formatValue(value));
+  }
+}
+
 std::string Config::describe() const {
   std::string out;
   for (const auto& [name, e] : entries_) {
-    out += fmt::format("{:<34} {:<16} default {:<14} {}\n", name, typeName(e.key.type),
-                       formatValue(e.key.defaultValue), e.key.help);
+    std::string range;
+    if (e.key.type == Type::kFloat) {
+      range = e.key.range.any() ? " (finite)" : fmt::format(" (finite, {})", e.key.range.toString());
+    } else if (e.key.type == Type::kInt && !e.key.range.any()) {
+      range = fmt::format(" ({})", e.key.range.toString());
+    }
+    out += fmt::format("{:<34} {:<16} default {:<14} {}{}\n", name, typeName(e.key.type),
+                       formatValue(e.key.defaultValue), e.key.help, range);
   }
   return out;
 }

@@ -12,12 +12,14 @@
 //
 // Every failure is a SetupError whose message is one line naming the path or
 // key and what was wrong: a missing or unreadable file, TOML syntax (with line
-// and column), an unknown key, a value of the wrong type, a bad override.
+// and column), an unknown key, a value of the wrong type, a bad override, a
+// number outside its key's range (NaN and infinity for a float key).
 //
 // Not thread-safe while being loaded; const access is safe from any thread.
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <string_view>
@@ -31,11 +33,24 @@ class Config {
   enum class Type { kInt, kFloat, kBool, kString, kIntList, kStringList };
   using Value = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>, std::vector<std::string>>;
 
+  // The values a numeric key may take: from lo to hi, either end open. A
+  // float key must also be finite (NaN and infinity are refused whatever
+  // its range). The default range is any value.
+  struct Range {
+    double lo = -std::numeric_limits<double>::infinity();
+    double hi = std::numeric_limits<double>::infinity();
+    bool loOpen = false, hiOpen = false;
+    bool contains(double v) const;
+    bool any() const;
+    std::string toString() const;  // "(0, 1]", "[0, 100]", ">= 0", "any value"
+  };
+
   struct Key {
     std::string name;  // dotted, e.g. "data.synthetic.rows"
     Type type;
     Value defaultValue;
     std::string help;
+    Range range = {};  // numeric keys (kInt, kFloat)
   };
 
   explicit Config(std::vector<Key> schema);
@@ -64,7 +79,7 @@ class Config {
   // The resolved configuration as TOML (every key, grouped by table), so a run
   // directory can keep exactly what was used.
   std::string toToml() const;
-  // One line per key: name, type, default, help.
+  // One line per key: name, type, default, help (and a numeric key's range).
   std::string describe() const;
 
   static const char* typeName(Type type);
@@ -76,6 +91,9 @@ class Config {
     bool set = false;
   };
   const Entry& entry(std::string_view key, Type type) const;
+  // Refuses a number outside its key's range (and a float that is not
+  // finite), naming `where` it came from.
+  static void checkRange(const Key& key, const Value& value, std::string_view where);
   Entry& mutableEntry(std::string_view key, std::string_view origin);
 
   std::map<std::string, Entry, std::less<>> entries_;

@@ -6,6 +6,9 @@ namespace troupe {
 
 std::vector<Config::Key> troupeConfigSchema() {
   using T = Config::Type;
+  using R = Config::Range;
+  auto closed = [](double lo, double hi) { return R{lo, hi, false, false}; };
+  auto leftOpen = [](double lo, double hi) { return R{lo, hi, true, false}; };
   return {
       // ---- run ----
       {"run.threads", T::kInt, int64_t{0}, "compute threads (OpenBLAS and kernels); 0 = all cores"},
@@ -34,7 +37,7 @@ std::vector<Config::Key> troupeConfigSchema() {
       {"model.top_mlp", T::kIntList, std::vector<int64_t>{128, 64},
        "DLRM top MLP hidden widths (a final width of 1 is added)"},
       {"model.embedding_init_scale", T::kFloat, 0.0,
-       "new embedding rows are uniform in +-scale; 0 = 1/sqrt(embedding_dim)"},
+       "new embedding rows are uniform in +-scale; 0 = 1/sqrt(embedding_dim)", closed(0, 100)},
       {"model.concat_embeddings", T::kBool, true,
        "DLRM: also feed the embeddings themselves to the top MLP (first-order terms)"},
       {"model.hidden", T::kIntList, std::vector<int64_t>{256, 128}, "MLP classifier hidden widths"},
@@ -44,22 +47,22 @@ std::vector<Config::Key> troupeConfigSchema() {
       {"train.batch_size", T::kInt, int64_t{256}, "examples per step"},
       {"train.max_steps", T::kInt, int64_t{0}, "stop after this many steps; 0 = no limit"},
       {"train.dense_optimizer", T::kString, std::string("adam"), "sgd, adagrad, adam or ftrl (dense weights)"},
-      {"train.dense_lr", T::kFloat, 0.001, "dense learning rate"},
+      {"train.dense_lr", T::kFloat, 0.001, "dense learning rate", leftOpen(0, 100)},
       {"train.embedding_optimizer", T::kString, std::string("adagrad"),
        "sgd, adagrad, adam or ftrl (embedding rows, applied by the table holder)"},
-      {"train.embedding_lr", T::kFloat, 0.5, "embedding learning rate"},
+      {"train.embedding_lr", T::kFloat, 0.5, "embedding learning rate", leftOpen(0, 100)},
       {"train.adagrad_initial_accumulator", T::kFloat, 1e-3,
-       "Adagrad's starting accumulator (dense and embedding rows), a prior of about this much squared gradient"},
+       "Adagrad's starting accumulator (dense and embedding rows), a prior of about this much squared gradient", closed(0, 1e6)},
       {"train.lr_decay", T::kFloat, 1.0,
        "dense learning rate multiplied by this after every epoch (ps mode: each push carries it to the shards, "
-       "which hold the dense optimizer)"},
-      {"train.weight_decay", T::kFloat, 0.0, "L2 (sgd) or decoupled (adam) weight decay of dense weights"},
+       "which hold the dense optimizer)", leftOpen(0, 1)},
+      {"train.weight_decay", T::kFloat, 0.0, "L2 (sgd) or decoupled (adam) weight decay of dense weights", closed(0, 1)},
       {"train.eval_each_epoch", T::kBool, true, "evaluate on the test set after every epoch, not only the last"},
       {"train.eval_every_steps", T::kInt, int64_t{0},
        "also evaluate on the test set every this many steps while training (worker 0's; beside it, on a snapshot); "
        "0 = not by steps"},
       {"train.eval_every_seconds", T::kFloat, 0.0,
-       "also evaluate on the test set every this many seconds of training (worker 0's); 0 = not by time"},
+       "also evaluate on the test set every this many seconds of training (worker 0's); 0 = not by time", closed(0, 1e9)},
       {"train.progress_every", T::kInt, int64_t{100}, "steps between progress reports"},
       {"train.profile", T::kBool, false,
        "one process: time every compute kernel call of training (not the evaluations); the summary's kernel_profile "
@@ -71,15 +74,15 @@ std::vector<Config::Key> troupeConfigSchema() {
       {"data.synthetic.tables", T::kInt, int64_t{26}, "categorical tables (columns)"},
       {"data.synthetic.min_vocab", T::kInt, int64_t{10}, "vocabulary of the smallest table"},
       {"data.synthetic.max_vocab", T::kInt, int64_t{1'000'000}, "vocabulary of the largest table"},
-      {"data.synthetic.zipf", T::kFloat, 1.1, "Zipf exponent of categorical values"},
+      {"data.synthetic.zipf", T::kFloat, 1.1, "Zipf exponent of categorical values", leftOpen(0, 10)},
       {"data.synthetic.factor_dim", T::kInt, int64_t{4}, "dimension of the planted pairwise factors"},
-      {"data.synthetic.ctr", T::kFloat, 0.25, "target click-through rate"},
-      {"data.synthetic.weight_scale", T::kFloat, 0.45, "std of a frequent value's planted weight"},
-      {"data.synthetic.factor_scale", T::kFloat, 0.65, "scale of the planted pairwise factors"},
-      {"data.synthetic.dense_scale", T::kFloat, 0.2, "std of each integer feature's planted term"},
+      {"data.synthetic.ctr", T::kFloat, 0.25, "target click-through rate", R{0, 1, true, true}},
+      {"data.synthetic.weight_scale", T::kFloat, 0.45, "std of a frequent value's planted weight", closed(0, 100)},
+      {"data.synthetic.factor_scale", T::kFloat, 0.65, "scale of the planted pairwise factors", closed(0, 100)},
+      {"data.synthetic.dense_scale", T::kFloat, 0.2, "std of each integer feature's planted term", closed(0, 100)},
       {"data.synthetic.rare_rank", T::kFloat, 20.0,
-       "values past this rank carry less signal, by (1 + rank / rare_rank)^-rare_shrink"},
-      {"data.synthetic.rare_shrink", T::kFloat, 2.0, "how fast signal fades with rank (see rare_rank)"},
+       "values past this rank carry less signal, by (1 + rank / rare_rank)^-rare_shrink", leftOpen(0, 1e9)},
+      {"data.synthetic.rare_shrink", T::kFloat, 2.0, "how fast signal fades with rank (see rare_rank)", closed(0, 100)},
       // ---- cluster: a multi-process job (parameter-server mode) ----
       {"cluster.workers", T::kInt, int64_t{0},
        "worker processes; 0 = the whole job in this process (every role an actor, no transport)"},
@@ -101,7 +104,7 @@ std::vector<Config::Key> troupeConfigSchema() {
        "missed)"},
       {"ps.delay_compensation", T::kFloat, 0.0,
        "lambda of DC-ASGD for ASP / SSP pushes: g + lambda * g * g * (w_now - w_stale); 0 = off (the shards keep "
-       "each training pull's rows until its push)"},
+       "each training pull's rows until its push)", closed(0, 1e6)},
       {"ps.replicas", T::kInt, int64_t{1},
        "copies of every shard: 1, or 2 (primary and backup in two ps processes; a push is acknowledged once both "
        "applied it, and a lost primary's backup takes over without a rollback). ps and hybrid modes, "
@@ -190,7 +193,7 @@ std::vector<Config::Key> troupeConfigSchema() {
        "(all-gather of index-value pairs) or randomk (the same indices on every rank, summed in the ring); the nccl "
        "backend takes none, fp16 and bf16"},
       {"compression.warmup_steps", T::kInt, int64_t{0}, "the first steps of every worker go uncompressed"},
-      {"compression.fraction", T::kFloat, 0.01, "topk, randomk: the share of the values sent, in (0, 1]"},
+      {"compression.fraction", T::kFloat, 0.01, "topk, randomk: the share of the values sent, in (0, 1]", leftOpen(0, 1)},
       {"compression.chunk", T::kInt, int64_t{256}, "int8, onebit: values per scale"},
       {"compression.residual_rows", T::kInt, int64_t{2000000},
        "compression.push: a worker keeps a residual row for every embedding key it pushed, at most this many (all "

@@ -1,5 +1,9 @@
 #include "common/config.h"
 
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "common/check.h"
@@ -106,6 +110,105 @@ TEST(ConfigTest, BadOverrides) {
             std::string::npos);
   // A failed override leaves the old value.
   EXPECT_EQ(c.getInt("data.rows"), 10);
+}
+
+TEST(ConfigTest, NumbersOutsideTheirRangeAreRefusedAndLeaveTheOldValue) {
+  using T = Config::Type;
+  Config c({{"train.lr", T::kFloat, 0.1, "rate", Config::Range{0, 1, true, false}},
+            {"train.any", T::kFloat, 0.0, "anything finite"},
+            {"data.rows", T::kInt, int64_t{10}, "rows", Config::Range{1, 100, false, false}}});
+  EXPECT_EQ(errorOf([&] { c.set("train.lr=nan"); }),
+            "config: --set: train.lr must be a finite number in (0, 1], got nan");
+  EXPECT_EQ(errorOf([&] { c.set("train.lr=inf"); }),
+            "config: --set: train.lr must be a finite number in (0, 1], got inf");
+  EXPECT_EQ(errorOf([&] { c.set("train.lr=-inf"); }),
+            "config: --set: train.lr must be a finite number in (0, 1], got -inf");
+  EXPECT_EQ(errorOf([&] { c.set("train.lr=0"); }), "config: --set: train.lr must be in (0, 1], got 0.0");
+  EXPECT_EQ(errorOf([&] { c.set("train.lr=1.5"); }),
+            "config: --set: train.lr must be in (0, 1], got 1.5");
+  EXPECT_EQ(errorOf([&] { c.set("train.any=NaN"); }),
+            "config: --set: train.any must be a finite number, got nan");
+  EXPECT_EQ(errorOf([&] { c.set("data.rows=0"); }), "config: --set: data.rows must be in [1, 100], got 0");
+  EXPECT_EQ(errorOf([&] { c.set("data.rows=101"); }),
+            "config: --set: data.rows must be in [1, 100], got 101");
+  EXPECT_EQ(errorOf([&] { c.setValue("train.lr", -1.0); }),
+            "config: a command-line flag: train.lr must be in (0, 1], got -1.0");
+  // Nothing refused was kept.
+  EXPECT_DOUBLE_EQ(c.getFloat("train.lr"), 0.1);
+  EXPECT_EQ(c.getInt("data.rows"), 10);
+  // The closed ends are in.
+  c.set("train.lr=1");
+  c.set("data.rows=1");
+  EXPECT_DOUBLE_EQ(c.getFloat("train.lr"), 1.0);
+  c.set("data.rows=100");
+  EXPECT_EQ(c.getInt("data.rows"), 100);
+  // In a file: the file and line are named.
+  TempDir dir;
+  writeFile(dir.file("a.toml"), "[data]\nrows = 5\n[train]\nlr = nan\n");
+  EXPECT_EQ(errorOf([&] { c.loadFile(dir.file("a.toml")); }),
+            "config: " + dir.file("a.toml") + ":4: train.lr must be a finite number in (0, 1], got nan");
+  writeFile(dir.file("b.toml"), "[data]\nrows = 0\n");
+  EXPECT_EQ(errorOf([&] { c.loadFile(dir.file("b.toml")); }),
+            "config: " + dir.file("b.toml") + ":2: data.rows must be in [1, 100], got 0");
+  // An integer in a file for a float key is checked too, and refused keeps the old value.
+  writeFile(dir.file("c.toml"), "[train]\nlr = 5\n");
+  EXPECT_EQ(errorOf([&] { c.loadFile(dir.file("c.toml")); }),
+            "config: " + dir.file("c.toml") + ":2: train.lr must be in (0, 1], got 5.0");
+  EXPECT_DOUBLE_EQ(c.getFloat("train.lr"), 1.0);
+  // A range shows in the key's description.
+  EXPECT_NE(c.describe().find("rate (finite, (0, 1])"), std::string::npos) << c.describe();
+  EXPECT_NE(c.describe().find("rows ([1, 100])"), std::string::npos) << c.describe();
+}
+
+TEST(ConfigTest, RangesSayAndHoldTheirEnds) {
+  using R = Config::Range;
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_EQ((R{0, 1, true, true}).toString(), "(0, 1)");
+  EXPECT_EQ((R{0, 1, false, true}).toString(), "[0, 1)");
+  EXPECT_EQ((R{0, 1e6, false, false}).toString(), "[0, 1000000]");
+  EXPECT_EQ((R{0.5, 2.25, true, false}).toString(), "(0.5, 2.25]");
+  EXPECT_EQ((R{0, inf, false, false}).toString(), ">= 0");
+  EXPECT_EQ((R{0, inf, true, false}).toString(), "> 0");
+  EXPECT_EQ((R{-inf, 5, false, false}).toString(), "<= 5");
+  EXPECT_EQ((R{}).toString(), "any value");
+  EXPECT_FALSE((R{0, 1, true, false}).contains(0));
+  EXPECT_TRUE((R{0, 1, true, false}).contains(1));
+  EXPECT_TRUE((R{0, 1, false, true}).contains(0));
+  EXPECT_FALSE((R{0, 1, false, true}).contains(1));
+  EXPECT_FALSE((R{}).contains(std::nan("")));
+  EXPECT_TRUE((R{}).contains(inf));  // the finite check is the float key's, not the range's
+  EXPECT_TRUE((R{}).any());
+  EXPECT_FALSE((R{0, inf, false, false}).any());
+}
+
+// Every float key of troupe's schema has a finite range; NaN, both
+// infinities and a value just past each end are refused with one line that
+// names the key, the value and the range, and the ends that are in pass.
+TEST(ConfigTest, EveryFloatKeyRefusesNaNInfinityAndBothSidesOfItsRange) {
+  int floats = 0;
+  for (const Config::Key& k : troupeConfigSchema()) {
+    if (k.type != Config::Type::kFloat) continue;
+    ++floats;
+    const Config::Range& r = k.range;
+    ASSERT_TRUE(std::isfinite(r.lo) && std::isfinite(r.hi)) << k.name << " has no finite range";
+    Config c(troupeConfigSchema());
+    auto refused = [&](const std::string& text, const std::string& what) {
+      const std::string e = errorOf([&] { c.set(k.name + "=" + text); });
+      EXPECT_EQ(e.rfind("config: --set: " + k.name + " must be " + what, 0), 0u)
+          << k.name << "=" << text << ": " << e;
+      EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+    };
+    const std::string range = r.toString();
+    for (const char* text : {"nan", "inf", "-inf"}) refused(text, "a finite number in " + range + ", got ");
+    const double below = r.loOpen ? r.lo : r.lo - std::max(1.0, std::fabs(r.lo));
+    const double above = r.hiOpen ? r.hi : r.hi + std::max(1.0, std::fabs(r.hi));
+    refused(fmt::format("{}", below), "in " + range + ", got ");
+    refused(fmt::format("{}", above), "in " + range + ", got ");
+    if (!r.loOpen) c.set(k.name + "=" + fmt::format("{}", r.lo));
+    if (!r.hiOpen) c.set(k.name + "=" + fmt::format("{}", r.hi));
+    EXPECT_TRUE(r.contains(std::get<double>(k.defaultValue))) << k.name;
+  }
+  EXPECT_EQ(floats, 16);
 }
 
 TEST(ConfigTest, TomlDumpRoundTrips) {
