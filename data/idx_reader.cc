@@ -13,84 +13,121 @@
 namespace troupe::data {
 namespace {
 
-// The whole decompressed content of a file (gzip or plain).
-Expected<std::vector<uint8_t>> readAll(const std::string& path) {
+uint32_t bigEndian32(const uint8_t* p) {
+  return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | uint32_t(p[3]);
+}
+
+// The most an idx file may claim to hold (4 GiB: Fashion-MNIST's largest
+// file holds 47 MB), and how far past the size its header claims the reader
+// looks before it stops (to say how much trailing data there is).
+constexpr uint64_t kMaxIdxBytes = uint64_t{1} << 32;
+constexpr size_t kTrailingLook = size_t{1} << 20;
+
+class GzFile {
+ public:
+  explicit GzFile(gzFile f) : f_(f) {}
+  ~GzFile() { gzclose(f_); }
+  GzFile(const GzFile&) = delete;
+  GzFile& operator=(const GzFile&) = delete;
+
+  // Reads up to n bytes into out; fewer only at the end of the data. A read
+  // error or corrupt gzip data is a value naming the file and the offset.
+  Expected<size_t> read(const std::string& path, uint8_t* out, size_t n) {
+    size_t got = 0;
+    while (got < n) {
+      const int r = gzread(f_, out + got, unsigned(std::min<size_t>(n - got, 1u << 30)));
+      if (r < 0) return error(path, "read failed");
+      if (r == 0) break;
+      got += size_t(r);
+      offset_ += uint64_t(r);
+    }
+    if (got < n) {
+      int code = 0;
+      gzerror(f_, &code);
+      // A gzip stream cut short ends with Z_BUF_ERROR "unexpected end of file".
+      if (code != Z_OK) return error(path, "corrupt or truncated gzip data");
+    }
+    return got;
+  }
+
+ private:
+  Status error(const std::string& path, const char* what) {
+    int code = 0;
+    std::string why = gzerror(f_, &code);
+    if (code == Z_ERRNO) why = std::strerror(errno);
+    return Status::corruption(fmt::format("'{}': {} after {} bytes: {}", path, what, offset_, why));
+  }
+
+  gzFile f_;
+  uint64_t offset_ = 0;
+};
+
+// An idx file's header and payload (gzip or plain), read no further than its
+// header says it holds (plus a bounded look at any trailing data): a file
+// whose stream inflates far beyond its header (a gzip bomb) is refused once
+// the header's size has been read. Returns the whole file, header included.
+Expected<std::vector<uint8_t>> readIdx(const std::string& path, uint32_t magic, int dims) {
   errno = 0;
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (!f) {
+  gzFile raw = gzopen(path.c_str(), "rb");
+  if (!raw) {
     const int err = errno;
     std::string msg = fmt::format("cannot open '{}': {}", path,
                                   err ? std::strerror(err) : "out of memory in zlib");
     return err == ENOENT ? Status::notFound(std::move(msg)) : Status::ioError(std::move(msg));
   }
-  gzbuffer(f, 1 << 18);
-  std::vector<uint8_t> data;
-  size_t used = 0;
-  for (;;) {
-    if (data.size() - used < (1 << 20)) data.resize(std::max<size_t>(2 * data.size(), 1 << 21));
-    const unsigned want = unsigned(std::min<size_t>(data.size() - used, 1u << 30));
-    const int n = gzread(f, data.data() + used, want);
-    if (n < 0) {
-      int code = 0;
-      std::string what = gzerror(f, &code);
-      if (code == Z_ERRNO) what = std::strerror(errno);
-      gzclose(f);
-      return Status::corruption(
-          fmt::format("'{}': read failed after {} bytes: {}", path, used, what));
-    }
-    if (n == 0) break;
-    used += size_t(n);
-  }
-  int code = 0;
-  const char* what = gzerror(f, &code);
-  if (code != Z_OK) {
-    // A gzip stream cut short ends with Z_BUF_ERROR "unexpected end of file".
-    std::string msg =
-        fmt::format("'{}': corrupt or truncated gzip data after {} bytes: {}", path, used, what);
-    gzclose(f);
-    return Status::corruption(std::move(msg));
-  }
-  gzclose(f);
-  data.resize(used);
-  return data;
-}
-
-uint32_t bigEndian32(const uint8_t* p) {
-  return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | uint32_t(p[3]);
-}
-
-// Checks magic and size; returns the dimensions.
-Expected<std::vector<uint32_t>> checkHeader(const std::string& path, const std::vector<uint8_t>& data,
-                                            uint32_t magic, int dims) {
+  GzFile f(raw);
+  gzbuffer(raw, 1 << 18);
   const size_t headerBytes = 4 * size_t(1 + dims);
-  if (data.size() >= 4 && bigEndian32(data.data()) != magic) {
+  std::vector<uint8_t> data(headerBytes);
+  auto got = f.read(path, data.data(), headerBytes);
+  if (!got) return got.status();
+  if (*got >= 4 && bigEndian32(data.data()) != magic) {
     return Status::corruption(fmt::format("'{}': bad idx magic 0x{:08x}, expected 0x{:08x} ({})",
                                           path, bigEndian32(data.data()), magic,
                                           magic == kIdxImagesMagic ? "idx3-ubyte images"
                                                                    : "idx1-ubyte labels"));
   }
-  if (data.size() < headerBytes) {
+  if (*got < headerBytes) {
     return Status::corruption(fmt::format(
-        "'{}': truncated idx header: expected at least {} bytes, found {}", path, headerBytes,
-        data.size()));
+        "'{}': truncated idx header: expected at least {} bytes, found {}", path, headerBytes, *got));
   }
   std::vector<uint32_t> shape(static_cast<size_t>(dims));
   // 128 bits: three 32-bit dimensions cannot overflow.
-  unsigned __int128 expected = headerBytes;
   unsigned __int128 payload = 1;
   for (int d = 0; d < dims; ++d) {
     shape[size_t(d)] = bigEndian32(data.data() + 4 * (1 + d));
     payload *= shape[size_t(d)];
   }
-  expected += payload;
-  if (data.size() != expected) {
-    return Status::corruption(fmt::format(
-        "'{}': size disagrees with the idx header ({}): expected {} bytes, found {}{}", path,
-        fmt::join(shape, " x "), uint64_t(std::min<unsigned __int128>(expected, ~uint64_t{0})),
-        data.size(),
-        data.size() < expected ? " (truncated)" : " (trailing data)"));
+  if (payload > kMaxIdxBytes) {
+    return Status::corruption(fmt::format("'{}': the idx header ({}) claims {} bytes, more than the reader takes ({})",
+                                          path, fmt::join(shape, " x "),
+                                          uint64_t(std::min<unsigned __int128>(payload, ~uint64_t{0})), kMaxIdxBytes));
   }
-  return shape;
+  const uint64_t expected = headerBytes + uint64_t(payload);
+  // Grown as the data comes, so that a header claiming more than the file
+  // holds costs no more memory than the file.
+  size_t used = headerBytes;
+  while (used < expected) {
+    data.resize(size_t(std::min<uint64_t>(expected, std::max<uint64_t>(2 * data.size(), 1 << 20))));
+    auto n = f.read(path, data.data() + used, data.size() - used);
+    if (!n) return n.status();
+    used += *n;
+    if (used < data.size()) break;  // the end of the data
+  }
+  auto disagrees = [&](const std::string& found, const char* why) {
+    return Status::corruption(fmt::format("'{}': size disagrees with the idx header ({}): expected {} bytes, found {} ({})",
+                                          path, fmt::join(shape, " x "), expected, found, why));
+  };
+  if (used < expected) return disagrees(std::to_string(used), "truncated");
+  std::vector<uint8_t> trailing(kTrailingLook);
+  auto extra = f.read(path, trailing.data(), trailing.size());
+  if (!extra) return extra.status();
+  if (*extra == kTrailingLook) {
+    return disagrees(fmt::format("more than {}", expected + kTrailingLook), "trailing data; the rest was not read");
+  }
+  if (*extra > 0) return disagrees(std::to_string(expected + *extra), "trailing data");
+  data.resize(size_t(expected));
+  return data;
 }
 
 std::string pickName(const std::string& dir, const std::string& base) {
@@ -104,14 +141,12 @@ std::string pickName(const std::string& dir, const std::string& base) {
 }  // namespace
 
 Expected<IdxImages> readIdxImages(const std::string& path) {
-  auto data = readAll(path);
+  auto data = readIdx(path, kIdxImagesMagic, 3);
   if (!data) return data.status();
-  auto shape = checkHeader(path, *data, kIdxImagesMagic, 3);
-  if (!shape) return shape.status();
   IdxImages out;
-  out.count = (*shape)[0];
-  out.rows = int((*shape)[1]);
-  out.cols = int((*shape)[2]);
+  out.count = bigEndian32(data->data() + 4);
+  out.rows = int(bigEndian32(data->data() + 8));
+  out.cols = int(bigEndian32(data->data() + 12));
   const uint8_t* pixels = data->data() + 16;
   out.pixels.resize(data->size() - 16);
   for (size_t i = 0; i < out.pixels.size(); ++i) out.pixels[i] = float(pixels[i]) / 255.0f;
@@ -119,10 +154,8 @@ Expected<IdxImages> readIdxImages(const std::string& path) {
 }
 
 Expected<std::vector<uint8_t>> readIdxLabels(const std::string& path) {
-  auto data = readAll(path);
+  auto data = readIdx(path, kIdxLabelsMagic, 1);
   if (!data) return data.status();
-  auto shape = checkHeader(path, *data, kIdxLabelsMagic, 1);
-  if (!shape) return shape.status();
   return std::vector<uint8_t>(data->begin() + 8, data->end());
 }
 

@@ -5,7 +5,10 @@
 // images, 0x00000801 and one dimension for labels) followed by unsigned bytes.
 // Every check failure is a value naming the file: a bad magic, a size that
 // disagrees with the header ("expected N bytes, found M"), a corrupt gzip
-// stream, image and label counts that differ.
+// stream, image and label counts that differ. A file is read no further than
+// its header says it holds, plus a 1 MiB look past it: a stream that
+// inflates far beyond its header (a gzip bomb) is refused without being
+// inflated, and a header claiming more than 4 GiB is refused at once.
 //
 // Threading: free functions, no shared state.
 #pragma once

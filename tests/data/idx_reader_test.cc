@@ -5,7 +5,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
 #include <array>
+#include <chrono>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -120,6 +123,57 @@ TEST(IdxReader, SizeMustMatchTheHeader) {
   auto t = readIdxImages(dir.file("tiny.gz"));
   ASSERT_FALSE(t.hasValue());
   EXPECT_THAT(t.status().message(), HasSubstr("truncated idx header: expected at least 16 bytes, found 3"));
+}
+
+long maxRssKiB() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss;
+}
+
+// A 512 MiB stream of zeros behind a header that says 10 images of 28x28:
+// refused once the header's 7 856 bytes and a bounded look past them are
+// read, without inflating the rest (the reader once inflated all of it).
+TEST(IdxReader, AGzipBombIsRefusedAtTheSizeItsHeaderSays) {
+  TempDir dir;
+  const std::string path = dir.file("bomb.gz");
+  {
+    gzFile f = gzopen(path.c_str(), "wb9");
+    ASSERT_NE(f, nullptr);
+    const auto header = imagesBytes(10, 28, 28);
+    ASSERT_EQ(gzwrite(f, header.data(), unsigned(header.size())), int(header.size()));
+    const std::vector<uint8_t> zeros(size_t{1} << 20, 0);
+    for (int i = 0; i < 512; ++i) ASSERT_EQ(gzwrite(f, zeros.data(), unsigned(zeros.size())), int(zeros.size()));
+    ASSERT_EQ(gzclose(f), Z_OK);
+  }
+  ASSERT_LT(std::filesystem::file_size(path), 4u << 20);  // a few MB on disk
+  const long rssBefore = maxRssKiB();
+  const auto start = std::chrono::steady_clock::now();
+  auto images = readIdxImages(path);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_FALSE(images.hasValue());
+  EXPECT_EQ(images.status().code(), Status::Code::kCorruption);
+  EXPECT_THAT(images.status().message(), HasSubstr(path));
+  EXPECT_THAT(images.status().message(),
+              HasSubstr("(10 x 28 x 28): expected 7856 bytes, found more than 1056432 (trailing data; the rest was "
+                        "not read)"));
+  EXPECT_LT(maxRssKiB() - rssBefore, 100 * 1024) << "KiB of peak memory grown while reading";
+  EXPECT_LT(seconds, 10.0) << "(it reads about 1 MB: milliseconds)";
+}
+
+// A header that claims more than the reader takes is refused before any of
+// the payload is read.
+TEST(IdxReader, AHeaderClaimingTooMuchIsRefused) {
+  TempDir dir;
+  std::vector<uint8_t> bytes;
+  putBigEndian(&bytes, kIdxImagesMagic);
+  for (uint32_t d : {70000u, 70000u, 70000u}) putBigEndian(&bytes, d);
+  writeGzip(dir.file("huge.gz"), bytes);
+  auto images = readIdxImages(dir.file("huge.gz"));
+  ASSERT_FALSE(images.hasValue());
+  EXPECT_THAT(images.status().message(),
+              HasSubstr("the idx header (70000 x 70000 x 70000) claims 343000000000000 bytes, more than the reader "
+                        "takes (4294967296)"));
 }
 
 TEST(IdxReader, TruncatedGzipStreamIsRejected) {
