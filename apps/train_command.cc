@@ -469,10 +469,7 @@ int runTrain(const TrainFlags& flags) {
                            "ps; this job has none, so they change nothing");
     }
   }
-  worker.lrDecayPerEpoch = config.getFloat("train.lr_decay");
-  if (!(worker.lrDecayPerEpoch > 0 && worker.lrDecayPerEpoch <= 1)) {
-    TROUPE_SETUP_ERROR("config: train.lr_decay must be in (0, 1], got {}", worker.lrDecayPerEpoch);
-  }
+  worker.lrDecayPerEpoch = config.getFloat("train.lr_decay");  // in (0, 1]: the schema's range
   (void)optimizerKind(config.getString("train.embedding_optimizer"), "train.embedding_optimizer");
 
   // A resumed job goes on in the run directory its checkpoint is in.

@@ -118,13 +118,8 @@ Config::Config(std::vector<Key> schema) {
     TROUPE_CHECK(v.index() == static_cast<size_t>(k.type), "schema default of '{}' has the wrong type",
                  name);
     TROUPE_CHECK(!(k.range.lo > k.range.hi), "schema range of '{}' is empty", name);
-    if (k.type == Type::kFloat) {
-      TROUPE_CHECK(std::isfinite(std::get<double>(v)) && k.range.contains(std::get<double>(v)),
-                   "schema default of '{}' is not finite or outside its range {}", name, k.range.toString());
-    } else if (k.type == Type::kInt) {
-      TROUPE_CHECK(k.range.contains(double(std::get<int64_t>(v))), "schema default of '{}' is outside its range {}",
-                   name, k.range.toString());
-    }
+    TROUPE_CHECK(inRange(k, v), "schema default of '{}' is not finite or outside its range {}", name,
+                 k.range.toString());
     auto [it, fresh] = entries_.emplace(name, Entry{std::move(k), std::move(v), false});
     TROUPE_CHECK(fresh, "schema declares '{}' twice", name);
   }
@@ -191,22 +186,20 @@ void Config::loadString(std::string_view text, std::string_view origin) {
                            nodeTypeName(node));
       };
       switch (e.key.type) {
-        case Type::kInt:
+        case Type::kInt: {
           if (!node.is_integer()) wrongType();
-          checkRange(e.key, node.as_integer()->get(), where);
-          e.value = node.as_integer()->get();
+          const Value v = node.as_integer()->get();
+          checkRange(e.key, v, where);
+          e.value = v;
           break;
-        case Type::kFloat:
-          if (node.is_integer()) {
-            checkRange(e.key, double(node.as_integer()->get()), where);
-            e.value = double(node.as_integer()->get());
-          } else if (node.is_floating_point()) {
-            checkRange(e.key, node.as_floating_point()->get(), where);
-            e.value = node.as_floating_point()->get();
-          } else {
-            wrongType();
-          }
+        }
+        case Type::kFloat: {
+          if (!node.is_integer() && !node.is_floating_point()) wrongType();
+          const Value v = node.is_integer() ? double(node.as_integer()->get()) : node.as_floating_point()->get();
+          checkRange(e.key, v, where);
+          e.value = v;
           break;
+        }
         case Type::kBool:
           if (!node.is_boolean()) wrongType();
           e.value = node.as_boolean()->get();
@@ -403,25 +396,23 @@ std::string Config::Range::toString() const {
   return fmt::format("{}{}, {}{}", loOpen ? "(" : "[", lo, hi, hiOpen ? ")" : "]");
 }
 
+bool Config::inRange(const Key& key, const Value& value) {
+  if (key.type == Type::kInt) return key.range.contains(double(std::get<int64_t>(value)));
+  if (key.type != Type::kFloat) return true;
+  const double v = std::get<double>(value);
+  return std::isfinite(v) && key.range.contains(v);
+}
+
 void Config::checkRange(const Key& key, const Value& value, std::string_view where) {
-  double v = 0;
-  if (key.type == Type::kInt) {
-    v = double(std::get<int64_t>(value));
-  } else if (key.type == Type::kFloat) {
-    v = std::get<double>(value);
-  } else {
-    return;
-  }
+  if (inRange(key, value)) return;
   const Range& r = key.range;
   const std::string range = r.toString();
   const std::string phrase = (range[0] == '(' || range[0] == '[' ? "in " : "") + range;  // "in [0, 1]", ">= 0"
-  if (key.type == Type::kFloat && !std::isfinite(v)) {
+  if (key.type == Type::kFloat && !std::isfinite(std::get<double>(value))) {
     TROUPE_SETUP_ERROR("config: {}: {} must be a finite number{}, got {}", where, key.name,
                        r.any() ? "" : " " + phrase, formatValue(value));
   }
-  if (!r.contains(v)) {
-    TROUPE_SETUP_ERROR("config: {}: {} must be {}, got {}", where, key.name, phrase, formatValue(value));
-  }
+  TROUPE_SETUP_ERROR("config: {}: {} must be {}, got {}", where, key.name, phrase, formatValue(value));
 }
 
 std::string Config::describe() const {

@@ -91,8 +91,10 @@ class Config {
     bool set = false;
   };
   const Entry& entry(std::string_view key, Type type) const;
-  // Refuses a number outside its key's range (and a float that is not
-  // finite), naming `where` it came from.
+  // Whether a value may be stored for the key: a number inside its range
+  // (and finite, for a float); any value of the other types.
+  static bool inRange(const Key& key, const Value& value);
+  // Refuses what inRange refuses, naming `where` the value came from.
   static void checkRange(const Key& key, const Value& value, std::string_view where);
   Entry& mutableEntry(std::string_view key, std::string_view origin);
 

@@ -65,8 +65,12 @@ class GzFile {
 // An idx file's header and payload (gzip or plain), read no further than its
 // header says it holds (plus a bounded look at any trailing data): a file
 // whose stream inflates far beyond its header (a gzip bomb) is refused once
-// the header's size has been read. Returns the whole file, header included.
-Expected<std::vector<uint8_t>> readIdx(const std::string& path, uint32_t magic, int dims) {
+// the header's size has been read.
+struct IdxFile {
+  std::vector<uint32_t> shape;  // the header's dimensions
+  std::vector<uint8_t> data;    // the whole file, header included
+};
+Expected<IdxFile> readIdx(const std::string& path, uint32_t magic, int dims) {
   errno = 0;
   gzFile raw = gzopen(path.c_str(), "rb");
   if (!raw) {
@@ -127,7 +131,7 @@ Expected<std::vector<uint8_t>> readIdx(const std::string& path, uint32_t magic, 
   }
   if (*extra > 0) return disagrees(std::to_string(expected + *extra), "trailing data");
   data.resize(size_t(expected));
-  return data;
+  return IdxFile{std::move(shape), std::move(data)};
 }
 
 std::string pickName(const std::string& dir, const std::string& base) {
@@ -141,22 +145,22 @@ std::string pickName(const std::string& dir, const std::string& base) {
 }  // namespace
 
 Expected<IdxImages> readIdxImages(const std::string& path) {
-  auto data = readIdx(path, kIdxImagesMagic, 3);
-  if (!data) return data.status();
+  auto file = readIdx(path, kIdxImagesMagic, 3);
+  if (!file) return file.status();
   IdxImages out;
-  out.count = bigEndian32(data->data() + 4);
-  out.rows = int(bigEndian32(data->data() + 8));
-  out.cols = int(bigEndian32(data->data() + 12));
-  const uint8_t* pixels = data->data() + 16;
-  out.pixels.resize(data->size() - 16);
+  out.count = file->shape[0];
+  out.rows = int(file->shape[1]);
+  out.cols = int(file->shape[2]);
+  const uint8_t* pixels = file->data.data() + 16;
+  out.pixels.resize(file->data.size() - 16);
   for (size_t i = 0; i < out.pixels.size(); ++i) out.pixels[i] = float(pixels[i]) / 255.0f;
   return out;
 }
 
 Expected<std::vector<uint8_t>> readIdxLabels(const std::string& path) {
-  auto data = readIdx(path, kIdxLabelsMagic, 1);
-  if (!data) return data.status();
-  return std::vector<uint8_t>(data->begin() + 8, data->end());
+  auto file = readIdx(path, kIdxLabelsMagic, 1);
+  if (!file) return file.status();
+  return std::vector<uint8_t>(file->data.begin() + 8, file->data.end());
 }
 
 Expected<IdxDataset> readIdxDataset(const std::string& imagesPath, const std::string& labelsPath) {
