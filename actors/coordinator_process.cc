@@ -74,6 +74,7 @@ JobResult runCoordinator(CoordinatorProcessOptions options, std::shared_ptr<JobP
                       result->error = "coordinator: " + describe(e);
                     },
                     caf::after(100ms) >> [&] {
+                      if (options.onNodeStats) options.onNodeStats((*remote)->node().stats());
                       if (aborted || !options.checkAbort) return;
                       std::string why = options.checkAbort();
                       if (!why.empty()) {
@@ -86,6 +87,7 @@ JobResult runCoordinator(CoordinatorProcessOptions options, std::shared_ptr<JobP
     std::this_thread::sleep_for(200ms);
     self->send_exit(coord, caf::exit_reason::user_shutdown);
   }
+  if (options.onNodeStats) options.onNodeStats((*remote)->node().stats());
   if (linkFaults) {
     const transport::NodeStats stats = (*remote)->node().stats();
     logger("job")->info("coordinator: {}", linkSummary(stats));

@@ -27,6 +27,10 @@ struct CoordinatorProcessOptions {
   // Polled about every 100 ms while the job runs: a non-empty answer fails
   // the job with it (Ctrl-C, a process that could not start).
   std::function<std::string()> checkAbort;
+  // Polled as often with the coordinator's node's counters (handshakes
+  // refused, timed out, idle connections closed...), and once more when the
+  // job is over. May be null.
+  std::function<void(const transport::NodeStats&)> onNodeStats;
 };
 
 // Runs the job's coordinator until the job is over. Throws SetupError when

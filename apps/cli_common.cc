@@ -33,9 +33,6 @@ Config loadConfig(const CommonFlags& flags) {
   for (const auto& f : flags.faults) config.append("faults.plan", f);
   if (!flags.logLevel.empty()) config.setValue("log.level", flags.logLevel);
   if (flags.threads >= 0) config.setValue("run.threads", int64_t{flags.threads});
-  if (config.getInt("run.threads") < 0) {
-    TROUPE_SETUP_ERROR("config: run.threads must be >= 0, got {}", config.getInt("run.threads"));
-  }
   LoggingOptions logging;
   logging.level = config.getString("log.level");
   configureLogging(logging);

@@ -47,7 +47,7 @@ int runLaunch(const LaunchFlags& flags) {
   m.types = workers::trainingWireTypes();
   m.configure = workers::addTrainingTypes;
   m.node = transport::nodeOptionsFromConfig(config);
-  m.node.token = transport::jobTokenFromEnvironment();
+  m.node.token = transport::jobToken(config);
   m.node.coordinator = flags.coordinator;
   auto hp = transport::parseHostPort(flags.coordinator);
   if (!hp.hasValue()) TROUPE_SETUP_ERROR("--coordinator: {}", hp.status().message());

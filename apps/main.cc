@@ -16,6 +16,7 @@
 #include "apps/gen_data_command.h"
 #include "apps/inspect_command.h"
 #include "apps/launch_command.h"
+#include "apps/token_command.h"
 #include "apps/train_command.h"
 #include "apps/version_command.h"
 #include "troupe/config.h"
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
   troupe::apps::addLaunchCommand(&app, &result);
   troupe::apps::addGenDataCommand(&app, &result);
   troupe::apps::addConfigCommand(&app, &result);
+  troupe::apps::addTokenCommand(&app, &result);
   troupe::apps::addVersionCommand(&app, &result);
   troupe::apps::addBenchCommand(&app, &result);
   troupe::apps::addInspectCommand(&app, &result);

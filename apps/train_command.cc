@@ -13,6 +13,8 @@
 #include <mutex>
 #include <optional>
 
+#include <nlohmann/json.hpp>
+
 #include "actors/coordinator_process.h"
 #include "actors/fault_plan.h"
 #include "actors/launcher.h"
@@ -20,7 +22,6 @@
 #include "apps/metrics_server.h"
 #include "common/check.h"
 #include "common/hash.h"
-#include "common/json_text.h"
 #include "common/logging.h"
 #include "common/metrics_registry.h"
 #include "common/progress_line.h"
@@ -38,6 +39,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace workers;
+
+// A metric in metrics.csv: "null" when it is not finite (not evaluated).
+std::string csvNumber(double v) { return std::isfinite(v) ? fmt::format("{:.17g}", v) : "null"; }
 
 }  // namespace
 
@@ -180,10 +184,17 @@ workers::JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, c
   const bool launchHere = flags.coordinatorAddress.empty();
   std::string token;
   if (launchHere) {
-    token = transport::newJobToken();
-    ::setenv(transport::kJobTokenVariable, token.c_str(), 1);
+    // The processes this command starts read the token the way it does: from
+    // transport.token_file when set (given to them below; the secret stays
+    // out of their environment), else from the variable set here.
+    if (config.getString("transport.token_file").empty()) {
+      token = transport::newJobToken();
+      ::setenv(transport::kJobTokenVariable, token.c_str(), 1);
+    } else {
+      token = transport::jobToken(config);
+    }
   } else {
-    token = transport::jobTokenFromEnvironment();
+    token = transport::jobToken(config);
   }
   const int64_t epochs = config.getInt("train.epochs");
   workers::TrainingJobOptions jo;
@@ -301,12 +312,27 @@ workers::JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, c
   if (config.getBool("transport.reliable_links")) {
     lo.extraArgs.insert(lo.extraArgs.end(), {"--set", "transport.reliable_links=true"});
   }
+  if (!config.getString("transport.token_file").empty()) {
+    lo.extraArgs.insert(lo.extraArgs.end(), {"--set", "transport.token_file=" + config.getString("transport.token_file")});
+  }
+  // Every process of a job on this machine connects from this host: room
+  // for all of them in their handshakes at once, in every process.
+  const int64_t everyone = workers + servers + 1;
+  if (launchHere && everyone > config.getInt("transport.handshake_slots_per_host")) {
+    co.node.maxHandshakingPerHost = size_t(everyone);
+    co.node.maxHandshaking = std::max(co.node.maxHandshaking, size_t(everyone));
+    lo.extraArgs.insert(lo.extraArgs.end(), {"--set", fmt::format("transport.handshake_slots_per_host={}", everyone),
+                                             "--set", fmt::format("transport.handshake_slots={}",
+                                                                  std::max<int64_t>(everyone, config.getInt(
+                                                                                                  "transport.handshake_slots")))});
+  }
   lo.logDir = runDir;
   actors::LocalJob processes(lo);
   co.onListening = [&](const std::string& address) {
     if (!launchHere) {
       log->info("coordinator of {} ps and {} worker processes at {}: start them with "
-                "'troupe launch --role ps|worker --coordinator {}' and the same TROUPE_JOB_TOKEN",
+                "'troupe launch --role ps|worker --coordinator {}' and the same job token (TROUPE_JOB_TOKEN or "
+                "transport.token_file)",
                 servers, workers, address, address);
       return;
     }
@@ -327,6 +353,17 @@ workers::JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, c
     if (interrupted) return "interrupted (Ctrl-C)";
     return launchHere ? processes.failure(job->started()) : "";
   };
+  transport::NodeStats node;
+  co.onNodeStats = [&](const transport::NodeStats& s) {
+    node = s;
+    if (!metrics) return;
+    metrics->set("troupe_handshakes_refused", double(s.handshakesRefused));
+    metrics->set("troupe_handshakes_timed_out", double(s.handshakesTimedOut));
+    metrics->set("troupe_idle_connections_closed", double(s.idleClosed));
+    metrics->set("troupe_handshakes_abandoned", double(s.handshakesAbandoned));
+    metrics->set("troupe_frames_dropped_unauthenticated", double(s.unauthenticatedDropped));
+    metrics->set("troupe_frames_dropped_malformed", double(s.malformedDropped));
+  };
   struct sigaction sa {}, oldInt {}, oldTerm {};
   sa.sa_handler = onInterrupt;
   sigaction(SIGINT, &sa, &oldInt);
@@ -337,6 +374,7 @@ workers::JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, c
   sigaction(SIGINT, &oldInt, nullptr);
   sigaction(SIGTERM, &oldTerm, nullptr);
   workers::JobOutcome outcome = job->takeOutcome(result);
+  outcome.coordinatorNode = node;
   for (const auto& e : outcome.events) log->warn("{} ({})", e.what, e.action);
   if (launchHere) outcome.crashes = processes.crashes();
   for (const auto& c : outcome.crashes) log->error("crashed: {}", c);
@@ -513,8 +551,8 @@ int runTrain(const TrainFlags& flags) {
                         double accuracy, int64_t samples) {
     std::lock_guard<std::recursive_mutex> lock(outputMutex);
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wallStart).count();
-    metrics << fmt::format("{},{},{:.3f},{},{},{},{},{},{:.3f}\n", epoch, step, elapsed, rows, jsonNumber(loss),
-                           jsonNumber(auc), jsonNumber(accuracy), samples, wall);
+    metrics << fmt::format("{},{},{:.3f},{},{},{},{},{},{:.3f}\n", epoch, step, elapsed, rows, csvNumber(loss),
+                           csvNumber(auc), csvNumber(accuracy), samples, wall);
     metrics.flush();
   };
   // An evaluation during training (train.eval_every_*), logged as it comes.
@@ -718,125 +756,148 @@ int runTrain(const TrainFlags& flags) {
   double kernelSeconds = 0;  // train.profile: the time inside every kernel call, summed
   for (const auto& e : report->kernelProfile) kernelSeconds += e.seconds;
 
-  std::string json = "{\n";
-  auto field = [&](const std::string& k, const std::string& v) { json += fmt::format("  \"{}\": {},\n", k, v); };
-  field("model", fmt::format("\"{}\"", config.getString("model.kind")));
+  // summary.json: every string escaped, a number that is not finite (a
+  // metric never evaluated) written as null.
+  using Json = nlohmann::ordered_json;
+  Json summary = Json::object();
+  summary["model"] = config.getString("model.kind");
   if (binary) {
-    field("test_auc", jsonNumber(last.auc));
-    field("test_logloss", jsonNumber(last.loss));
+    summary["test_auc"] = last.auc;
+    summary["test_logloss"] = last.loss;
     if (data.synthetic) {
-      field("oracle_auc", jsonNumber(data.oracleAuc));
-      field("oracle_logloss", jsonNumber(data.oracleLogloss));
+      summary["oracle_auc"] = data.oracleAuc;
+      summary["oracle_logloss"] = data.oracleLogloss;
     }
   } else {
-    field("test_accuracy", jsonNumber(last.accuracy));
-    field("test_loss", jsonNumber(last.loss));
+    summary["test_accuracy"] = last.accuracy;
+    summary["test_loss"] = last.loss;
   }
   if (!report->denseWeights.empty()) {
     // (a job of processes gives each worker's, in worker_reports)
     const auto& w = report->denseWeights;
-    field("dense_hash", fmt::format("\"{:016x}\"", hashBytes(std::string_view(reinterpret_cast<const char*>(w.data()),
-                                                                              w.size() * 4), 0)));
+    summary["dense_hash"] = fmt::format(
+        "{:016x}", hashBytes(std::string_view(reinterpret_cast<const char*>(w.data()), w.size() * 4), 0));
   }
-  field("test_rows", std::to_string(last.rows));
+  summary["test_rows"] = last.rows;
   const bool counting = worker.core.kind == workers::ModelKind::kCount;
   if (counting) {
-    field("counts", fmt::format("{{\"checked\": {}, \"wrong\": {}, \"errors\": {}, \"exact\": {}}}",
-                                last.countChecked, last.countWrong, jsonString(last.countErrors),
-                                last.countChecked > 0 && last.countWrong == 0 ? "true" : "false"));
+    summary["counts"] = {{"checked", last.countChecked},
+                         {"wrong", last.countWrong},
+                         {"errors", last.countErrors},
+                         {"exact", last.countChecked > 0 && last.countWrong == 0}};
   }
-  field("samples_per_sec", jsonNumber(samplesPerSec));
-  field("train_seconds", jsonNumber(report->trainSeconds));
-  field("eval_seconds", jsonNumber(report->evalSeconds));
-  field("wall_seconds", jsonNumber(wall));
+  summary["samples_per_sec"] = samplesPerSec;
+  summary["train_seconds"] = report->trainSeconds;
+  summary["eval_seconds"] = report->evalSeconds;
+  summary["wall_seconds"] = wall;
   if (evalSchedule.any()) {
     // Snapshots handed to the evaluator: evaluated (a row of metrics.csv
     // each), or replaced by a later one while a pass was under way.
-    field("evaluations_during_training",
-          fmt::format("{{\"points\": {}, \"snapshots_replaced\": {}}}", evalPoints, snapshotsReplaced));
+    summary["evaluations_during_training"] = {{"points", evalPoints}, {"snapshots_replaced", snapshotsReplaced}};
   }
-  field("steps", std::to_string(report->steps));
-  field("samples", std::to_string(report->samples));
-  field("epochs", std::to_string(epochs));
-  field("batch_size", std::to_string(config.getInt("train.batch_size")));
-  field("threads", std::to_string(threads));
+  summary["steps"] = report->steps;
+  summary["samples"] = report->samples;
+  summary["epochs"] = epochs;
+  summary["batch_size"] = config.getInt("train.batch_size");
+  summary["threads"] = threads;
   if (job.profile) {
     // Every kernel call of training (not of the evaluations), largest first.
-    std::string rows;
+    Json rows = Json::array();
     for (const auto& e : report->kernelProfile) {
-      rows += fmt::format("{}{{\"kernel\": \"{}\", \"calls\": {}, \"seconds\": {}}}", rows.empty() ? "" : ", ",
-                          e.kernel, e.calls, jsonNumber(e.seconds));
+      rows.push_back({{"kernel", e.kernel}, {"calls", e.calls}, {"seconds", e.seconds}});
     }
-    field("kernel_profile", "[" + rows + "]");
-    field("kernel_seconds", jsonNumber(kernelSeconds));
+    summary["kernel_profile"] = std::move(rows);
+    summary["kernel_seconds"] = kernelSeconds;
   }
-  field("blas_core", fmt::format("\"{}\"", kernels::blasCoreName()));  // (OpenBLAS's names are plain words)
-  field("dense_parameters", std::to_string(report->denseWeights.size()));
-  field("dense_macs_per_sample", std::to_string(report->macsPerSample));
+  summary["blas_core"] = kernels::blasCoreName();
+  summary["dense_parameters"] = report->denseWeights.size();
+  summary["dense_macs_per_sample"] = report->macsPerSample;
   if (binary) {
-    field("embedding_rows_per_sample",
-          jsonNumber(report->samples ? double(report->pulledRows) / double(report->samples) : 0.0));
-    field("embedding_dim", std::to_string(worker.core.dlrm.embeddingDim));
-    field("embedding_optimizer", fmt::format("\"{}\"", config.getString("train.embedding_optimizer")));
+    summary["embedding_rows_per_sample"] =
+        report->samples ? double(report->pulledRows) / double(report->samples) : 0.0;
+    summary["embedding_dim"] = worker.core.dlrm.embeddingDim;
+    summary["embedding_optimizer"] = config.getString("train.embedding_optimizer");
   }
   if (clusterWorkers > 0) {
-    field("workers", std::to_string(clusterWorkers));
-    field("mode", fmt::format("\"{}\"", trainModeName(trainMode(config))));
-    if (!outcome.collectivesBackend.empty()) {
-      field("collectives_backend", fmt::format("\"{}\"", outcome.collectivesBackend));
+    summary["workers"] = clusterWorkers;
+    summary["mode"] = trainModeName(trainMode(config));
+    if (!outcome.collectivesBackend.empty()) summary["collectives_backend"] = outcome.collectivesBackend;
+    summary["servers"] = serverCount(config);
+    if (outcome.coordinatorNode) {  // (the coordinator's listener: where strangers knock)
+      const transport::NodeStats& n = *outcome.coordinatorNode;
+      summary["coordinator_transport"] = {{"handshakes_refused", n.handshakesRefused},
+                                          {"handshakes_timed_out", n.handshakesTimedOut},
+                                          {"idle_connections_closed", n.idleClosed},
+                                          {"handshakes_abandoned", n.handshakesAbandoned},
+                                          {"frames_dropped_unauthenticated", n.unauthenticatedDropped},
+                                          {"frames_dropped_malformed", n.malformedDropped}};
     }
-    field("servers", std::to_string(serverCount(config)));
-    field("consistency", fmt::format("\"{}\"", config.getString("ps.consistency")));
-    if (config.getString("ps.consistency") == "ssp") field("staleness", std::to_string(config.getInt("ps.staleness")));
-    std::string shards, lost;
+    summary["consistency"] = config.getString("ps.consistency");
+    if (config.getString("ps.consistency") == "ssp") summary["staleness"] = config.getInt("ps.staleness");
+    Json shards = Json::array();
     for (const auto& sh : outcome.shards) {
-      shards += fmt::format("{}{{\"rank\": {}, \"rows\": {}, \"pushes_applied\": {}, \"duplicate_pushes\": {}, "
-                            "\"pulls_served\": {}, \"pulls_delayed\": {}, \"max_lead\": {}, \"samples_applied\": {}}}",
-                            shards.empty() ? "" : ", ", sh.rank, sh.rows, sh.pushesApplied, sh.duplicatePushes,
-                            sh.pullsServed, sh.pullsDelayed, sh.maxLead, sh.samplesApplied);
+      shards.push_back({{"rank", sh.rank},
+                        {"rows", sh.rows},
+                        {"pushes_applied", sh.pushesApplied},
+                        {"duplicate_pushes", sh.duplicatePushes},
+                        {"pulls_served", sh.pullsServed},
+                        {"pulls_delayed", sh.pullsDelayed},
+                        {"max_lead", sh.maxLead},
+                        {"samples_applied", sh.samplesApplied}});
     }
-    std::string perWorker;
+    Json perWorker = Json::array();
     for (const auto& w : outcome.workers) {
-      perWorker += fmt::format(
-          "{}{{\"rank\": {}, \"steps\": {}, \"samples\": {}, \"train_seconds\": {}, \"pull_wait_seconds\": {}, "
-          "\"collective_seconds\": {}, \"dense_hash\": \"{:016x}\", \"restarts\": {}, \"resumed_at\": {}, "
-          "\"steps_redone\": {}}}",
-          perWorker.empty() ? "" : ", ", w.rank, w.steps, w.samples, jsonNumber(w.trainSeconds),
-          jsonNumber(w.pullWaitSeconds), jsonNumber(w.collectiveSeconds), w.denseHash, w.restarts, w.resumedAt,
-          w.stepsRedone);
+      perWorker.push_back({{"rank", w.rank},
+                           {"steps", w.steps},
+                           {"samples", w.samples},
+                           {"train_seconds", w.trainSeconds},
+                           {"pull_wait_seconds", w.pullWaitSeconds},
+                           {"collective_seconds", w.collectiveSeconds},
+                           {"dense_hash", fmt::format("{:016x}", w.denseHash)},
+                           {"restarts", w.restarts},
+                           {"resumed_at", w.resumedAt},
+                           {"steps_redone", w.stepsRedone}});
     }
-    std::string recovery;
+    Json lost = Json::array(), recovery = Json::array();
     for (const auto& e : outcome.events) {
-      lost += fmt::format("{}{}", lost.empty() ? "" : ", ", jsonString(e.what));
-      recovery += fmt::format(
-          "{}{{\"what\": {}, \"detected_by\": {}, \"lost_at_s\": {}, \"lost_at_unix\": {}, \"action\": {}, "
-          "\"recovered_at_s\": {}, \"seconds_to_recover\": {}}}",
-          recovery.empty() ? "" : ", ", jsonString(e.what), jsonString(e.detectedBy), jsonNumber(e.lostAtSeconds),
-          fmt::format("{:.3f}", e.lostAtUnix), jsonString(e.action),
-          e.recoveredAtSeconds >= 0 ? jsonNumber(e.recoveredAtSeconds) : "null",
-          e.recoveredAtSeconds >= 0 ? jsonNumber(e.recoveredAtSeconds - e.lostAtSeconds) : "null");
+      const bool recovered = e.recoveredAtSeconds >= 0;
+      lost.push_back(e.what);
+      recovery.push_back({{"what", e.what},
+                          {"detected_by", e.detectedBy},
+                          {"lost_at_s", e.lostAtSeconds},
+                          {"lost_at_unix", std::round(e.lostAtUnix * 1000) / 1000},  // to the millisecond
+                          {"action", e.action},
+                          {"recovered_at_s", recovered ? Json(e.recoveredAtSeconds) : Json(nullptr)},
+                          {"seconds_to_recover",
+                           recovered ? Json(e.recoveredAtSeconds - e.lostAtSeconds) : Json(nullptr)}});
     }
     // Each path's bytes: as the transport counted them, and the ratio of
     // the tensors the path sent to their float32 size (the bytes the path
-    // would have sent uncompressed: wire / ratio).
+    // would have sent uncompressed: wire / ratio). Counts are written as
+    // whole numbers.
     const workers::CompressionConfig compression = workers::compressionOf(config);
-    std::string wire;
+    auto whole = [](double v) { return int64_t(std::llround(v)); };
+    Json wire = Json::array();
     for (const auto& t : outcome.traffic) {
       const double ratio = t.rawBytes > 0 ? t.encodedBytes / t.rawBytes : 1.0;
       const kernels::CodecOptions& c = t.path == "push" ? compression.push
                                        : t.path == "pull" ? compression.pull
                                                           : compression.allreduce;
-      wire += fmt::format(
-          "{}{{\"path\": \"{}\", \"codec\": \"{}\", \"frames\": {:.0f}, \"wire_bytes\": {:.0f}, "
-          "\"wire_bytes_per_step\": {}, \"tensor_bytes\": {:.0f}, \"float32_tensor_bytes\": {:.0f}, \"ratio\": {}, "
-          "\"uncompressed_wire_bytes\": {:.0f}, \"messages\": {:.0f}, \"compressed\": {:.0f}}}",
-          wire.empty() ? "" : ", ", t.path, kernels::codecName(c.kind), t.frames, t.wireBytes,
-          jsonNumber(outcome.steps > 0 ? t.wireBytes / double(outcome.steps) : 0.0), t.encodedBytes, t.rawBytes,
-          jsonNumber(ratio), ratio > 0 ? t.wireBytes / ratio : 0.0, t.messages, t.compressed);
+      wire.push_back({{"path", t.path},
+                      {"codec", kernels::codecName(c.kind)},
+                      {"frames", whole(t.frames)},
+                      {"wire_bytes", whole(t.wireBytes)},
+                      {"wire_bytes_per_step", outcome.steps > 0 ? t.wireBytes / double(outcome.steps) : 0.0},
+                      {"tensor_bytes", whole(t.encodedBytes)},
+                      {"float32_tensor_bytes", whole(t.rawBytes)},
+                      {"ratio", ratio},
+                      {"uncompressed_wire_bytes", whole(ratio > 0 ? t.wireBytes / ratio : 0.0)},
+                      {"messages", whole(t.messages)},
+                      {"compressed", whole(t.compressed)}});
     }
-    field("compression_warmup_steps", std::to_string(compression.warmupSteps));
-    field("wire", "[" + wire + "]");
-    field("shards", "[" + shards + "]");
+    summary["compression_warmup_steps"] = compression.warmupSteps;
+    summary["wire"] = std::move(wire);
+    summary["shards"] = std::move(shards);
     {
       // Of the workers' training time, the share spent waiting: for
       // training pulls (the consistency gate, the network, the shards) and
@@ -848,67 +909,82 @@ int runTrain(const TrainFlags& flags) {
         collective += w.collectiveSeconds;
       }
       // (null: no worker reported training time)
-      field("wait_fractions", fmt::format("{{\"pull\": {}, \"collective\": {}}}",
-                                          train > 0 ? jsonNumber(pull / train) : "null",
-                                          train > 0 ? jsonNumber(collective / train) : "null"));
+      summary["wait_fractions"] = {{"pull", train > 0 ? Json(pull / train) : Json(nullptr)},
+                                   {"collective", train > 0 ? Json(collective / train) : Json(nullptr)}};
     }
     if (!outcome.shards.empty()) {
       // How many updates each push's gradient missed, over every shard
       // (ps::ShardStats::staleness; histogram[k]: pushes that missed k).
       const workers::StalenessSummary st = workers::summarizeStaleness(outcome.shards);
-      field("push_staleness", fmt::format("{{\"pushes\": {}, \"unknown\": {}, \"mean\": {}, \"p50\": {}, \"p99\": {}, "
-                                     "\"max\": {}, \"histogram\": [{}]}}",
-                                     st.pushes, st.unknown, jsonNumber(st.mean), st.p50, st.p99, st.max,
-                                     fmt::join(st.histogram, ", ")));
+      summary["push_staleness"] = {{"pushes", st.pushes}, {"unknown", st.unknown}, {"mean", st.mean},
+                                   {"p50", st.p50},       {"p99", st.p99},         {"max", st.max},
+                                   {"histogram", st.histogram}};
     }
-    field("worker_reports", "[" + perWorker + "]");
-    field("lost", "[" + lost + "]");
-    field("recovery", "[" + recovery + "]");
-    std::string ckpts;
+    summary["worker_reports"] = std::move(perWorker);
+    summary["lost"] = std::move(lost);
+    summary["recovery"] = std::move(recovery);
+    Json ckpts = Json::array();
     for (const auto& c : outcome.checkpoints) {
-      ckpts += fmt::format("{}{{\"id\": {}, \"dir\": {}, \"step\": {}, \"bytes\": {}, \"paused_s\": {}, "
-                           "\"written_s\": {}}}",
-                           ckpts.empty() ? "" : ", ", c.id, jsonString(c.dir), c.step, c.bytes,
-                           jsonNumber(c.pausedSeconds), jsonNumber(c.writtenSeconds));
+      ckpts.push_back({{"id", c.id},
+                       {"dir", c.dir},
+                       {"step", c.step},
+                       {"bytes", c.bytes},
+                       {"paused_s", c.pausedSeconds},
+                       {"written_s", c.writtenSeconds}});
     }
-    field("checkpoints", "[" + ckpts + "]");
-    std::string rollbacks;
+    summary["checkpoints"] = std::move(ckpts);
+    Json rollbacks = Json::array();
     for (const auto& r : outcome.rollbacks) {
-      rollbacks += fmt::format("{}{{\"checkpoint\": {}, \"dir\": {}, \"at_s\": {}, \"steps_redone\": {}}}",
-                               rollbacks.empty() ? "" : ", ", r.checkpoint, jsonString(r.dir), jsonNumber(r.atSeconds),
-                               r.stepsRedone);
+      rollbacks.push_back(
+          {{"checkpoint", r.checkpoint}, {"dir", r.dir}, {"at_s", r.atSeconds}, {"steps_redone", r.stepsRedone}});
     }
-    field("rollbacks", "[" + rollbacks + "]");
+    summary["rollbacks"] = std::move(rollbacks);
     if (outcome.replicas > 1) {
-      field("replicas", std::to_string(outcome.replicas));
-      field("promotions", workers::promotionsJson(outcome.promotions));
-      field("copies_built", workers::copiesBuiltJson(outcome.replicasBuilt));
+      summary["replicas"] = outcome.replicas;
+      summary["promotions"] = workers::promotionsJson(outcome.promotions);
+      summary["copies_built"] = workers::copiesBuiltJson(outcome.replicasBuilt);
     }
-    if (outcome.resumedFromStep >= 0) field("resumed_from_step", std::to_string(outcome.resumedFromStep));
-    if (trainMode(config) != TrainMode::kPs) field("regroups", std::to_string(outcome.regroups));
+    if (outcome.resumedFromStep >= 0) summary["resumed_from_step"] = outcome.resumedFromStep;
+    if (trainMode(config) != TrainMode::kPs) summary["regroups"] = outcome.regroups;
     const workers::Ledger ledger = workers::ledgerOf(outcome);
     if (outcome.shards.empty()) {
       // allreduce mode: every step applied every rank's batch; each worker
       // counted the samples of the steps taken, and they must agree.
-      field("ledger", fmt::format("{{\"expected_samples\": {}, \"samples_applied\": {}, \"workers_agree\": {}, "
-                                  "\"exact\": {}}}",
-                                  ledger.expectedSamples, ledger.samplesApplied.at(0),
-                                  ledger.workersAgree ? "true" : "false", ledger.exact ? "true" : "false"));
+      summary["ledger"] = {{"expected_samples", ledger.expectedSamples},
+                           {"samples_applied", ledger.samplesApplied.at(0)},
+                           {"workers_agree", ledger.workersAgree},
+                           {"exact", ledger.exact}};
     } else {
       // Each shard applied every sample of every epoch once, and holds
       // every push its workers were acknowledged.
       int64_t applied = 0;
       for (const auto& sh : outcome.shards) applied += sh.pushesApplied;
-      field("ledger", fmt::format("{{\"expected_samples_per_shard\": {}, \"samples_applied_per_shard\": [{}], "
-                                  "\"pushes_applied\": {}, \"duplicates_suppressed\": {}, \"pushes_acknowledged\": {}, "
-                                  "\"pushes_in_state_per_shard\": [{}], \"ranks_not_counted\": [{}], \"exact\": {}}}",
-                                  ledger.expectedSamples, fmt::join(ledger.samplesApplied, ", "), applied,
-                                  ledger.duplicatesSuppressed, ledger.pushesAcknowledged,
-                                  fmt::join(ledger.pushesInState, ", "), fmt::join(ledger.ranksNotCounted, ", "),
-                                  ledger.exact ? "true" : "false"));
+      summary["ledger"] = {{"expected_samples_per_shard", ledger.expectedSamples},
+                           {"samples_applied_per_shard", ledger.samplesApplied},
+                           {"pushes_applied", applied},
+                           {"duplicates_suppressed", ledger.duplicatesSuppressed},
+                           {"pushes_acknowledged", ledger.pushesAcknowledged},
+                           {"pushes_in_state_per_shard", ledger.pushesInState},
+                           {"ranks_not_counted", ledger.ranksNotCounted},
+                           {"exact", ledger.exact}};
     }
   }
-  json += fmt::format("  \"run_dir\": {}\n}}\n", jsonString(runDir));
+  if (workers::skipsBadRecords(config) && config.getString("data.kind") == "criteo") {
+    // data.on_bad_record = skip: how many lines of each file were dropped
+    // (one more pass over each, counting; every reader logged its first few).
+    Json bad = Json::object();
+    for (const char* which : {"train", "test"}) {
+      auto n = data::countBadCriteoLines(config.getString(std::string("data.") + which),
+                                         int(config.getInt("data.categorical")),
+                                         std::string(which) == "train" ? config.getInt("data.max_train_rows") : -1);
+      bad[which] = n.hasValue() ? Json(*n) : Json(nullptr);
+      if (n.hasValue() && *n > 0) log->warn("data.on_bad_record = skip: {} malformed lines of the {} file skipped", *n, which);
+    }
+    summary["bad_records"] = std::move(bad);
+  }
+  summary["run_dir"] = runDir;
+  // (invalid UTF-8 in a path or a name is replaced, not thrown over)
+  const std::string json = summary.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
   { std::ofstream(runDir + "/summary.json") << json; }
   if (!flags.summaryJson.empty()) {
     std::ofstream out(flags.summaryJson);

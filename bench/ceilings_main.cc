@@ -1,15 +1,19 @@
 // troupe_ceilings: prints this machine's ceilings as JSON for scripts that
 // compare themselves with them (bench/compare_pytorch.sh):
 //   {"threads": T, "memcpy_gbps": X, "sgemm_gflops": Y, "blas_core": "..."}
+// (one key a line, by nlohmann::json).
 // The sgemm is OpenBLAS's on the core troupe itself runs on: like troupe's
 // main, it first makes sure OpenBLAS did not pick a narrower core than the
 // CPU runs (kernels/cpu/blas_core.h), or the ceiling would be the fallback's.
 //
 //   troupe_ceilings [--threads=N]
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "bench/common/ceilings.h"
 #include "kernels/cpu/blas_core.h"
@@ -28,7 +32,12 @@ int main(int argc, char** argv) {
   if (threads < 1) threads = 1;
   const double memcpy = troupe::bench::measureMemcpyBandwidth(threads);
   const double sgemm = troupe::bench::measureSgemmFlops(threads, 2048, 6);
-  std::printf("{\"threads\": %d, \"memcpy_gbps\": %.3f, \"sgemm_gflops\": %.3f, \"blas_core\": \"%s\"}\n", threads,
-              memcpy / 1e9, sgemm / 1e9, troupe::kernels::blasCoreName().c_str());
+  // GB/s and GFLOP/s, to 3 decimals.
+  auto milli = [](double v) { return std::round(v * 1000) / 1000; };
+  const nlohmann::ordered_json json = {{"threads", threads},
+                                       {"memcpy_gbps", milli(memcpy / 1e9)},
+                                       {"sgemm_gflops", milli(sgemm / 1e9)},
+                                       {"blas_core", troupe::kernels::blasCoreName()}};
+  std::printf("%s\n", json.dump(2).c_str());
   return 0;
 }

@@ -33,6 +33,47 @@ bool parseFloat(std::string_view s, double* out) {
   return ec == std::errc() && p == s.data() + s.size() && !s.empty();
 }
 
+// Whether `s` is well-formed UTF-8 (no overlong forms, surrogates or code
+// points past U+10FFFF): TOML text must be, so a string that is not could
+// be set but not written to a run's config.toml and read back.
+bool isUtf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t n;
+    uint32_t cp;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xe0) == 0xc0) {
+      n = 1;
+      cp = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+      n = 2;
+      cp = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+      n = 3;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + n >= s.size()) return false;  // truncated
+    for (size_t k = 1; k <= n; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if ((d & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (d & 0x3f);
+    }
+    static constexpr uint32_t kLeast[4] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kLeast[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += n + 1;
+  }
+  return true;
+}
+
+void checkUtf8(std::string_view key, std::string_view text, std::string_view where) {
+  if (!isUtf8(text)) TROUPE_SETUP_ERROR("config: {}: {} must be UTF-8 text; its value is not", where, key);
+}
+
 std::string formatValue(const Config::Value& v) {
   struct Visitor {
     std::string operator()(int64_t x) const { return std::to_string(x); }
@@ -219,6 +260,7 @@ void Config::loadString(std::string_view text, std::string_view origin) {
             }
             list.push_back(item.as_integer()->get());
           }
+          checkRange(e.key, list, where);
           e.value = std::move(list);
           break;
         }
@@ -285,6 +327,7 @@ void Config::set(std::string_view assignment) {
       if (text.size() >= 2 && text.front() == '"' && text.back() == '"') {
         text = text.substr(1, text.size() - 2);
       }
+      checkUtf8(key, text, "--set");
       e.value = std::string(text);
       break;
     case Type::kIntList: {
@@ -301,6 +344,7 @@ void Config::set(std::string_view assignment) {
         if (comma == std::string_view::npos) break;
         body = body.substr(comma + 1);
       }
+      checkRange(e.key, list, "--set");
       e.value = std::move(list);
       break;
     }
@@ -314,6 +358,7 @@ void Config::set(std::string_view assignment) {
 void Config::append(std::string_view key, std::string item) {
   Entry& e = mutableEntry(key, "a command-line flag");
   TROUPE_CHECK(e.key.type == Type::kStringList, "append('{}') to a key that is no list of strings", key);
+  checkUtf8(key, item, "a command-line flag");
   std::get<std::vector<std::string>>(e.value).push_back(std::move(item));
   e.set = true;
 }
@@ -323,6 +368,10 @@ void Config::setValue(std::string_view key, Value value) {
   TROUPE_CHECK(value.index() == static_cast<size_t>(e.key.type), "setValue('{}') with the wrong type",
                key);
   checkRange(e.key, value, "a command-line flag");
+  if (const auto* s = std::get_if<std::string>(&value)) checkUtf8(key, *s, "a command-line flag");
+  if (const auto* list = std::get_if<std::vector<std::string>>(&value)) {
+    for (const auto& s : *list) checkUtf8(key, s, "a command-line flag");
+  }
   e.value = std::move(value);
   e.set = true;
 }
@@ -386,6 +435,17 @@ bool Config::Range::contains(double v) const {
   return aboveLo && belowHi;
 }
 
+static_assert(std::numeric_limits<long double>::digits >= 64, "containsInteger needs every int64 exact");
+
+bool Config::Range::containsInteger(int64_t v) const {
+  // In long double (a 64-bit mantissa here), where every int64 is exact: in
+  // double, 2^53 + 1 would pass a range that ends at 2^53.
+  const long double x = v;
+  const bool aboveLo = loOpen ? x > (long double)lo : x >= (long double)lo;
+  const bool belowHi = hiOpen ? x < (long double)hi : x <= (long double)hi;
+  return aboveLo && belowHi;
+}
+
 bool Config::Range::any() const { return std::isinf(lo) && lo < 0 && std::isinf(hi) && hi > 0; }
 
 std::string Config::Range::toString() const {
@@ -397,7 +457,13 @@ std::string Config::Range::toString() const {
 }
 
 bool Config::inRange(const Key& key, const Value& value) {
-  if (key.type == Type::kInt) return key.range.contains(double(std::get<int64_t>(value)));
+  if (key.type == Type::kInt) return key.range.containsInteger(std::get<int64_t>(value));
+  if (key.type == Type::kIntList) {
+    for (int64_t v : std::get<std::vector<int64_t>>(value)) {
+      if (!key.range.containsInteger(v)) return false;
+    }
+    return true;
+  }
   if (key.type != Type::kFloat) return true;
   const double v = std::get<double>(value);
   return std::isfinite(v) && key.range.contains(v);
@@ -412,6 +478,9 @@ void Config::checkRange(const Key& key, const Value& value, std::string_view whe
     TROUPE_SETUP_ERROR("config: {}: {} must be a finite number{}, got {}", where, key.name,
                        r.any() ? "" : " " + phrase, formatValue(value));
   }
+  if (key.type == Type::kIntList) {
+    TROUPE_SETUP_ERROR("config: {}: every item of {} must be {}, got {}", where, key.name, phrase, formatValue(value));
+  }
   TROUPE_SETUP_ERROR("config: {}: {} must be {}, got {}", where, key.name, phrase, formatValue(value));
 }
 
@@ -423,6 +492,8 @@ std::string Config::describe() const {
       range = e.key.range.any() ? " (finite)" : fmt::format(" (finite, {})", e.key.range.toString());
     } else if (e.key.type == Type::kInt && !e.key.range.any()) {
       range = fmt::format(" ({})", e.key.range.toString());
+    } else if (e.key.type == Type::kIntList && !e.key.range.any()) {
+      range = fmt::format(" (each {})", e.key.range.toString());
     }
     out += fmt::format("{:<34} {:<16} default {:<14} {}{}\n", name, typeName(e.key.type),
                        formatValue(e.key.defaultValue), e.key.help, range);

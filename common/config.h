@@ -41,6 +41,7 @@ class Config {
     double hi = std::numeric_limits<double>::infinity();
     bool loOpen = false, hiOpen = false;
     bool contains(double v) const;
+    bool containsInteger(int64_t v) const;  // exact for every int64
     bool any() const;
     std::string toString() const;  // "(0, 1]", "[0, 100]", ">= 0", "any value"
   };

@@ -168,6 +168,24 @@ Expected<size_t> CriteoReader::next(size_t batchRows, CriteoBatch* batch) {
   return batch->rows();
 }
 
+Expected<int64_t> countBadCriteoLines(const std::string& path, int numCategorical, int64_t maxRows) {
+  CriteoReaderOptions o;
+  o.path = path;
+  o.maxRows = maxRows;
+  o.numCategorical = numCategorical;
+  o.skipBadLines = true;
+  o.logBadLines = 0;
+  auto reader = CriteoReader::open(o);
+  if (!reader.hasValue()) return reader.status();
+  CriteoBatch batch;
+  for (;;) {
+    auto n = (*reader)->next(4096, &batch);
+    if (!n.hasValue()) return n.status();
+    if (*n == 0) break;
+  }
+  return (*reader)->badLines();
+}
+
 Expected<int64_t> countTextRows(const std::string& path) {
   auto source = internal::LineSource::open(path, 4 * 1024 * 1024, 1024 * 1024);
   if (!source) return source.status();

@@ -114,4 +114,9 @@ class CriteoReader final {
 // by a fast scan; used to size splits and progress bars. Fails like open().
 Expected<int64_t> countTextRows(const std::string& path);
 
+// How many lines of a Criteo TSV file a reader would skip as malformed (a
+// pass over the whole file, nothing logged): for a run's summary.
+// maxRows bounds the good rows read, as CriteoReaderOptions::maxRows.
+Expected<int64_t> countBadCriteoLines(const std::string& path, int numCategorical, int64_t maxRows = -1);
+
 }  // namespace troupe::data

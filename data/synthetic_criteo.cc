@@ -11,10 +11,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <optional>
-#include <string_view>
+#include <limits>
+#include <type_traits>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "common/hash.h"
 #include "data/internal/binary_metrics.h"
@@ -169,20 +170,6 @@ Status writeText(const std::string& path, const std::string& text) {
   return file.commit();
 }
 
-std::string num(double x) { return fmt::format("{:.17g}", x); }
-
-// The number after "key": in our own oracle.json.
-std::optional<double> jsonNumber(const std::string& json, std::string_view key) {
-  const std::string needle = fmt::format("\"{}\": ", key);
-  const size_t at = json.find(needle);
-  if (at == std::string::npos) return std::nullopt;
-  const char* begin = json.c_str() + at + needle.size();
-  char* end = nullptr;
-  const double v = std::strtod(begin, &end);
-  if (end == begin) return std::nullopt;
-  return v;
-}
-
 Expected<std::string> readText(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) {
@@ -198,6 +185,76 @@ Expected<std::string> readText(const std::string& path) {
   return text;
 }
 
+// The oracle.json at path, parsed into *out: notFound / ioError when it
+// cannot be read, corruption naming the file when it is not a JSON object.
+Status readOracleJson(const std::string& path, nlohmann::json* out) {
+  auto text = readText(path);
+  if (!text) return text.status();
+  try {
+    *out = nlohmann::json::parse(*text);
+  } catch (const nlohmann::json::exception& e) {
+    return Status::corruption(fmt::format("'{}': not JSON: {}", path, e.what()));
+  }
+  if (!out->is_object()) return Status::corruption(fmt::format("'{}': not a JSON object", path));
+  return Status::ok();
+}
+
+// json[key] as a number into *out (null, a figure that was not finite,
+// reads as NaN); corruption naming the file and the key when it is missing
+// or not a number.
+Status oracleNumber(const nlohmann::json& json, const std::string& path, const char* key, double* out) {
+  const auto it = json.find(key);
+  if (it == json.end()) return Status::corruption(fmt::format("'{}': no \"{}\"", path, key));
+  if (it->is_null()) {
+    *out = std::numeric_limits<double>::quiet_NaN();
+    return Status::ok();
+  }
+  if (!it->is_number()) {
+    return Status::corruption(fmt::format("'{}': \"{}\" is a {}, not a number", path, key, it->type_name()));
+  }
+  *out = it->get<double>();
+  return Status::ok();
+}
+
+// json[key] as a whole number into *out; corruption naming the file and the
+// key when it is missing or not a whole number.
+Status oracleCount(const nlohmann::json& json, const std::string& path, const char* key, int64_t* out) {
+  const auto it = json.find(key);
+  if (it == json.end()) return Status::corruption(fmt::format("'{}': no \"{}\"", path, key));
+  if (!it->is_number_integer()) {
+    return Status::corruption(fmt::format("'{}': \"{}\" is a {}, not a whole number", path, key, it->type_name()));
+  }
+  *out = it->get<int64_t>();
+  return Status::ok();
+}
+
+// Whether json[key] holds exactly `value` (a whole number for an integer
+// option, the seed's 64 bits included).
+template <typename T>
+bool oracleHolds(const nlohmann::json& json, const char* key, T value) {
+  const auto it = json.find(key);
+  if (it == json.end()) return false;
+  if constexpr (std::is_floating_point_v<T>) {
+    return it->is_number() && it->get<double>() == value;
+  } else if constexpr (std::is_unsigned_v<T>) {
+    return it->is_number_unsigned() && it->get<uint64_t>() == value;
+  } else {
+    return it->is_number_integer() && it->get<int64_t>() == int64_t(value);
+  }
+}
+
+// The figures of a parsed oracle.json into *r.
+Status oracleFrom(const nlohmann::json& json, const std::string& path, SyntheticCriteoOracle* r) {
+  const std::pair<const char*, double*> numbers[] = {
+      {"auc", &r->auc},           {"logloss", &r->logloss},       {"ctr_train", &r->ctrTrain},
+      {"ctr_test", &r->ctrTest}, {"mean_p_test", &r->meanPTest}, {"bias", &r->bias}};
+  for (const auto& [key, out] : numbers) {
+    if (Status s = oracleNumber(json, path, key, out); !s) return s;
+  }
+  if (Status s = oracleCount(json, path, "train_rows", &r->trainRows); !s) return s;
+  return oracleCount(json, path, "test_rows", &r->testRows);
+}
+
 }  // namespace
 
 int64_t syntheticTestRows(const SyntheticCriteoOptions& options) {
@@ -206,40 +263,35 @@ int64_t syntheticTestRows(const SyntheticCriteoOptions& options) {
 
 std::string syntheticOracleJson(const PlantedCriteoModel& model, const SyntheticCriteoOracle& r) {
   const auto& o = model.options();
-  std::string vocab;
-  for (int t = 0; t < model.tables(); ++t) {
-    vocab += fmt::format("{}{}", t ? ", " : "", model.vocab(t));
-  }
-  return fmt::format(
-      "{{\n"
-      "  \"auc\": {},\n"
-      "  \"logloss\": {},\n"
-      "  \"train_rows\": {},\n"
-      "  \"test_rows\": {},\n"
-      "  \"ctr_train\": {},\n"
-      "  \"ctr_test\": {},\n"
-      "  \"mean_p_test\": {},\n"
-      "  \"bias\": {},\n"
-      "  \"seed\": {},\n"
-      "  \"tables\": {},\n"
-      "  \"min_vocab\": {},\n"
-      "  \"max_vocab\": {},\n"
-      "  \"zipf\": {},\n"
-      "  \"factor_dim\": {},\n"
-      "  \"target_ctr\": {},\n"
-      "  \"weight_scale\": {},\n"
-      "  \"factor_scale\": {},\n"
-      "  \"dense_scale\": {},\n"
-      "  \"rare_rank\": {},\n"
-      "  \"rare_shrink\": {},\n"
-      "  \"block_rows\": {},\n"
-      "  \"pairs\": {},\n"
-      "  \"vocab\": [{}]\n"
-      "}}\n",
-      num(r.auc), num(r.logloss), r.trainRows, r.testRows, num(r.ctrTrain), num(r.ctrTest),
-      num(r.meanPTest), num(r.bias), o.seed, o.tables, o.minVocab, o.maxVocab, num(o.zipf),
-      o.factorDim, num(o.ctr), num(o.weightScale), num(o.factorScale), num(o.denseScale),
-      num(o.rareRank), num(o.rareShrink), o.blockRows, model.pairs().size(), vocab);
+  std::vector<uint64_t> vocab;
+  for (int t = 0; t < model.tables(); ++t) vocab.push_back(model.vocab(t));
+  // (nlohmann writes each double with the digits that read back exactly, a
+  // figure that is not finite as null)
+  const nlohmann::ordered_json json = {
+      {"auc", r.auc},
+      {"logloss", r.logloss},
+      {"train_rows", r.trainRows},
+      {"test_rows", r.testRows},
+      {"ctr_train", r.ctrTrain},
+      {"ctr_test", r.ctrTest},
+      {"mean_p_test", r.meanPTest},
+      {"bias", r.bias},
+      {"seed", o.seed},
+      {"tables", o.tables},
+      {"min_vocab", o.minVocab},
+      {"max_vocab", o.maxVocab},
+      {"zipf", o.zipf},
+      {"factor_dim", o.factorDim},
+      {"target_ctr", o.ctr},
+      {"weight_scale", o.weightScale},
+      {"factor_scale", o.factorScale},
+      {"dense_scale", o.denseScale},
+      {"rare_rank", o.rareRank},
+      {"rare_shrink", o.rareShrink},
+      {"block_rows", o.blockRows},
+      {"pairs", model.pairs().size()},
+      {"vocab", vocab}};
+  return json.dump(2) + "\n";
 }
 
 Expected<SyntheticCriteoOracle> generateSyntheticCriteo(const SyntheticCriteoOptions& options,
@@ -295,43 +347,28 @@ Expected<SyntheticCriteoOracle> generateSyntheticCriteo(const PlantedCriteoModel
 
 Expected<SyntheticCriteoOracle> readSyntheticOracle(const std::string& dir) {
   const std::string path = dir + "/" + kSyntheticOracleFile;
-  auto text = readText(path);
-  if (!text) return text.status();
+  nlohmann::json json;
+  if (Status s = readOracleJson(path, &json); !s) return s;
   SyntheticCriteoOracle r;
-  const std::pair<const char*, double*> doubles[] = {
-      {"auc", &r.auc},           {"logloss", &r.logloss}, {"ctr_train", &r.ctrTrain},
-      {"ctr_test", &r.ctrTest}, {"mean_p_test", &r.meanPTest}, {"bias", &r.bias}};
-  for (const auto& [key, out] : doubles) {
-    auto v = jsonNumber(*text, key);
-    if (!v) return Status::corruption(fmt::format("'{}': no number \"{}\"", path, key));
-    *out = *v;
-  }
-  auto train = jsonNumber(*text, "train_rows");
-  auto test = jsonNumber(*text, "test_rows");
-  if (!train || !test) return Status::corruption(fmt::format("'{}': no row counts", path));
-  r.trainRows = int64_t(*train);
-  r.testRows = int64_t(*test);
+  if (Status s = oracleFrom(json, path, &r); !s) return s;
   return r;
 }
 
 bool syntheticCriteoMatches(const SyntheticCriteoOptions& o, const std::string& dir) {
-  auto text = readText(dir + "/" + kSyntheticOracleFile);
-  if (!text) return false;
-  const std::pair<const char*, double> expected[] = {
-      {"train_rows", double(o.rows)},     {"test_rows", double(syntheticTestRows(o))},
-      {"seed", double(o.seed)},           {"tables", double(o.tables)},
-      {"min_vocab", double(o.minVocab)},  {"max_vocab", double(o.maxVocab)},
-      {"zipf", o.zipf},                   {"factor_dim", double(o.factorDim)},
-      {"target_ctr", o.ctr},              {"weight_scale", o.weightScale},
-      {"factor_scale", o.factorScale},    {"dense_scale", o.denseScale},
-      {"rare_rank", o.rareRank},          {"rare_shrink", o.rareShrink},
-      {"block_rows", double(o.blockRows)}};
-  for (const auto& [key, value] : expected) {
-    auto v = jsonNumber(*text, key);
-    if (!v || *v != value) return false;
-  }
-  // seed is a uint64: compare its exact text too (a double holds 53 bits).
-  if (text->find(fmt::format("\"seed\": {},", o.seed)) == std::string::npos) return false;
+  const std::string path = dir + "/" + kSyntheticOracleFile;
+  nlohmann::json json;
+  SyntheticCriteoOracle figures;  // readable too, or the data set is made again
+  if (!readOracleJson(path, &json) || !oracleFrom(json, path, &figures)) return false;
+  const bool same =
+      oracleHolds(json, "train_rows", o.rows) && oracleHolds(json, "test_rows", syntheticTestRows(o)) &&
+      oracleHolds(json, "seed", o.seed) && oracleHolds(json, "tables", o.tables) &&
+      oracleHolds(json, "min_vocab", o.minVocab) && oracleHolds(json, "max_vocab", o.maxVocab) &&
+      oracleHolds(json, "zipf", o.zipf) && oracleHolds(json, "factor_dim", o.factorDim) &&
+      oracleHolds(json, "target_ctr", o.ctr) && oracleHolds(json, "weight_scale", o.weightScale) &&
+      oracleHolds(json, "factor_scale", o.factorScale) && oracleHolds(json, "dense_scale", o.denseScale) &&
+      oracleHolds(json, "rare_rank", o.rareRank) && oracleHolds(json, "rare_shrink", o.rareShrink) &&
+      oracleHolds(json, "block_rows", o.blockRows);
+  if (!same) return false;
   std::error_code ec;
   return std::filesystem::is_regular_file(dir + "/" + kSyntheticTrainFile, ec) &&
          std::filesystem::is_regular_file(dir + "/" + kSyntheticTestFile, ec);

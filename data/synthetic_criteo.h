@@ -8,8 +8,9 @@
 //   oracle.json  {"auc", "logloss": the planted p on the test labels — the
 //                best any learner can reach; "train_rows", "test_rows",
 //                "ctr_train", "ctr_test", "mean_p_test", "bias", "seed", the
-//                options and the vocabulary sizes}; numbers with 17
-//                significant digits.
+//                options and the vocabulary sizes}, written and read with
+//                nlohmann::json; each number reads back exactly (a figure
+//                that is not finite is null).
 // Each file is written under a temporary name and renamed when complete;
 // oracle.json is removed first and written last, so a directory with an
 // oracle.json holds a complete data set. Files are not fsynced: the data set
@@ -66,12 +67,14 @@ Expected<SyntheticCriteoOracle> generateSyntheticCriteo(const PlantedCriteoModel
                                                         const SyntheticProgress& progress = {});
 
 // The oracle.json of a generated data set (seconds is 0). Fails (notFound /
-// corruption naming the file) when there is none or it cannot be parsed.
+// corruption naming the file) when there is none, it is not JSON, or a key
+// is missing or of another type (naming the key).
 Expected<SyntheticCriteoOracle> readSyntheticOracle(const std::string& dir);
 
 // Whether dir holds a complete data set generated with exactly these options
-// (oracle.json present and every option in it equal, train.tsv and test.tsv
-// present), so a cache can be reused instead of regenerated.
+// (oracle.json present, readable by readSyntheticOracle and every option in
+// it equal, train.tsv and test.tsv present), so a cache can be reused
+// instead of regenerated.
 bool syntheticCriteoMatches(const SyntheticCriteoOptions& options, const std::string& dir);
 
 // One line per part for logs: options, vocabularies, missing rates, pairs.

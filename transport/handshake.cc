@@ -39,12 +39,5 @@ bool macEquals(const Mac& a, const uint8_t* b, size_t bBytes) {
   return bBytes == a.size() && CRYPTO_memcmp(a.data(), b, a.size()) == 0;
 }
 
-uint64_t tokenFingerprint(const std::string& token) {
-  const Nonce zero{};
-  const Mac m = handshakeMac(token, "fingerprint", zero, zero, 0, 0);
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= uint64_t(m[size_t(i)]) << (8 * i);
-  return v;
-}
 
 }  // namespace troupe::transport

@@ -32,8 +32,5 @@ Mac handshakeMac(const std::string& token, const char* label, const Nonce& clien
 // Constant-time comparison.
 bool macEquals(const Mac& a, const uint8_t* b, size_t bBytes);
 
-// A 64-bit name for a token, sent in Hello so a peer of another job is told
-// apart from a forger in the logs. It reveals nothing usable about the token.
-uint64_t tokenFingerprint(const std::string& token);
 
 }  // namespace troupe::transport

@@ -12,6 +12,7 @@
 #include "common/check.h"
 #include "common/logging.h"
 #include "transport/handshake.h"
+#include "transport/internal/handshake_steps.h"
 #include "transport/internal/control.h"
 #include "transport/internal/links.h"
 #include "transport/link_faults.h"
@@ -60,7 +61,6 @@ class Station final : public std::enable_shared_from_this<Station> {
 
   uint64_t id() const { return options_.nodeId; }
   const NodeOptions& options() const { return options_; }
-  uint64_t fingerprint() const { return fingerprint_; }
   uint16_t port() const { return port_; }
   std::string address() const { return fmt::format("{}:{}", options_.listenHost, port_); }
 
@@ -265,7 +265,6 @@ class Station final : public std::enable_shared_from_this<Station> {
   NodeHandler* handler_;
   std::shared_ptr<LocalNetwork::Shared> net_;
   uint16_t port_ = 0;
-  uint64_t fingerprint_ = 0;
 
   // Guards the inbox, the links and the flags.
   std::mutex mu_;
@@ -348,7 +347,12 @@ class LocalNetwork::Shared {
       *how = Departure::kUnreachable;
       return Status::notFound(fmt::format("node {:x} is not a member of the job", b));
     }
-    if (other->fingerprint() != a.fingerprint()) {
+    // The node's own handshake, its messages handed across in memory.
+    internal::ClientHandshake client(a.options().token, a.id(), randomNonce());
+    internal::ServerHandshake server(other->options().token, b, randomNonce());
+    auto challenge = server.challenge(client.hello());
+    auto proof = challenge.hasValue() ? client.proof(*challenge) : Expected<std::string>(challenge.status());
+    if (!proof.hasValue() || !server.verify(*proof).isOk()) {
       other->countRefusal();
       *how = Departure::kRefused;
       return Status::unavailable(fmt::format("node {:x} does not hold the job token", b));
@@ -376,7 +380,6 @@ class LocalNetwork::Shared {
 Status Station::init() {
   if (Status st = checkNodeOptions(&options_); !st.isOk()) return st;
   if (options_.listenHost.empty()) return Status::invalidArgument("transport: the listen host is empty");
-  fingerprint_ = tokenFingerprint(options_.token);
   if (options_.reliableLinks || options_.linkFaults) {
     links_ = std::make_unique<Links>(options_.nodeId, Links::Options{}, options_.linkFaults);
   }

@@ -68,6 +68,11 @@ Expected<std::pair<std::string, uint16_t>> parseHostPort(const std::string& text
 
 Status checkNodeOptions(NodeOptions* options) {
   if (options->token.empty()) return Status::invalidArgument("transport: the job token is empty");
+  if (options->handshakeTimeout.count() <= 0 || options->maxHandshaking < 1 || options->maxHandshakingPerHost < 1) {
+    return Status::invalidArgument(fmt::format(
+        "transport: handshake timeout ({} ms), handshake slots ({}) and slots per host ({}) must be positive",
+        options->handshakeTimeout.count(), options->maxHandshaking, options->maxHandshakingPerHost));
+  }
   if (options->nodeId == 0) {
     const Nonce n = randomNonce();
     std::memcpy(&options->nodeId, n.data(), sizeof(options->nodeId));
@@ -88,7 +93,6 @@ Status UcxNode::Impl::init() {
   if (listenAddr->sin_addr.s_addr == htonl(INADDR_ANY)) {
     return Status::invalidArgument("transport: listen on a concrete address peers can reach, not 0.0.0.0");
   }
-  tokenFingerprint_ = tokenFingerprint(options_.token);
   if (options_.reliableLinks || options_.linkFaults) {
     links_ = std::make_unique<Links>(options_.nodeId, Links::Options{}, options_.linkFaults);
   }
@@ -379,7 +383,7 @@ void UcxNode::Impl::onTimer(Clock::time_point now) {
   std::vector<std::pair<Connection*, Status>> dead;
   for (Connection* c : all) {
     if (c->closeAt) {
-      if (now >= *c->closeAt) closeConnection(c, Status::ok(), false);
+      if (now >= *c->closeAt) closeConnection(c, c->closeWhy, !c->closeWhy.isOk());
       continue;
     }
     if (c->state == State::kClosed) continue;
@@ -392,9 +396,21 @@ void UcxNode::Impl::onTimer(Clock::time_point now) {
         sendControl(c, kHeartbeat, encodeEmpty());
         counters_.heartbeats++;
       }
-    } else if (c->state != State::kClosed && now - c->opened > options_.handshakeTimeout) {
-      dead.emplace_back(c, Status::timeout(fmt::format("handshake with {} did not finish in {} ms", c->address,
-                                                       options_.handshakeTimeout.count())));
+    } else if (c->state != State::kClosed &&
+               now - c->opened > (c->outgoing ? std::max(options_.handshakeTimeout, options_.heartbeatTimeout)
+                                              : options_.handshakeTimeout)) {
+      // (One this node opened is to a peer it needs: given up on no sooner
+      // than a silent peer would be.)
+      counters_.handshakesTimedOut++;
+      const std::string why = fmt::format(
+          "handshake with {} did not finish in {} ms", c->address,
+          std::chrono::duration_cast<std::chrono::milliseconds>(now - c->opened).count());
+      if (c->outgoing) {
+        dead.emplace_back(c, Status::timeout(why));
+      } else {  // nobody waits for an accepted one: a line per host a minute
+        warnAboutHost(c->host, why);
+        dead.emplace_back(c, Status::ok());
+      }
     }
   }
   for (auto& [c, why] : dead) closeConnection(c, why, true);
@@ -471,31 +487,96 @@ void UcxNode::Impl::openConnection(const std::string& host, uint16_t port, uint6
   Connection* raw = c.get();
   connections_[raw->ep] = std::move(c);
   if (expectPeer) connecting_[expectPeer] = raw;
-  raw->clientNonce = randomNonce();
-  sendControl(raw, kHello, encodeHello(Hello{options_.nodeId, raw->clientNonce, tokenFingerprint_}));
+  raw->client.emplace(options_.token, options_.nodeId, randomNonce());
+  sendControl(raw, kHello, raw->client->hello());
 }
 
-size_t UcxNode::Impl::handshaking() const {
-  size_t n = 0;
-  for (auto& [ep, c] : connections_) n += (c->state != State::kReady && !c->outgoing) ? 1 : 0;
-  return n;
+bool UcxNode::Impl::makeHandshakeRoom(const std::string& host) {
+  // Accepted connections not through the handshake, refused ones still
+  // closing among them, by host.
+  const auto now = Clock::now();
+  // A connection this young may be a real peer whose hello is on its way:
+  // never closed to make room.
+  const auto minAge = std::max(std::chrono::milliseconds(1), options_.handshakeTimeout / 4);
+  std::unordered_map<std::string, size_t> byHost;
+  std::vector<Connection*> pending;
+  for (auto& [ep, c] : connections_) {
+    if (c->outgoing || c->state == State::kReady || c->state == State::kClosed) continue;
+    pending.push_back(c.get());
+    byHost[c->host]++;
+  }
+  const bool hostFull = byHost[host] >= options_.maxHandshakingPerHost;
+  if (!hostFull && pending.size() < options_.maxHandshaking) return true;
+  // Whom to close: from this host when its share is full, else from the
+  // host holding the most slots; a refused one still closing first, then
+  // the oldest that has sent nothing, then the oldest that sent a hello
+  // but no proof.
+  size_t most = 0;
+  for (auto& [h, n] : byHost) most = std::max(most, n);
+  auto rank = [&](const Connection* c) { return c->closeAt ? 0 : c->state == State::kAwaitHello ? 1 : 2; };
+  Connection* victim = nullptr;
+  for (Connection* c : pending) {
+    if (hostFull ? c->host != host : byHost[c->host] != most) continue;
+    if (!c->closeAt && now - c->opened < minAge) continue;
+    if (!victim || rank(c) < rank(victim) || (rank(c) == rank(victim) && c->opened < victim->opened)) victim = c;
+  }
+  if (!victim) {
+    warnAboutHost(host, fmt::format("refused a connection from {}: {} connections ({} from it) are in their handshake, "
+                                    "none older than {} ms",
+                                    host, pending.size(), byHost[host], minAge.count()));
+    return false;
+  }
+  if (!victim->closeAt) {
+    counters_.idleClosed++;
+    warnAboutHost(victim->host,
+                  fmt::format("closed a connection from {} that {} in {} ms, to make room", victim->address,
+                              victim->state == State::kAwaitHello ? "sent nothing" : "sent no proof",
+                              std::chrono::duration_cast<std::chrono::milliseconds>(now - victim->opened).count()));
+  }
+  closeConnection(victim, Status::ok(), false);
+  return true;
+}
+
+void UcxNode::Impl::warnAboutHost(const std::string& host, const std::string& what) {
+  const auto now = Clock::now();
+  // Bounded: hosts quiet for a minute are forgotten (a sweep at most once a
+  // minute), and past 1024 remembered hosts the rest share one entry.
+  if (now - hostWarningsSwept_ >= std::chrono::minutes(1)) {
+    hostWarningsSwept_ = now;
+    for (auto w = hostWarnings_.begin(); w != hostWarnings_.end();) {
+      w = now - w->second.first >= std::chrono::minutes(1) ? hostWarnings_.erase(w) : std::next(w);
+    }
+  }
+  const std::string key = hostWarnings_.count(host) || hostWarnings_.size() < 1024 ? host : "other hosts";
+  auto [it, fresh] = hostWarnings_.try_emplace(key, now, 0);
+  if (!fresh && now - it->second.first < std::chrono::minutes(1)) {
+    it->second.second++;
+    return;
+  }
+  if (it->second.second > 0) {
+    log()->warn("{} (and {} more from {} in the last minute, not logged)", what, it->second.second, key);
+  } else {
+    log()->warn("{}", what);
+  }
+  it->second = {now, 0};
 }
 
 void UcxNode::Impl::onConnRequest(ucp_conn_request_h request, void* arg) {
   auto* self = static_cast<Impl*>(arg);
-  if (self->handshaking() >= kMaxHandshaking) {
+  ucp_conn_request_attr_t attr{};
+  attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
+  const bool known = ucp_conn_request_query(request, &attr) == UCS_OK;
+  const std::string host = known ? sockaddrHost(attr.client_address) : "?";
+  if (!self->makeHandshakeRoom(host)) {
     self->counters_.refused++;
-    log()->warn("refused a connection: {} others are still in their handshake", kMaxHandshaking);
     ucp_listener_reject(self->listener_, request);
     return;
   }
   auto c = std::make_unique<Connection>();
   c->outgoing = false;
   c->state = State::kAwaitHello;
-  ucp_conn_request_attr_t attr{};
-  attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
-  const bool known = ucp_conn_request_query(request, &attr) == UCS_OK;
   c->address = known ? sockaddrText(attr.client_address) : "?";
+  c->host = host;
   c->sameHost = self->options_.sharedMemory && known && attr.client_address.ss_family == AF_INET &&
                 isLocalAddress(reinterpret_cast<const sockaddr_in*>(&attr.client_address)->sin_addr);
   ucp_ep_params_t params{};
@@ -568,7 +649,14 @@ void UcxNode::Impl::closeConnection(Connection* c, const Status& why, bool peerD
     if (options_.isCoordinator && membership_.erase(peer)) broadcastMembers();
     notifyPeerDown(peer, how, why);
   } else if (peerDown && was != State::kReady && !why.isOk()) {
-    log()->warn("connection with {} closed before the handshake finished: {}", kept->address, why.message());
+    const std::string what =
+        fmt::format("connection with {} closed before the handshake finished: {}", kept->address, why.message());
+    if (kept->outgoing) {
+      log()->warn("{}", what);
+    } else {  // the far side went away: anyone can do that, a line per host a minute
+      counters_.handshakesAbandoned++;
+      warnAboutHost(kept->host, what);
+    }
   }
   if (kept->outgoing && was != State::kReady && isCoordinatorAddress(kept->address) && !stop_) {
     const bool retry = !kept->refused && Clock::now() < joinDeadline_ && !why.isOk();
@@ -1007,6 +1095,9 @@ NodeStats UcxNode::stats() const {
   s.malformedDropped = k.malformed;
   s.unauthenticatedDropped = k.unauthenticated;
   s.handshakesRefused = k.refused;
+  s.handshakesTimedOut = k.handshakesTimedOut;
+  s.idleClosed = k.idleClosed;
+  s.handshakesAbandoned = k.handshakesAbandoned;
   s.heartbeatsSent = k.heartbeats;
   s.peersDown = k.peersDown;
   for (size_t i = 0; i < kTrafficLabels; ++i) {

@@ -65,7 +65,19 @@ struct NodeOptions {
   std::string coordinator;        // "host:port" to join; empty for none
   std::chrono::milliseconds heartbeatInterval{250};
   std::chrono::milliseconds heartbeatTimeout{3000};
-  std::chrono::milliseconds handshakeTimeout{5000};
+  // A connection accepted must finish the token handshake this soon after
+  // it opens, or it is closed (an idle or slow connection holds a slot);
+  // one this node opens, within the longer of this and heartbeatTimeout.
+  std::chrono::milliseconds handshakeTimeout{1000};
+  // Accepted connections still in their handshake: at most this many in
+  // all and from one host. When either is full, a new connection takes a
+  // slot of that host (or of the host holding the most): a refused one
+  // still closing, else the oldest that has sent nothing, else the oldest
+  // that sent a hello but no proof, is closed. One younger than a quarter
+  // of handshakeTimeout is never closed to make room (its hello may be on
+  // the way): with no other, the new one is refused.
+  size_t maxHandshaking = 256;
+  size_t maxHandshakingPerHost = 64;
   // How long to keep retrying to reach the coordinator (it may start later).
   // A refusal (wrong token) is final at once.
   std::chrono::milliseconds joinTimeout{30000};
@@ -116,7 +128,10 @@ struct NodeStats {
   uint64_t bytesReceived = 0;
   uint64_t malformedDropped = 0;        // failed decode
   uint64_t unauthenticatedDropped = 0;  // arrived before the handshake completed
-  uint64_t handshakesRefused = 0;       // bad or missing proof of the token
+  uint64_t handshakesRefused = 0;       // bad or missing proof of the token, or no slot free
+  uint64_t handshakesTimedOut = 0;      // did not finish within handshakeTimeout
+  uint64_t idleClosed = 0;              // had sent nothing (or no proof) when a newer connection needed its slot
+  uint64_t handshakesAbandoned = 0;     // accepted, and closed by the far side before the handshake finished
   uint64_t heartbeatsSent = 0;
   uint64_t peersDown = 0;
   // Reliable links (NodeOptions::reliableLinks): frames sent again on

@@ -21,60 +21,53 @@ void UcxNode::Impl::handleControl(Connection* c, const DecodedFrame& frame) {
   switch (kind) {
     case kHello: {  // listening side, from anyone
       if (c->outgoing || c->state != State::kAwaitHello) return dropMalformed(c, "unexpected hello");
-      auto hello = decodeHello(body);
-      if (!hello.hasValue()) {
-        log()->warn("refused {}: {}", c->address, hello.status().message());
+      c->server.emplace(options_.token, options_.nodeId, randomNonce());
+      auto challenge = c->server->challenge(body);
+      if (!challenge.hasValue()) {
+        warnAboutHost(c->host, fmt::format("refused {}: {}", c->address, challenge.status().message()));
         return refuse(c, "malformed hello");
       }
-      if (hello->jobHash != tokenFingerprint_) {
-        log()->error("refused {} (claims node {:x}): it holds another job's token", c->address, hello->nodeId);
-        return refuse(c, "wrong job token");
-      }
-      c->peerId = hello->nodeId;
-      c->clientNonce = hello->nonce;
-      c->serverNonce = randomNonce();
-      const Mac mac = handshakeMac(options_.token, "server", c->clientNonce, c->serverNonce, c->peerId,
-                                   options_.nodeId);
+      c->peerId = c->server->clientId();
       c->state = State::kAwaitProof;
-      sendControl(c, kChallenge, encodeChallenge(Challenge{options_.nodeId, c->serverNonce, mac}));
+      sendControl(c, kChallenge, *challenge);
       return;
     }
     case kChallenge: {  // connecting side
-      if (!c->outgoing || c->state != State::kHelloSent) return dropMalformed(c, "unexpected challenge");
-      auto ch = decodeChallenge(body);
-      if (!ch.hasValue()) {
-        c->refused = true;
-        return closeConnection(c, Status::corruption(fmt::format("{}: {}", c->address, ch.status().message())), true);
+      if (!c->outgoing || c->state != State::kHelloSent || !c->client) {
+        return dropMalformed(c, "unexpected challenge");
       }
-      c->serverNonce = ch->nonce;
-      const Mac expect = handshakeMac(options_.token, "server", c->clientNonce, c->serverNonce, options_.nodeId,
-                                      ch->nodeId);
-      if (!macEquals(expect, ch->mac.data(), ch->mac.size())) {
-        counters_.refused++;
-        log()->error("refused {} (node {:x}): it does not hold the job token", c->address, ch->nodeId);
+      auto proof = c->client->proof(body);
+      if (!proof.hasValue()) {
         c->refused = true;
-        return closeConnection(c, Status::unavailable(fmt::format("{} does not hold the job token", c->address)),
+        if (proof.status().code() == Status::Code::kCorruption) {
+          return closeConnection(c, Status::corruption(fmt::format("{}: {}", c->address, proof.status().message())),
+                                 true);
+        }
+        counters_.refused++;
+        log()->error("refused {} (node {:x}): {}", c->address, c->client->serverId(), proof.status().message());
+        // Say so (the listening side counts it), give it a moment to leave,
+        // then close (onTimer), as a refusal the other way.
+        sendControl(c, kRefused, encodeRefused(Refused{"wrong job token"}));
+        if (c->state == State::kClosed) return;
+        c->closeWhy = Status::unavailable(fmt::format("{}: {}", c->address, proof.status().message()));
+        c->closeAt = Clock::now() + std::chrono::milliseconds(200);
+        return;
+      }
+      if (c->peerId != 0 && c->peerId != c->client->serverId()) {
+        return closeConnection(c,
+                               Status::unavailable(fmt::format("{} is node {:x}, expected {:x}", c->address,
+                                                               c->client->serverId(), c->peerId)),
                                true);
       }
-      if (c->peerId != 0 && c->peerId != ch->nodeId) {
-        return closeConnection(
-            c, Status::unavailable(fmt::format("{} is node {:x}, expected {:x}", c->address, ch->nodeId, c->peerId)),
-            true);
-      }
-      c->peerId = ch->nodeId;
-      const Mac proof = handshakeMac(options_.token, "client", c->clientNonce, c->serverNonce, options_.nodeId,
-                                     ch->nodeId);
+      c->peerId = c->client->serverId();
       c->state = State::kProofSent;
-      sendControl(c, kProof, encodeProof(Proof{proof}));
+      sendControl(c, kProof, *proof);
       return;
     }
     case kProof: {  // listening side
-      if (c->outgoing || c->state != State::kAwaitProof) return dropMalformed(c, "unexpected proof");
-      auto proof = decodeProof(body);
-      const Mac expect = handshakeMac(options_.token, "client", c->clientNonce, c->serverNonce, c->peerId,
-                                      options_.nodeId);
-      if (!proof.hasValue() || !macEquals(expect, proof->mac.data(), proof->mac.size())) {
-        log()->error("refused {} (claims node {:x}): wrong job token", c->address, c->peerId);
+      if (c->outgoing || c->state != State::kAwaitProof || !c->server) return dropMalformed(c, "unexpected proof");
+      if (Status st = c->server->verify(body); !st.isOk()) {
+        warnAboutHost(c->host, fmt::format("refused {} (claims node {:x}): {}", c->address, c->peerId, st.message()));
         return refuse(c, "wrong job token");
       }
       sendControl(c, kWelcome, encodeEmpty());
@@ -84,7 +77,13 @@ void UcxNode::Impl::handleControl(Connection* c, const DecodedFrame& frame) {
     case kWelcome:  // connecting side
       if (!c->outgoing || c->state != State::kProofSent) return dropMalformed(c, "unexpected welcome");
       return becomeReady(c);
-    case kRefused: {  // connecting side
+    case kRefused: {
+      if (!c->outgoing && c->state == State::kAwaitProof) {  // it found this node's proof wrong
+        counters_.refused++;
+        warnAboutHost(c->host, fmt::format("{} (claims node {:x}) refused this node's proof: it holds another token",
+                                           c->address, c->peerId));
+        return closeConnection(c, Status::ok(), false);
+      }
       if (!c->outgoing || c->state == State::kReady) return dropMalformed(c, "unexpected refusal");
       auto refused = decodeRefused(body);
       const std::string reason = refused.hasValue() ? refused->reason : std::string("no reason given");

@@ -159,6 +159,11 @@ Expected<CheckpointManifest> readManifest(const std::string& dir) {
   if (!text.hasValue()) {
     return Status::notFound(fmt::format("{}: no manifest: the checkpoint is incomplete or this is not one", path));
   }
+  return parseManifest(*text, path);
+}
+
+Expected<CheckpointManifest> parseManifest(const std::string& manifestText, const std::string& path) {
+  const std::string* text = &manifestText;
   const size_t at = text->rfind(kChecksumKey);
   if (at == std::string::npos || at == 0 || text->size() < at + std::strlen(kChecksumKey) + 16) {
     return Status::corruption(fmt::format("{}: truncated (no manifest_checksum)", path));

@@ -88,6 +88,8 @@ std::string checkpointDir(const std::string& base, int64_t id);
 Status writeManifest(const std::string& dir, const CheckpointManifest& manifest);
 // Reads dir/manifest.toml: its own checksum, then every field.
 Expected<CheckpointManifest> readManifest(const std::string& dir);
+// The same for a manifest's text; `path` names it in errors.
+Expected<CheckpointManifest> parseManifest(const std::string& text, const std::string& path);
 // Every file the manifest lists: present, of its size, with its checksum.
 Status verifyCheckpoint(const std::string& dir, const CheckpointManifest& manifest);
 // The checkpoint to resume from `path`: a checkpoint directory (it holds a

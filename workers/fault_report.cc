@@ -5,8 +5,7 @@
 #include <limits>
 
 #include <fmt/format.h>
-
-#include "common/json_text.h"
+#include <nlohmann/json.hpp>
 
 namespace troupe::workers {
 
@@ -262,101 +261,130 @@ FaultReport faultReport(const JobOutcome& o, bool binary, const JobOutcome* base
   return r;
 }
 
-std::string promotionsJson(const std::vector<JobOutcome::Promotion>& promotions) {
-  std::vector<std::string> out;
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// A time in seconds, or null when there is none (negative).
+Json secondsOrNull(double s) { return s >= 0 ? Json(s) : Json(nullptr); }
+
+}  // namespace
+
+Json promotionsJson(const std::vector<JobOutcome::Promotion>& promotions) {
+  Json out = Json::array();
   for (const auto& p : promotions) {
-    out.push_back(fmt::format("{{\"shard\": {}, \"from_ps\": {}, \"to_ps\": {}, \"at_s\": {}, \"training_at_s\": {}}}",
-                              p.shard, p.from, p.to, jsonNumber(p.atSeconds),
-                              p.trainingAtSeconds >= 0 ? jsonNumber(p.trainingAtSeconds) : "null"));
+    out.push_back({{"shard", p.shard},
+                   {"from_ps", p.from},
+                   {"to_ps", p.to},
+                   {"at_s", p.atSeconds},
+                   {"training_at_s", secondsOrNull(p.trainingAtSeconds)}});
   }
-  return fmt::format("[{}]", fmt::join(out, ", "));
+  return out;
 }
 
-std::string copiesBuiltJson(const std::vector<JobOutcome::ReplicaBuilt>& copies) {
-  std::vector<std::string> out;
+Json copiesBuiltJson(const std::vector<JobOutcome::ReplicaBuilt>& copies) {
+  Json out = Json::array();
   for (const auto& b : copies) {
-    out.push_back(fmt::format("{{\"shard\": {}, \"primary_ps\": {}, \"backup_ps\": {}, \"at_s\": {}, \"transfer_s\": {}}}",
-                              b.shard, b.primary, b.backup, jsonNumber(b.atSeconds), jsonNumber(b.seconds)));
+    out.push_back({{"shard", b.shard},
+                   {"primary_ps", b.primary},
+                   {"backup_ps", b.backup},
+                   {"at_s", b.atSeconds},
+                   {"transfer_s", b.seconds}});
   }
-  return fmt::format("[{}]", fmt::join(out, ", "));
+  return out;
 }
 
 std::string faultReportJson(const FaultReport& r) {
-  auto seconds = [](double s) { return s >= 0 ? jsonNumber(s) : std::string("null"); };
-  std::string out = "{\n";
-  out += fmt::format("  \"finished\": {},\n", r.ok ? "true" : "false");
-  if (!r.ok) out += fmt::format("  \"error\": {},\n", jsonString(r.error));
-  out += fmt::format("  \"seed\": {},\n", r.seed);
-  out += fmt::format("  \"{}\": {},\n", r.metric, r.evaluated ? jsonNumber(r.value) : "null");
-  if (r.hasBaseline) {
-    out += fmt::format("  \"baseline_{}\": {},\n", r.metric, r.baselineOk ? jsonNumber(r.baseline) : "null");
-  }
-  std::string plan;
-  for (const auto& p : r.plan) plan += (plan.empty() ? "" : ", ") + jsonString(p);
-  out += fmt::format("  \"plan\": [{}],\n", plan);
-  std::string hits;
+  Json out = Json::object();
+  out["finished"] = r.ok;
+  if (!r.ok) out["error"] = r.error;
+  out["seed"] = r.seed;
+  out[r.metric] = r.evaluated ? Json(r.value) : Json(nullptr);
+  if (r.hasBaseline) out["baseline_" + r.metric] = r.baselineOk ? Json(r.baseline) : Json(nullptr);
+  out["plan"] = r.plan;
+  Json hits = Json::array();
   for (const auto& h : r.hits) {
     const auto& in = h.injection;
-    hits += fmt::format(
-        "{}    {{\"fault\": {}, \"kind\": \"{}\", \"target\": {}, \"process\": {}, \"pid\": {}, \"at_s\": {}, \"step\": {}, "
-        "\"skipped\": {}, \"detected\": {}, \"detected_by\": {}, \"detect_s\": {}, \"action\": {}, "
-        "\"recovered\": {}, \"recover_s\": {}}}",
-        hits.empty() ? "" : ",\n", in.fault, actors::faultKindName(in.kind), jsonString(h.target), in.incarnation, in.pid,
-        jsonNumber(in.atSeconds), in.step >= 0 ? std::to_string(in.step) : "null", in.skipped ? "true" : "false",
-        h.detected ? "true" : "false", h.detected ? jsonString(h.detectedBy) : "null", seconds(h.detectSeconds),
-        h.detected ? jsonString(h.action) : "null", h.recovered ? "true" : "false", seconds(h.recoverSeconds));
+    hits.push_back({{"fault", in.fault},
+                    {"kind", actors::faultKindName(in.kind)},
+                    {"target", h.target},
+                    {"process", in.incarnation},
+                    {"pid", in.pid},
+                    {"at_s", in.atSeconds},
+                    {"step", in.step >= 0 ? Json(in.step) : Json(nullptr)},
+                    {"skipped", in.skipped},
+                    {"detected", h.detected},
+                    {"detected_by", h.detected ? Json(h.detectedBy) : Json(nullptr)},
+                    {"detect_s", secondsOrNull(h.detectSeconds)},
+                    {"action", h.detected ? Json(h.action) : Json(nullptr)},
+                    {"recovered", h.recovered},
+                    {"recover_s", secondsOrNull(h.recoverSeconds)}});
   }
-  out += fmt::format("  \"injections\": [\n{}\n  ],\n", hits);
-  std::string kinds;
+  out["injections"] = std::move(hits);
+  Json kinds = Json::array();
   for (const auto& row : r.rows) {
-    auto counted = [&](int64_t n) { return row.detects ? std::to_string(n) : std::string("null"); };
-    kinds += fmt::format(
-        "{}    {{\"kind\": \"{}\", \"injected\": {}, \"skipped\": {}, \"unfired\": {}, \"detected\": {}, \"recovered\": {}, "
-        "\"detect_s_p50\": {}, \"detect_s_max\": {}, \"recover_s_p50\": {}, \"recover_s_max\": {}}}",
-        kinds.empty() ? "" : ",\n", row.kind, row.injected, row.skipped, row.unfired, counted(row.detected),
-        counted(row.recovered),
-        jsonNumber(percentile(row.detectSeconds, 50)), jsonNumber(percentile(row.detectSeconds, 100)),
-        jsonNumber(percentile(row.recoverSeconds, 50)), jsonNumber(percentile(row.recoverSeconds, 100)));
+    auto counted = [&](int64_t n) { return row.detects ? Json(n) : Json(nullptr); };
+    // (percentile: NaN without a figure, written as null)
+    kinds.push_back({{"kind", row.kind},
+                     {"injected", row.injected},
+                     {"skipped", row.skipped},
+                     {"unfired", row.unfired},
+                     {"detected", counted(row.detected)},
+                     {"recovered", counted(row.recovered)},
+                     {"detect_s_p50", percentile(row.detectSeconds, 50)},
+                     {"detect_s_max", percentile(row.detectSeconds, 100)},
+                     {"recover_s_p50", percentile(row.recoverSeconds, 50)},
+                     {"recover_s_max", percentile(row.recoverSeconds, 100)}});
   }
-  out += fmt::format("  \"kinds\": [\n{}\n  ],\n", kinds);
+  out["kinds"] = std::move(kinds);
   if (r.hasLinks) {
-    std::string parts;
+    Json parts = Json::array();
     for (const auto& p : r.partitions) {
-      parts += fmt::format("{}{{\"fault\": {}, \"target\": {}, \"at_s\": {}, \"duration_s\": {}, \"opened\": {}, "
-                           "\"detected\": {}, \"detect_s\": {}, \"recovered\": {}, \"recover_s\": {}}}",
-                           parts.empty() ? "" : ", ", p.fault, jsonString(p.target), jsonNumber(p.atSeconds),
-                           jsonNumber(p.durationSeconds), p.opened ? "true" : "false", p.detected ? "true" : "false",
-                           seconds(p.detectSeconds), p.recovered ? "true" : "false", seconds(p.recoverSeconds));
+      parts.push_back({{"fault", p.fault},
+                       {"target", p.target},
+                       {"at_s", p.atSeconds},
+                       {"duration_s", p.durationSeconds},
+                       {"opened", p.opened},
+                       {"detected", p.detected},
+                       {"detect_s", secondsOrNull(p.detectSeconds)},
+                       {"recovered", p.recovered},
+                       {"recover_s", secondsOrNull(p.recoverSeconds)}});
     }
-    out += fmt::format("  \"partitions\": [{}],\n", parts);
+    out["partitions"] = std::move(parts);
     const auto& l = r.links;
-    out += fmt::format(
-        "  \"links\": {{\"processes\": {}, \"dropped\": {}, \"duplicated\": {}, \"delayed\": {}, \"reordered\": {}, "
-        "\"corrupted\": {}, \"cut_by_partitions\": {}, \"sent_again\": {}, \"duplicates_suppressed\": {}, "
-        "\"held_for_an_earlier_one\": {}, \"resend_requests\": {}, \"malformed_refused\": {}, \"given_up\": {}}},\n",
-        r.linkProcesses, l.dropped, l.duplicated, l.delayed, l.reordered, l.corrupted, l.partitioned, l.resent,
-        l.duplicatesSuppressed, l.heldOutOfOrder, l.gaps, l.malformedRefused, l.linksGivenUp);
+    out["links"] = {{"processes", r.linkProcesses},
+                    {"dropped", l.dropped},
+                    {"duplicated", l.duplicated},
+                    {"delayed", l.delayed},
+                    {"reordered", l.reordered},
+                    {"corrupted", l.corrupted},
+                    {"cut_by_partitions", l.partitioned},
+                    {"sent_again", l.resent},
+                    {"duplicates_suppressed", l.duplicatesSuppressed},
+                    {"held_for_an_earlier_one", l.heldOutOfOrder},
+                    {"resend_requests", l.gaps},
+                    {"malformed_refused", l.malformedRefused},
+                    {"given_up", l.linksGivenUp}};
   }
-  out += fmt::format("  \"steps_redone\": {},\n  \"rollbacks\": {},\n  \"regroups\": {},\n", r.stepsRedone,
-                     r.rollbacks, r.regroups);
-  out += fmt::format("  \"replicas\": {},\n  \"promotions\": {},\n  \"copies_built\": {},\n", r.replicas,
-                     promotionsJson(r.promotions), copiesBuiltJson(r.copiesBuilt));
-  out += fmt::format("  \"duplicates_suppressed\": {},\n", r.duplicatesSuppressed);
-  std::string crashes;
-  for (const auto& c : r.crashes) crashes += (crashes.empty() ? "" : ", ") + jsonString(c);
-  out += fmt::format("  \"crashes\": [{}],\n", crashes);
-  if (r.counted) {
-    out += fmt::format("  \"counts\": {{\"checked\": {}, \"wrong\": {}, \"errors\": {}}},\n", r.countChecked,
-                       r.countWrong, jsonString(r.countErrors));
-  }
-  out += fmt::format(
-      "  \"ledger\": {{\"expected_samples\": {}, \"samples_applied\": [{}], \"pushes_acknowledged\": {}, "
-      "\"pushes_in_state\": [{}], \"ranks_not_counted\": [{}], \"exact\": {}}}\n}}\n",
-      r.ledger.expectedSamples, fmt::join(r.ledger.samplesApplied, ", "),
-      r.ledger.pushesInState.empty() ? std::string("null") : std::to_string(r.ledger.pushesAcknowledged),
-      fmt::join(r.ledger.pushesInState, ", "), fmt::join(r.ledger.ranksNotCounted, ", "),
-      r.ledger.exact ? "true" : "false");
-  return out;
+  out["steps_redone"] = r.stepsRedone;
+  out["rollbacks"] = r.rollbacks;
+  out["regroups"] = r.regroups;
+  out["replicas"] = r.replicas;
+  out["promotions"] = promotionsJson(r.promotions);
+  out["copies_built"] = copiesBuiltJson(r.copiesBuilt);
+  out["duplicates_suppressed"] = r.duplicatesSuppressed;
+  out["crashes"] = r.crashes;
+  if (r.counted) out["counts"] = {{"checked", r.countChecked}, {"wrong", r.countWrong}, {"errors", r.countErrors}};
+  out["ledger"] = {{"expected_samples", r.ledger.expectedSamples},
+                   {"samples_applied", r.ledger.samplesApplied},
+                   {"pushes_acknowledged",
+                    r.ledger.pushesInState.empty() ? Json(nullptr) : Json(r.ledger.pushesAcknowledged)},
+                   {"pushes_in_state", r.ledger.pushesInState},
+                   {"ranks_not_counted", r.ledger.ranksNotCounted},
+                   {"exact", r.ledger.exact}};
+  // Invalid UTF-8 in a string (an error text, a plan as typed) is replaced,
+  // not thrown over.
+  return out.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 
 std::string faultKindTable(const std::vector<FaultReport::Row>& rows, const std::vector<double>& percentiles) {

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "workers/training_job.h"
 
 namespace troupe::workers {
@@ -119,11 +121,13 @@ struct FaultReport {
 // `binary`: the model is judged by AUC (else by accuracy). `baseline`: the
 // same job without faults, or null.
 FaultReport faultReport(const JobOutcome& outcome, bool binary = true, const JobOutcome* baseline = nullptr);
+// faults.json: the report as JSON text (indented by 2; a time or quality
+// that is not there, or not finite, is null).
 std::string faultReportJson(const FaultReport& report);
 // ps.replicas = 2: the promotions and the copies built, each as a JSON array
 // (faults.json and the run's summary.json write the same).
-std::string promotionsJson(const std::vector<JobOutcome::Promotion>& promotions);
-std::string copiesBuiltJson(const std::vector<JobOutcome::ReplicaBuilt>& copies);
+nlohmann::ordered_json promotionsJson(const std::vector<JobOutcome::Promotion>& promotions);
+nlohmann::ordered_json copiesBuiltJson(const std::vector<JobOutcome::ReplicaBuilt>& copies);
 // Per kind (rows with nothing are left out): injected, skipped, unfired,
 // detected, recovered, and the seconds to detect and to recover at each of
 // `percentiles` (100: the max).

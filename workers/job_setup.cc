@@ -24,6 +24,12 @@ int64_t positive(const Config& c, const char* key) {
   return v;
 }
 
+bool skipsBadRecords(const Config& c) {
+  const std::string v = c.getString("data.on_bad_record");
+  if (v != "fail" && v != "skip") TROUPE_SETUP_ERROR("config: data.on_bad_record must be fail or skip, got '{}'", v);
+  return v == "skip" || c.getBool("data.skip_bad_lines");
+}
+
 DataSources openData(const Config& c, int threads) {
   DataSources d;
   const std::string kind = c.getString("data.kind");
@@ -54,7 +60,7 @@ DataSources openData(const Config& c, int threads) {
     CriteoSourceOptions o;
     o.batchSize = batch;
     o.numCategorical = categorical;
-    o.skipBadLines = c.getBool("data.skip_bad_lines");
+    o.skipBadLines = skipsBadRecords(c);
     o.inMemory = c.getBool("data.in_memory");
     o.path = trainPath;
     o.maxRows = c.getInt("data.max_train_rows");
@@ -241,9 +247,8 @@ StaleAware staleAwareOf(const Config& c) {
 
 EvalSchedule evalScheduleOf(const Config& c, ModelKind kind) {
   EvalSchedule out;
-  out.everySteps = c.getInt("train.eval_every_steps");
-  out.everySeconds = c.getFloat("train.eval_every_seconds");  // in [0, 1e9]: the schema's range
-  if (out.everySteps < 0) TROUPE_SETUP_ERROR("config: train.eval_every_steps must be >= 0, got {}", out.everySteps);
+  out.everySteps = c.getInt("train.eval_every_steps");        // >= 0 and
+  out.everySeconds = c.getFloat("train.eval_every_seconds");  // in [0, 1e9]: the schema's ranges
   if (!out.any()) return out;
   const std::string key = out.everySteps > 0 ? "train.eval_every_steps" : "train.eval_every_seconds";
   if (kind == ModelKind::kCount) {
@@ -262,13 +267,11 @@ EvalSchedule evalScheduleOf(const Config& c, ModelKind kind) {
 
 PipelineConfig pipelineOf(const Config& c) {
   PipelineConfig out;
+  // In [1, 64], [1, 4096] and [1, 64]: the schema's ranges.
   const int64_t stages = c.getInt("pipeline.stages"), micro = c.getInt("pipeline.micro_batches");
-  if (stages < 1 || stages > 64) TROUPE_SETUP_ERROR("config: pipeline.stages must be 1 to 64, got {}", stages);
-  if (micro < 1 || micro > 4096) TROUPE_SETUP_ERROR("config: pipeline.micro_batches must be 1 to 4096, got {}", micro);
   out.stages = int(stages);
   out.microBatches = int(micro);
   const int64_t replicas = c.getInt("pipeline.replicas");
-  if (replicas < 1 || replicas > 64) TROUPE_SETUP_ERROR("config: pipeline.replicas must be 1 to 64, got {}", replicas);
   out.replicas = int(replicas);
   const std::string schedule = c.getString("pipeline.schedule");
   auto kind = pipelineScheduleOf(schedule);
@@ -314,10 +317,7 @@ std::vector<int> pipelineCut(const PipelineConfig& p, const std::vector<int64_t>
 CompressionConfig compressionOf(const Config& c) {
   CompressionConfig out;
   const double fraction = c.getFloat("compression.fraction");  // in (0, 1]: the schema's range
-  const int64_t chunk = c.getInt("compression.chunk");
-  if (chunk < 1 || chunk > (int64_t{1} << 20)) {
-    TROUPE_SETUP_ERROR("config: compression.chunk must be 1 to 1048576 values, got {}", chunk);
-  }
+  const int64_t chunk = c.getInt("compression.chunk");  // in [1, 2^20]: the schema's range
   auto codec = [&](const char* key) {
     const std::string name = c.getString(key);
     auto kind = kernels::codecKindOf(name);
@@ -340,14 +340,8 @@ CompressionConfig compressionOf(const Config& c) {
                        "not {}",
                        kernels::codecName(out.pull.kind));
   }
-  out.warmupSteps = c.getInt("compression.warmup_steps");
-  if (out.warmupSteps < 0) {
-    TROUPE_SETUP_ERROR("config: compression.warmup_steps must be >= 0, got {}", out.warmupSteps);
-  }
-  out.residualRows = c.getInt("compression.residual_rows");
-  if (out.residualRows < 0) {
-    TROUPE_SETUP_ERROR("config: compression.residual_rows must be >= 0, got {}", out.residualRows);
-  }
+  out.warmupSteps = c.getInt("compression.warmup_steps");     // >= 0 and
+  out.residualRows = c.getInt("compression.residual_rows");   // >= 0: the schema's ranges
   if (out.any() && c.getString("model.kind") == "count") {
     TROUPE_SETUP_ERROR("config: the count model checks every value exactly; compression would change them (set "
                        "compression.push, .pull and .allreduce to none)");
@@ -372,8 +366,7 @@ int64_t serverCount(const Config& c) {
 }
 
 int64_t psReplicas(const Config& c) {
-  const int64_t r = c.getInt("ps.replicas");
-  if (r != 1 && r != 2) TROUPE_SETUP_ERROR("config: ps.replicas must be 1 or 2, not {}", r);
+  const int64_t r = c.getInt("ps.replicas");  // 1 or 2: the schema's range
   if (r == 2 && trainMode(c) == TrainMode::kAllReduce) {
     TROUPE_SETUP_ERROR("config: ps.replicas = 2 needs parameter servers (train.mode = ps or hybrid); allreduce mode "
                        "has none");

@@ -49,8 +49,7 @@ actors::CoordinatorOptions coordinatorOptions(const Config& config) {
   o.config = config.toToml();
   o.startTimeout = std::chrono::seconds(positive(config, "cluster.start_timeout_s"));
   o.replaceTimeout = std::chrono::seconds(positive(config, "supervision.replace_timeout_s"));
-  const int64_t maxRestarts = config.getInt("supervision.max_restarts");
-  if (maxRestarts < 0) TROUPE_SETUP_ERROR("config: supervision.max_restarts must be >= 0, got {}", maxRestarts);
+  const int64_t maxRestarts = config.getInt("supervision.max_restarts");  // >= 0: the schema's range
   o.restarts = actors::RestartPolicy{maxRestarts, std::chrono::seconds(positive(config, "supervision.restart_window_s"))};
   (void)workerLossPolicy(config);  // checked here, before any process starts
   (void)psReplicas(config);

@@ -46,6 +46,7 @@
 #include "actors/fault_injector.h"
 #include "common/config.h"
 #include "ps/shard.h"
+#include "transport/node.h"
 #include "transport/tensor.h"
 #include "workers/checkpoint.h"
 #include "workers/job_messages.h"
@@ -127,6 +128,9 @@ struct CheckpointRecord {
 struct JobOutcome {
   bool ok = false;
   std::string error;  // when !ok
+  // A job of processes: its coordinator's node's counters at the end (who
+  // knocked without the token, or held a handshake slot idle).
+  std::optional<transport::NodeStats> coordinatorNode;
   // The final evaluation (by the lowest live worker rank).
   bool evaluated = false;
   double auc = 0, loss = 0, accuracy = 0;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include <thread>
 
 #include <caf/all.hpp>
+#include <nlohmann/json.hpp>
 
 #include "actors/actor_system.h"
 #include "actors/launcher.h"
@@ -203,12 +205,14 @@ int runAllReduceBench(const AllReduceBenchOptions& o) {
   std::printf("all-reduce, float32 sum, %d trials (median), loopback on this machine\n", o.trials);
   std::printf("%3s %10s | %12s %12s %12s | %10s %10s %10s | %8s\n", "n", "bytes", "troupe us", "gloo us", "mpi us",
               "troupe GB/s", "gloo GB/s", "mpi GB/s", "vs best");
-  std::string json = "[\n";
+  nlohmann::ordered_json json = nlohmann::ordered_json::array();
   auto busbw = [](uint64_t bytes, int n, double us) {
     return us > 0 ? double(bytes) / (us * 1e-6) / 1e9 * 2.0 * double(n - 1) / double(n) : 0.0;
   };
-  auto num = [](double v) { return v > 0 ? fmt::format("{:.3f}", v) : std::string("null"); };
-  bool first = true;
+  // A figure to 3 decimals; null when there is none.
+  auto num = [](double v) {
+    return v > 0 ? nlohmann::ordered_json(std::round(v * 1000) / 1000) : nlohmann::ordered_json(nullptr);
+  };
   for (int n : o.ranks) {
     auto t = measureTroupe(o, n, dir);
     auto g = gloo ? measureGloo(o, n, dir, glooExe) : std::map<uint64_t, double>{};
@@ -220,18 +224,21 @@ int runAllReduceBench(const AllReduceBenchOptions& o) {
       const double best = std::max(gb, mb);
       std::printf("%3d %10llu | %12.1f %12.1f %12.1f | %10.3f %10.3f %10.3f | %7.2fx\n", n, (unsigned long long)bytes,
                   tu, gu, mu, tb, gb, mb, best > 0 && tb > 0 ? tb / best : 0.0);
-      json += fmt::format("{}  {{\"n\": {}, \"bytes\": {}, \"troupe_busbw_gbps\": {}, \"gloo_busbw_gbps\": {}, "
-                          "\"mpi_busbw_gbps\": {}, \"troupe_us\": {}, \"gloo_us\": {}, \"mpi_us\": {}}}",
-                          first ? "" : ",\n", n, bytes, num(tb), num(gb), num(mb), num(tu), num(gu), num(mu));
-      first = false;
+      json.push_back({{"n", n},
+                      {"bytes", bytes},
+                      {"troupe_busbw_gbps", num(tb)},
+                      {"gloo_busbw_gbps", num(gb)},
+                      {"mpi_busbw_gbps", num(mb)},
+                      {"troupe_us", num(tu)},
+                      {"gloo_us", num(gu)},
+                      {"mpi_us", num(mu)}});
       if (tu == 0) log->error("troupe with n = {} gave no figure for {} bytes; see {}/troupe-{}-*.log", n, bytes, dir, n);
     }
     std::fflush(stdout);
   }
-  json += "\n]\n";
   if (!o.jsonPath.empty()) {
     std::ofstream out(o.jsonPath);
-    out << json;
+    out << json.dump(2) << "\n";
     if (!out) TROUPE_SETUP_ERROR("cannot write --json '{}'", o.jsonPath);
   }
   std::printf("logs of every process: %s\n", dir.c_str());

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <deque>
 #include <fstream>
 #include <thread>
 
 #include <caf/all.hpp>
+#include <nlohmann/json.hpp>
 
 #include "actors/actor_system.h"
 #include "actors/launcher.h"
@@ -147,7 +149,12 @@ int runPsBench(const PsBenchOptions& options) {
               node.sharedMemory ? "shared memory" : "TCP", options.seconds);
   std::printf("%6s %8s %14s %14s %10s %10s %12s %7s %7s\n", "floats", "keys", "push keys/s", "pull keys/s", "push GB/s",
               "pull GB/s", "ceiling GB/s", "push %", "pull %");
-  std::string rows;
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  // A figure to `digits` decimals, as the table prints it.
+  auto fixed = [](double v, int digits) {
+    const double scale = std::pow(10.0, digits);
+    return std::round(v * scale) / scale;
+  };
   auto row = [&](int64_t floats, int64_t keys, int window, bool psLite) {
     const size_t table = size_t(std::find(kDims.begin(), kDims.end(), floats) - kDims.begin());
     Figure pu = measure(system, shard, table, keys, true, window, options.seconds);
@@ -165,12 +172,18 @@ int runPsBench(const PsBenchOptions& options) {
     }
     std::printf("\n");
     std::fflush(stdout);
-    rows += fmt::format(
-        "{}{{\"row_floats\": {}, \"keys\": {}, \"push_keys_per_s\": {:.1f}, \"pull_keys_per_s\": {:.1f}, "
-        "\"push_gbps\": {:.4f}, \"pull_gbps\": {:.4f}, \"ceiling_gbps\": {:.4f}, \"push_requests_per_s\": {:.1f}, "
-        "\"pull_requests_per_s\": {:.1f}, \"push_p50_us\": {:.1f}, \"pull_p50_us\": {:.1f}, \"shape\": \"{}\"}}",
-        rows.empty() ? "" : ",\n  ", floats, keys, pu.requestsPerSec * double(keys), pl.requestsPerSec * double(keys),
-        pushG, pullG, ceiling, pu.requestsPerSec, pl.requestsPerSec, pu.p50us, pl.p50us, psLite ? "ps-lite" : "batch");
+    rows.push_back({{"row_floats", floats},
+                    {"keys", keys},
+                    {"push_keys_per_s", fixed(pu.requestsPerSec * double(keys), 1)},
+                    {"pull_keys_per_s", fixed(pl.requestsPerSec * double(keys), 1)},
+                    {"push_gbps", fixed(pushG, 4)},
+                    {"pull_gbps", fixed(pullG, 4)},
+                    {"ceiling_gbps", fixed(ceiling, 4)},
+                    {"push_requests_per_s", fixed(pu.requestsPerSec, 1)},
+                    {"pull_requests_per_s", fixed(pl.requestsPerSec, 1)},
+                    {"push_p50_us", fixed(pu.p50us, 1)},
+                    {"pull_p50_us", fixed(pl.p50us, 1)},
+                    {"shape", psLite ? "ps-lite" : "batch"}});
   };
   for (int64_t floats : {16, 64, 256}) {
     for (int64_t keys : {1000, 10000, 100000}) row(floats, keys, 4, false);
@@ -179,7 +192,8 @@ int runPsBench(const PsBenchOptions& options) {
   for (int64_t floats : {1024, 65536, 1 << 20}) row(floats, 1, floats <= 1024 ? 32 : 4, true);
   if (!options.jsonPath.empty()) {
     std::ofstream out(options.jsonPath);
-    out << "{\"bench\": \"ps\", \"rows\": [\n  " << rows << "\n]}\n";
+    const nlohmann::ordered_json json = {{"bench", "ps"}, {"rows", rows}};
+    out << json.dump(2) << "\n";
   }
   pair->child->stop(2s);  // the shard process has nothing to save
   return 0;

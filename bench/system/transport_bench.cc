@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -17,6 +18,7 @@
 #include <thread>
 
 #include <caf/all.hpp>
+#include <nlohmann/json.hpp>
 
 #include "actors/actor_system.h"
 #include "actors/launcher.h"
@@ -240,7 +242,15 @@ int runTransportBench(const TransportBenchOptions& options) {
               options.secondsPerSize);
   std::printf("%10s %14s %16s %8s\n", "bytes", "troupe MiB/s", "perftest MiB/s", "ratio");
   measureRoundTrip(system, sink, 200);  // warm up endpoints and allocators
-  std::string rowsJson;
+  using Json = nlohmann::ordered_json;
+  // A figure to `digits` decimals, as the table prints it; ucx_perftest's
+  // is null when there is none.
+  auto fixed = [](double v, int digits) {
+    const double scale = std::pow(10.0, digits);
+    return std::round(v * scale) / scale;
+  };
+  auto perftestFigure = [&](double v, int digits) { return v > 0 ? Json(fixed(v, digits)) : Json(nullptr); };
+  Json rowsJson = Json::array();
   for (uint64_t bytes : options.sizes) {
     measureBandwidth(system, sink, bytes, 0.1);  // warm-up
     std::vector<double> ours, theirs;
@@ -257,8 +267,7 @@ int runTransportBench(const TransportBenchOptions& options) {
     std::printf("%10llu %14.1f %16.1f %8s\n", (unsigned long long)bytes, a, b,
                 b > 0 ? fmt::format("{:.2f}", a / b).c_str() : "-");
     std::fflush(stdout);
-    rowsJson += fmt::format("{}{{\"bytes\": {}, \"troupe_mbps\": {:.1f}, \"ucx_perftest_mbps\": {}}}",
-                            rowsJson.empty() ? "" : ", ", bytes, a, b > 0 ? fmt::format("{:.1f}", b) : "null");
+    rowsJson.push_back({{"bytes", bytes}, {"troupe_mbps", fixed(a, 1)}, {"ucx_perftest_mbps", perftestFigure(b, 1)}});
   }
   std::vector<double> rtt, ucxRtt;
   for (int trial = 0; trial < options.trials; ++trial) {
@@ -282,9 +291,11 @@ int runTransportBench(const TransportBenchOptions& options) {
 
   if (!options.jsonPath.empty()) {
     std::ofstream out(options.jsonPath);
-    out << fmt::format(
-        "{{\"rows\": [{}], \"latency\": {{\"troupe_roundtrip_us\": {:.3f}, \"ucx_perftest_roundtrip_us\": {}}}}}\n",
-        rowsJson, ours, theirs > 0 ? fmt::format("{:.3f}", theirs) : "null");
+    const Json json = {
+        {"rows", rowsJson},
+        {"latency",
+         {{"troupe_roundtrip_us", fixed(ours, 3)}, {"ucx_perftest_roundtrip_us", perftestFigure(theirs, 3)}}}};
+    out << json.dump(2) << "\n";
     if (!out) {
       std::fprintf(stderr, "troupe: error: cannot write %s\n", options.jsonPath.c_str());
       return 1;

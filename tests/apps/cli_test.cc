@@ -1,11 +1,14 @@
 // End-to-end tests of the `troupe` binary: exit statuses, one-line errors for
 // bad configuration, and gen-data as a user runs it.
+#include <cmath>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "common/config.h"
 #include "tests/common/subprocess.h"
 #include "tests/common/temp_dir.h"
 
@@ -203,6 +206,40 @@ TEST(CliTest, BenchTransportRefusesBadSettingsAtOnce) {
   expectUsageError(troupe({"bench", "transport", "--set", "transport.heartbeat_timeout_ms=100"}),
                    "heartbeat_timeout_ms");
   expectUsageError(troupe({"bench", "transport", "--json", "/nonexistent-dir/x.json"}), "/nonexistent-dir/x.json");
+}
+
+// Every numeric key of the product's schema, through the binary: NaN, both
+// infinities and one value past each end of its range are a one-line error
+// naming the key, the value and the range, with exit status 2.
+TEST(CliTest, EveryNumericKeyRefusesNaNInfinityAndBothSidesOfItsRange) {
+  int keys = 0;
+  for (const Config::Key& k : troupeConfigSchema()) {
+    const bool isFloat = k.type == Config::Type::kFloat, isList = k.type == Config::Type::kIntList;
+    if (!isFloat && !isList && k.type != Config::Type::kInt) continue;
+    ++keys;
+    const Config::Range& r = k.range;
+    ASSERT_TRUE(std::isfinite(r.lo) && std::isfinite(r.hi)) << k.name;
+    auto set = [&](const std::string& v) {
+      return troupe({"config", "show", "--set", k.name + "=" + (isList ? "[" + v + "]" : v)});
+    };
+    for (const std::string v : {"nan", "inf", "-inf"}) {
+      expectUsageError(set(v), isFloat  ? k.name + " must be a finite number in " + r.toString() + ", got " + v
+                               : isList ? "'[" + v + "]' is not a valid list of integers"
+                                        : "'" + v + "' is not a valid integer");
+    }
+    std::string below, above;
+    if (isFloat) {
+      below = fmt::format("{}", r.loOpen ? r.lo : r.lo - std::max(1.0, std::fabs(r.lo)));
+      above = fmt::format("{}", r.hiOpen ? r.hi : r.hi + std::max(1.0, std::fabs(r.hi)));
+    } else {
+      below = std::to_string(int64_t(r.lo) - 1);
+      above = std::to_string(int64_t(r.hi) + 1);
+    }
+    for (const std::string& v : {below, above}) {
+      expectUsageError(set(v), (isList ? "every item of " : "") + k.name + " must be in " + r.toString() + ", got ");
+    }
+  }
+  EXPECT_EQ(keys, 16 + 58 + 3);
 }
 
 }  // namespace

@@ -196,6 +196,38 @@ TEST(TrainTest, TheProfileCountsEveryKernelCallOfTrainingAndChangesNothing) {
   EXPECT_NE(job.err.find("train.profile"), std::string::npos) << job.err;
 }
 
+// summary.json is JSON whatever the user called things: a run.dir and a
+// run.name with a double quote, a backslash and non-ASCII UTF-8 parse back
+// byte for byte (run_dir joins the two), as the same file in the run
+// directory. A name that is not UTF-8 at all is refused before anything
+// runs (it could not be written into the run's config.toml and read back).
+TEST(TrainTest, TheSummaryIsJsonWhateverTheRunIsCalled) {
+  TempDir dir;
+  const std::string runs = dir.file("runs \"in\\ \xc3\xa9t\xc3\xa9");  // runs "in\ été
+  auto summaryOf = [&](const std::string& name) {
+    auto r = troupe({"train", "--config", std::string(TROUPE_SOURCE_ROOT) + "/configs/mlp-fashion-mnist.toml",
+                     "--threads", "1", "--set", "train.max_steps=5", "--set", "run.dir=" + runs, "--set",
+                     "run.name=" + name, "--summary-json", dir.file("s.json")});
+    EXPECT_EQ(r.exitCode, 0) << r.err;
+    const std::string text = readFile(dir.file("s.json"));
+    EXPECT_EQ(readFile(runs + "/" + name + "/summary.json"), text);
+    nlohmann::json summary;
+    EXPECT_NO_THROW(summary = nlohmann::json::parse(text)) << text;
+    return summary;
+  };
+  const std::string name = "q\"b\\\xc3\xbc\xe2\x9c\x93";  // q"b\ü✓
+  const auto summary = summaryOf(name);
+  ASSERT_TRUE(summary.is_object() && summary.contains("run_dir") && summary.at("run_dir").is_string()) << summary;
+  EXPECT_EQ(summary.at("run_dir").get<std::string>(), runs + "/" + name) << summary;
+  EXPECT_EQ(summary.at("steps"), 5) << summary;
+  EXPECT_EQ(summary.at("model"), "mlp") << summary;
+  auto latin1 = troupe({"train", "--config", std::string(TROUPE_SOURCE_ROOT) + "/configs/mlp-fashion-mnist.toml",
+                        "--set", "run.dir=" + runs, "--set", "run.name=caf\xe9"});  // "café" in Latin-1
+  EXPECT_EQ(latin1.exitCode, 2) << latin1.err;
+  EXPECT_EQ(latin1.err, "troupe: error: config: --set: run.name must be UTF-8 text; its value is not\n");
+  EXPECT_FALSE(std::filesystem::exists(runs + "/caf\xe9"));
+}
+
 // pipeline.stages: the MLP cut into stage actors learns, and since every
 // schedule and cut accumulates the micro-batches in the same order, two
 // stages under 1f1b and four under gpipe predict exactly alike (the bits
@@ -302,21 +334,21 @@ TEST(TrainTest, ADlrmInTwoStagesPredictsAsTheUnsplitOne) {
 }
 
 // troupe experiment: a 2 x 2 grid of short MLP runs, one setting of which
-// fails (batch size 0): every run is a row of experiment.csv (the failed
+// fails (its data directory does not exist): every run is a row of experiment.csv (the failed
 // ones saying why), the plots are PNGs, report.md shows them, and the
 // command says a run failed.
 TEST(ExperimentTest, AGridOfRunsWritesTheTablePlotsAndReportAndAFailedRunIsARowSayingWhy) {
   TempDir dir;
   auto r = troupe({"experiment", "--config", std::string(TROUPE_SOURCE_ROOT) + "/configs/mlp-fashion-mnist.toml",
-                   "--set", "train.epochs=2", "--set", "data.max_train_rows=2000", "--set", "run.threads=1", "--sweep",
-                   "pipeline.stages=1,2", "--sweep", "train.batch_size=64,0", "--target", "accuracy=0.3", "--out",
+                   "--set", "train.epochs=2", "--set", "data.max_train_rows=2000", "--set", "run.threads=1", "--set",
+                   "train.batch_size=64", "--sweep", "pipeline.stages=1,2", "--sweep", "data.train=/usr/share/datasets/fashion-mnist,/nonexistent", "--target", "accuracy=0.3", "--out",
                    dir.file("exp")});
   EXPECT_EQ(r.exitCode, 1) << r.out << r.err;  // a run failed
   EXPECT_NE(r.out.find("experiment: 4 runs, 2 failed"), std::string::npos) << r.out;
   std::istringstream csv(readFile(dir.file("exp/experiment.csv")));
   std::string header;
   std::getline(csv, header);
-  EXPECT_EQ(header, "run,pipeline.stages,train.batch_size,repeat,seed,status,metric,final,best,loss,time_to_target_s,"
+  EXPECT_EQ(header, "run,pipeline.stages,data.train,repeat,seed,status,metric,final,best,loss,time_to_target_s,"
                     "steps_to_target,samples_per_sec,train_seconds,wall_seconds,steps,samples,staleness_mean,"
                     "staleness_p50,staleness_p99,staleness_max,pull_wait_fraction,collective_fraction,wire_bytes");
   std::vector<std::vector<std::string>> rows;
@@ -343,10 +375,10 @@ TEST(ExperimentTest, AGridOfRunsWritesTheTablePlotsAndReportAndAFailedRunIsARowS
     ASSERT_EQ(row.size(), 24u) << "row " << i;
     EXPECT_EQ(row[0], std::to_string(i));
     EXPECT_EQ(row[1], i < 2 ? "1" : "2") << "the first sweep varies slowest";
-    EXPECT_EQ(row[2], i % 2 == 0 ? "64" : "0");
+    EXPECT_EQ(row[2], i % 2 == 0 ? "/usr/share/datasets/fashion-mnist" : "/nonexistent");
     EXPECT_EQ(row[4], "1") << "the config's run.seed";
     if (i % 2 == 1) {
-      EXPECT_EQ(row[5], "config: train.batch_size must be >= 1, got 0") << "row " << i;
+      EXPECT_EQ(row[5], "cannot open '/nonexistent/train-images-idx3-ubyte.gz': No such file or directory") << "row " << i;
       EXPECT_EQ(row[7], "");
       continue;
     }
@@ -364,7 +396,8 @@ TEST(ExperimentTest, AGridOfRunsWritesTheTablePlotsAndReportAndAFailedRunIsARowS
   }
   const std::string report = readFile(dir.file("exp/report.md"));
   EXPECT_NE(report.find("![curves.png](curves.png)"), std::string::npos) << report;
-  EXPECT_NE(report.find("| 1 | pipeline.stages=1 train.batch_size=0 | config: train.batch_size must be >= 1, got 0 |"),
+  EXPECT_NE(report.find("| 1 | pipeline.stages=1 data.train=/nonexistent | cannot open "
+                        "'/nonexistent/train-images-idx3-ubyte.gz': No such file or directory |"),
             std::string::npos)
       << report;
   // A bad sweep is one line, before any run.
@@ -422,20 +455,20 @@ TEST(TrainTest, BadConfigurationsAreOneLineErrors) {
       {{"model.kind=mlp"}, "data.kind 'criteo-synthetic' needs model.kind 'dlrm'"},
       {{"train.dense_optimizer=rmsprop"}, "train.dense_optimizer = 'rmsprop' is not an optimizer"},
       {{"model.bottom_mlp=[64, 8]"}, "the bottom MLP must end at the embedding dim 16"},
-      {{"train.batch_size=0"}, "train.batch_size must be >= 1"},
+      {{"train.batch_size=0"}, "train.batch_size must be in [1, 16777216], got 0"},
       {{"data.kind=criteo"}, "data.kind 'criteo' needs data.train and data.test"},
       {{"data.kind=criteo", "data.train=/nonexistent/t.tsv", "data.test=/nonexistent/t.tsv"}, "/nonexistent/t.tsv"},
       {{"pipeline.stages=2", "model.kind=count"}, "pipeline.stages = 2, pipeline.replicas = 1 cuts the MLP or the "
                                                   "DLRM into stages; the count model is not cut"},
-      {{"pipeline.replicas=0"}, "pipeline.replicas must be 1 to 64, got 0"},
+      {{"pipeline.replicas=0"}, "pipeline.replicas must be in [1, 64], got 0"},
       {{"pipeline.schedule=zb"}, "pipeline.schedule must be gpipe or 1f1b, got 'zb'"},
       {{"pipeline.stages=3", "pipeline.cut=2,1"}, "pipeline.cut must list increasing layer numbers"},
       {{"pipeline.stages=3", "pipeline.cut=2"}, "pipeline.cut '2' makes 2 stages; pipeline.stages is 3"},
-      {{"pipeline.micro_batches=0"}, "pipeline.micro_batches must be 1 to 4096, got 0"},
+      {{"pipeline.micro_batches=0"}, "pipeline.micro_batches must be in [1, 4096], got 0"},
       {{"ps.stale_lr=half"}, "ps.stale_lr must be none or inverse, got 'half'"},
       {{"ps.delay_compensation=-0.5"}, "ps.delay_compensation must be in [0, 1000000], got -0.5"},
       {{"ps.stale_lr=inverse", "ps.replicas=2"}, "ps.stale_lr = inverse with ps.replicas = 2: a backup serves no pulls"},
-      {{"train.eval_every_steps=-1"}, "train.eval_every_steps must be >= 0, got -1"},
+      {{"train.eval_every_steps=-1"}, "train.eval_every_steps must be in [0, 1000000000000], got -1"},
       {{"train.eval_every_seconds=-2"}, "train.eval_every_seconds must be in [0, 1000000000], got -2.0"},
       {{"train.dense_lr=nan"}, "train.dense_lr must be a finite number in (0, 100], got nan"},
       {{"train.dense_lr=-0.1"}, "train.dense_lr must be in (0, 100], got -0.1"},
@@ -461,18 +494,34 @@ TEST(TrainTest, BadConfigurationsAreOneLineErrors) {
 
 TEST(TrainTest, MalformedTrainingDataNamesFileAndLine) {
   TempDir dir;
-  writeFile(dir.file("train.tsv"), "1\t1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t13\ta\n0\t1\t2\n");
-  writeFile(dir.file("test.tsv"), "1\t1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t13\ta\n");
-  auto r = troupe({"train", "--set", "data.kind=criteo", "--set", "data.categorical=1", "--set",
-                   "data.train=" + dir.file("train.tsv"), "--set", "data.test=" + dir.file("test.tsv"), "--set",
-                   "run.dir=" + dir.file("runs")});
+  const std::string good = "1\t1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t13\ta\n";
+  // Lines 2 (too few columns) and 4 (a letter in an integer column) are bad.
+  writeFile(dir.file("train.tsv"), good + "0\t1\t2\n" + good + "1\tx\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t13\ta\n" + good);
+  writeFile(dir.file("test.tsv"), good + good);
+  const std::vector<std::string> job = {"train", "--set", "data.kind=criteo", "--set", "data.categorical=1", "--set",
+                                        "data.train=" + dir.file("train.tsv"), "--set", "data.test=" + dir.file("test.tsv"),
+                                        "--set", "run.dir=" + dir.file("runs")};
+  auto r = troupe(job);
   EXPECT_EQ(r.exitCode, 1) << r.err;
   EXPECT_NE(r.err.find(dir.file("train.tsv") + ":2"), std::string::npos) << r.err;
-  // With skip_bad_lines the same file trains.
-  r = troupe({"train", "--set", "data.kind=criteo", "--set", "data.categorical=1", "--set",
-              "data.train=" + dir.file("train.tsv"), "--set", "data.test=" + dir.file("test.tsv"), "--set",
-              "run.dir=" + dir.file("runs"), "--set", "data.skip_bad_lines=true"});
-  EXPECT_EQ(r.exitCode, 0) << r.err;
+  // data.on_bad_record = skip: the same file trains, and the summary counts
+  // what was dropped, file by file.
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = job;
+    args.insert(args.end(), more.begin(), more.end());
+    return troupe(args);
+  };
+  r = with({"--set", "data.on_bad_record=skip", "--summary-json", dir.file("skip.json")});
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(readFile(dir.file("skip.json"))).at("bad_records"),
+            nlohmann::json({{"train", 2}, {"test", 0}}));
+  // The older key still says skip (run directories written before keep loading).
+  r = with({"--set", "data.skip_bad_lines=true", "--summary-json", dir.file("old.json")});
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(readFile(dir.file("old.json"))).at("bad_records").at("train"), 2);
+  r = with({"--set", "data.on_bad_record=ignore"});
+  EXPECT_EQ(r.exitCode, 2) << r.err;
+  EXPECT_NE(r.err.find("data.on_bad_record must be fail or skip, got 'ignore'"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -211,6 +211,66 @@ TEST(ConfigTest, EveryFloatKeyRefusesNaNInfinityAndBothSidesOfItsRange) {
   EXPECT_EQ(floats, 16);
 }
 
+TEST(ConfigTest, EveryIntegerKeyRefusesNaNInfinityAndBothSidesOfItsRange) {
+  int ints = 0, lists = 0;
+  for (const Config::Key& k : troupeConfigSchema()) {
+    if (k.type != Config::Type::kInt && k.type != Config::Type::kIntList) continue;
+    const bool list = k.type == Config::Type::kIntList;
+    ++(list ? lists : ints);
+    const Config::Range& r = k.range;
+    ASSERT_TRUE(std::isfinite(r.lo) && std::isfinite(r.hi)) << k.name << " has no finite range";
+    ASSERT_FALSE(r.loOpen || r.hiOpen) << k.name;  // integer ranges name their ends
+    Config c(troupeConfigSchema());
+    auto text = [&](const std::string& v) { return k.name + "=" + (list ? "[" + v + "]" : v); };
+    for (const char* v : {"nan", "inf", "-inf", "1.5"}) {
+      const std::string e = errorOf([&] { c.set(text(v)); });
+      const std::string why = list ? fmt::format("'[{}]' is not a valid list of integers", v)
+                                   : fmt::format("'{}' is not a valid integer", v);
+      EXPECT_NE(e.find(why), std::string::npos) << text(v) << ": " << e;
+    }
+    const auto below = int64_t(r.lo) - 1, above = int64_t(r.hi) + 1;
+    const std::string want = fmt::format("config: --set: {}{} must be in {}, got ", list ? "every item of " : "",
+                                         k.name, r.toString());
+    for (int64_t v : {below, above}) {
+      const std::string e = errorOf([&] { c.set(text(std::to_string(v))); });
+      EXPECT_EQ(e.rfind(want, 0), 0u) << text(std::to_string(v)) << ": " << e;
+      EXPECT_NE(e.find(std::to_string(v)), std::string::npos) << e;
+    }
+    // Both ends are taken, and the default lies between them.
+    c.set(text(std::to_string(int64_t(r.lo))));
+    c.set(text(std::to_string(int64_t(r.hi))));
+    if (list) {
+      for (int64_t v : std::get<std::vector<int64_t>>(k.defaultValue)) EXPECT_TRUE(r.contains(double(v))) << k.name;
+    } else {
+      EXPECT_TRUE(r.contains(double(std::get<int64_t>(k.defaultValue)))) << k.name;
+    }
+  }
+  EXPECT_EQ(ints, 58);
+  EXPECT_EQ(lists, 3);
+}
+
+// Found by config_fuzz: a string that is not UTF-8 could be set, and then
+// the run's config.toml (what --resume reads) could not be read back.
+TEST(ConfigTest, StringsMustBeUtf8SoThatTheirDumpLoadsAgain) {
+  Config c(schema());
+  EXPECT_EQ(errorOf([&] { c.set("data.path=a\xa4" "b"); }),
+            "config: --set: data.path must be UTF-8 text; its value is not");
+  EXPECT_EQ(errorOf([&] { c.set("data.path=\xc0\xaf"); }),  // an overlong '/'
+            "config: --set: data.path must be UTF-8 text; its value is not");
+  EXPECT_EQ(errorOf([&] { c.set("data.path=\xed\xa0\x80"); }),  // a surrogate
+            "config: --set: data.path must be UTF-8 text; its value is not");
+  EXPECT_EQ(errorOf([&] { c.set("data.path=\xe2\x9c"); }),  // truncated
+            "config: --set: data.path must be UTF-8 text; its value is not");
+  EXPECT_EQ(errorOf([&] { c.setValue("data.path", std::string("\xff")); }),
+            "config: a command-line flag: data.path must be UTF-8 text; its value is not");
+  EXPECT_EQ(c.getString("data.path"), "a.tsv");  // unchanged
+  c.set("data.path=caf\xc3\xa9 \xe2\x9c\x93 \xf0\x9f\x98\x80 \"q\" \\" "b\tc");  // UTF-8, quotes, a tab
+  Config d(schema());
+  d.loadString(c.toToml(), "dump");
+  EXPECT_EQ(d.getString("data.path"), c.getString("data.path"));
+  EXPECT_EQ(d.toToml(), c.toToml());
+}
+
 TEST(ConfigTest, TomlDumpRoundTrips) {
   Config a(schema());
   a.set("data.rows=99");

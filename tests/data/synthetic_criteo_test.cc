@@ -2,6 +2,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstdlib>
@@ -22,6 +23,7 @@ namespace {
 using ::testing::HasSubstr;
 using troupe::testing::readFile;
 using troupe::testing::TempDir;
+using troupe::testing::writeFile;
 
 SyntheticCriteoOptions smallOptions() {
   SyntheticCriteoOptions o;
@@ -41,12 +43,9 @@ SyntheticCriteoOracle generate(const SyntheticCriteoOptions& o, const std::strin
   return r ? *r : SyntheticCriteoOracle{};
 }
 
-double jsonNumber(const std::string& json, const std::string& key) {
-  const std::string needle = "\"" + key + "\": ";
-  const size_t at = json.find(needle);
-  EXPECT_NE(at, std::string::npos) << key;
-  if (at == std::string::npos) return NAN;
-  return std::strtod(json.c_str() + at + needle.size(), nullptr);
+double numberAt(const nlohmann::json& json, const std::string& key) {
+  EXPECT_TRUE(json.contains(key) && json.at(key).is_number()) << key << ": " << json.dump();
+  return json.contains(key) && json.at(key).is_number() ? json.at(key).get<double>() : NAN;
 }
 
 std::vector<std::string_view> splitTabs(std::string_view line) {
@@ -143,7 +142,7 @@ TEST(SyntheticCriteo, OracleMatchesTheTestFile) {
   TempDir dir;
   const auto o = smallOptions();
   const auto result = generate(o, dir.path(), 2);
-  const std::string json = readFile(dir.file(kSyntheticOracleFile));
+  const auto json = nlohmann::json::parse(readFile(dir.file(kSyntheticOracleFile)));
   const PlantedCriteoModel model(o);
 
   // Recompute p of every test line from its text alone.
@@ -180,15 +179,15 @@ TEST(SyntheticCriteo, OracleMatchesTheTestFile) {
   }
   const double auc = wins / pairs;
   loss /= double(p.size());
-  EXPECT_NEAR(jsonNumber(json, "auc"), auc, 1e-9);
-  EXPECT_NEAR(jsonNumber(json, "logloss"), loss, 1e-9);
+  EXPECT_NEAR(numberAt(json, "auc"), auc, 1e-9);
+  EXPECT_NEAR(numberAt(json, "logloss"), loss, 1e-9);
   EXPECT_NEAR(result.auc, auc, 1e-9);
-  EXPECT_NEAR(jsonNumber(json, "ctr_test"), clicks / double(p.size()), 1e-12);
-  EXPECT_EQ(jsonNumber(json, "test_rows"), double(o.testRows));
-  EXPECT_EQ(jsonNumber(json, "train_rows"), double(o.rows));
-  EXPECT_EQ(jsonNumber(json, "seed"), double(o.seed));
-  EXPECT_EQ(jsonNumber(json, "tables"), double(o.tables));
-  EXPECT_EQ(jsonNumber(json, "bias"), model.bias());
+  EXPECT_NEAR(numberAt(json, "ctr_test"), clicks / double(p.size()), 1e-12);
+  EXPECT_EQ(numberAt(json, "test_rows"), double(o.testRows));
+  EXPECT_EQ(numberAt(json, "train_rows"), double(o.rows));
+  EXPECT_EQ(numberAt(json, "seed"), double(o.seed));
+  EXPECT_EQ(numberAt(json, "tables"), double(o.tables));
+  EXPECT_EQ(numberAt(json, "bias"), model.bias());
   // A planted model with real signal, not a coin.
   EXPECT_GT(auc, 0.65);
   EXPECT_LT(auc, 0.95);
@@ -218,6 +217,44 @@ TEST(SyntheticCriteo, CacheCheckAndOracleReadBack) {
   EXPECT_FALSE(syntheticCriteoMatches(other, dir.path()));
   std::filesystem::remove(dir.file(kSyntheticTestFile));
   EXPECT_FALSE(syntheticCriteoMatches(o, dir.path()));
+}
+
+// An oracle.json that is not JSON, lacks a key or holds one of another type
+// is an error that names the file (and the key), and no match: never a crash.
+TEST(SyntheticCriteo, ABrokenOracleIsAnErrorNamingTheKey) {
+  TempDir dir;
+  const auto o = smallOptions();
+  generate(o, dir.path(), 2);
+  const std::string path = dir.file(kSyntheticOracleFile);
+  const auto good = nlohmann::json::parse(readFile(path));
+  auto expectBroken = [&](const std::string& text, const std::string& says) {
+    writeFile(path, text);
+    const auto back = readSyntheticOracle(dir.path());
+    ASSERT_FALSE(back.hasValue()) << text;
+    EXPECT_EQ(back.status().code(), Status::Code::kCorruption) << back.status().toString();
+    EXPECT_THAT(back.status().message(), HasSubstr(path));
+    EXPECT_THAT(back.status().message(), HasSubstr(says));
+    EXPECT_FALSE(syntheticCriteoMatches(o, dir.path())) << text;
+  };
+  expectBroken("{\"auc\": 0.7,", "not JSON");
+  expectBroken("[1, 2]", "not a JSON object");
+  auto missing = good;
+  missing.erase("logloss");
+  expectBroken(missing.dump(), "\"logloss\"");
+  auto text = good;
+  text["auc"] = "0.7";
+  expectBroken(text.dump(), "\"auc\" is a string");
+  auto fraction = good;
+  fraction["test_rows"] = 2000.5;
+  expectBroken(fraction.dump(), "\"test_rows\" is a number, not a whole number");
+  auto seed = good;
+  seed["seed"] = "1";  // the options' key: no match, but the oracle itself reads
+  writeFile(path, seed.dump());
+  EXPECT_FALSE(syntheticCriteoMatches(o, dir.path()));
+  EXPECT_TRUE(readSyntheticOracle(dir.path()).hasValue());
+  // Written back as it was, it matches again.
+  writeFile(path, good.dump(2));
+  EXPECT_TRUE(syntheticCriteoMatches(o, dir.path()));
 }
 
 TEST(SyntheticCriteo, RealisedCtrNearTarget) {

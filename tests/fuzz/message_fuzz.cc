@@ -38,7 +38,7 @@ void writeSeeds(const std::string& dir) {
   using namespace troupe::transport;
   namespace in = troupe::transport::internal;
   int n = 0;
-  writeSeed(dir, n++, 0, in::encodeHello(in::Hello{7, randomNonce(), 9}));
+  writeSeed(dir, n++, 0, in::encodeHello(in::Hello{7, randomNonce()}));
   writeSeed(dir, n++, 1, in::encodeChallenge(in::Challenge{7, randomNonce(), {}}));
   writeSeed(dir, n++, 2, in::encodeProof(in::Proof{}));
   writeSeed(dir, n++, 3, in::encodeRefused(in::Refused{"wrong job token"}));

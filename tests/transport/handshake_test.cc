@@ -1,9 +1,19 @@
 #include "transport/handshake.h"
 
+#include <set>
+#include <string>
+#include <vector>
+
 #include <gtest/gtest.h>
+
+#include "transport/internal/control.h"
+#include "transport/internal/handshake_steps.h"
 
 namespace troupe::transport {
 namespace {
+
+using internal::ClientHandshake;
+using internal::ServerHandshake;
 
 TEST(Handshake, MacDependsOnTokenLabelNoncesAndIds) {
   const Nonce a = randomNonce(), b = randomNonce();
@@ -19,7 +29,135 @@ TEST(Handshake, MacDependsOnTokenLabelNoncesAndIds) {
   other[31] ^= 1;
   EXPECT_FALSE(macEquals(base, other.data(), other.size()));
   EXPECT_FALSE(macEquals(base, base.data(), base.size() - 1));
-  EXPECT_NE(tokenFingerprint("secret"), tokenFingerprint("Secret"));
+}
+
+Nonce nonceOf(uint8_t seed) {
+  Nonce n{};
+  for (size_t i = 0; i < n.size(); ++i) n[i] = uint8_t(seed * 31 + i * 7 + 1);
+  return n;
+}
+
+// Every byte string one handshake puts on the wire, in order: hello,
+// challenge, proof. Fails the test if the handshake does not succeed.
+std::vector<std::string> transcript(const std::string& token, const Nonce& clientNonce, const Nonce& serverNonce) {
+  ClientHandshake client(token, 0x11, clientNonce);
+  ServerHandshake server(token, 0x22, serverNonce);
+  std::vector<std::string> wire{client.hello()};
+  auto challenge = server.challenge(wire.back());
+  EXPECT_TRUE(challenge.hasValue()) << challenge.status().message();
+  if (!challenge.hasValue()) return wire;
+  wire.push_back(*challenge);
+  auto proof = client.proof(wire.back());
+  EXPECT_TRUE(proof.hasValue()) << proof.status().message();
+  if (!proof.hasValue()) return wire;
+  wire.push_back(*proof);
+  EXPECT_TRUE(server.verify(wire.back()).isOk());
+  EXPECT_EQ(server.clientId(), 0x11u);
+  EXPECT_EQ(client.serverId(), 0x22u);
+  return wire;
+}
+
+std::set<std::string> windows(const std::string& s, size_t width) {
+  std::set<std::string> out;
+  for (size_t i = 0; i + width <= s.size(); ++i) out.insert(s.substr(i, width));
+  return out;
+}
+
+// The 8-byte runs of message i that stay the same when only the nonces
+// change (same token) but not when the token changes too: bytes that depend
+// on the token and on nothing fresh. Empty when nothing is a function of
+// the token alone.
+std::vector<std::string> tokenOnlyRuns(const std::vector<std::string>& a, const std::vector<std::string>& sameToken,
+                                       const std::vector<std::string>& otherToken) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const auto same = windows(sameToken.at(i), 8), other = windows(otherToken.at(i), 8);
+    for (const auto& w : windows(a[i], 8)) {
+      if (same.count(w) && !other.count(w)) out.push_back(w);
+    }
+  }
+  return out;
+}
+
+TEST(Handshake, NothingOnTheWireIsAFunctionOfTheTokenAlone) {
+  const std::string token = "0123456789abcdef0123456789abcdef", other = "fedcba9876543210fedcba9876543210";
+  const auto a = transcript(token, nonceOf(1), nonceOf(2));
+  const auto b = transcript(token, nonceOf(3), nonceOf(4));       // same token, other nonces
+  const auto c = transcript(other, nonceOf(3), nonceOf(4));       // other token, b's nonces
+  ASSERT_EQ(a.size(), 3u);
+  ASSERT_EQ(b.size(), 3u);
+  ASSERT_EQ(c.size(), 3u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_NE(a[i], b[i]) << "message " << i << " is the same under other nonces";
+    EXPECT_EQ(a[i].find(token.substr(0, 8)), std::string::npos) << "message " << i << " carries the token";
+  }
+  EXPECT_TRUE(tokenOnlyRuns(a, b, c).empty());
+  // The check itself can fail: a fingerprint (a MAC of the token over fixed
+  // inputs, what the hello carried before) appended to each message is found.
+  auto tag = [](std::vector<std::string> t, const std::string& key) {
+    const Mac m = handshakeMac(key, "fingerprint", Nonce{}, Nonce{}, 0, 0);
+    for (auto& s : t) s.append(reinterpret_cast<const char*>(m.data()), 8);
+    return t;
+  };
+  EXPECT_EQ(tokenOnlyRuns(tag(a, token), tag(b, token), tag(c, other)).size(), 3u);
+}
+
+TEST(Handshake, AReplayedHandshakeIsRefused) {
+  const std::string token = "0123456789abcdef0123456789abcdef";
+  const auto captured = transcript(token, randomNonce(), randomNonce());
+  ASSERT_EQ(captured.size(), 3u);
+  // The captured hello and proof, replayed to the server: its fresh nonce
+  // makes the old proof worthless.
+  ServerHandshake server(token, 0x22, randomNonce());
+  ASSERT_TRUE(server.challenge(captured[0]).hasValue());
+  const Status st = server.verify(captured[2]);
+  EXPECT_FALSE(st.isOk());
+  EXPECT_EQ(st.message(), "wrong job token");
+  // The captured challenge, replayed to a client: bound to another nonce.
+  ClientHandshake client(token, 0x11, randomNonce());
+  auto proof = client.proof(captured[1]);
+  ASSERT_FALSE(proof.hasValue());
+  EXPECT_EQ(proof.status().message(), "it does not hold the job token");
+  // A second hello on one connection is refused, not answered.
+  EXPECT_FALSE(server.challenge(captured[0]).hasValue());
+}
+
+TEST(Handshake, AReflectedProofIsRefused) {
+  const std::string token = "0123456789abcdef0123456789abcdef";
+  // A client without the token sends a hello, takes the server's MAC from
+  // the challenge and sends it back as its proof.
+  ServerHandshake server(token, 0x22, randomNonce());
+  ClientHandshake client("not the token, not at all......", 0x11, randomNonce());
+  auto challenge = server.challenge(client.hello());
+  ASSERT_TRUE(challenge.hasValue());
+  auto decoded = internal::decodeChallenge(*challenge);
+  ASSERT_TRUE(decoded.hasValue());
+  EXPECT_FALSE(server.verify(internal::encodeProof(internal::Proof{decoded->mac})).isOk());
+  // Nor does the client accept the server's proof without the token.
+  EXPECT_FALSE(client.proof(*challenge).hasValue());
+}
+
+TEST(Handshake, EitherSideWithAnotherTokenIsRefused) {
+  const std::string a = "token-a-0123456789abcdef01234567", b = "token-b-0123456789abcdef01234567";
+  ClientHandshake client(a, 0x11, nonceOf(1));
+  ServerHandshake server(b, 0x22, nonceOf(2));
+  auto challenge = server.challenge(client.hello());
+  ASSERT_TRUE(challenge.hasValue());
+  EXPECT_FALSE(client.proof(*challenge).hasValue());  // the client stops here
+  // A client that goes on anyway with a proof under its own token, over
+  // this connection's nonces and ids: only the token differs. (The same
+  // proof under the server's token passes: the check is the token.)
+  EXPECT_FALSE(
+      server.verify(internal::encodeProof(internal::Proof{handshakeMac(a, "client", nonceOf(1), nonceOf(2), 0x11, 0x22)}))
+          .isOk());
+  EXPECT_TRUE(
+      server.verify(internal::encodeProof(internal::Proof{handshakeMac(b, "client", nonceOf(1), nonceOf(2), 0x11, 0x22)}))
+          .isOk());
+  // Garbage in place of each message.
+  ServerHandshake fresh("t", 0x22, randomNonce());
+  EXPECT_FALSE(fresh.verify("garbage").isOk());  // a proof before any hello
+  EXPECT_FALSE(fresh.challenge("garbage").hasValue());
+  EXPECT_FALSE(ClientHandshake("t", 0x11, randomNonce()).proof("garbage").hasValue());
 }
 
 }  // namespace

@@ -7,8 +7,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
 #include <memory>
 #include <string>
 #include <vector>
@@ -278,11 +282,90 @@ TEST_F(TransportJob, WrongTokenIsRefusedAndTheCoordinatorKeepsServing) {
   Child& bad = spawnPeer("badtoken", 5, {"--token", "not-the-token"});
   auto r = bad.wait(20s);
   EXPECT_EQ(r.exitCode, 0) << "a peer with the wrong token got in, or failed oddly:\n" << r.err;
-  EXPECT_GE(remote_->node().stats().handshakesRefused, 1u);
+  // The peer found the coordinator's proof wrong and said so: counted here.
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  while (remote_->node().stats().handshakesRefused < 1 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_EQ(remote_->node().stats().handshakesRefused, 1u);
   EXPECT_EQ(remote_->node().members().size(), 1u);
   spawnPeer("echo", 2);
   ASSERT_TRUE(remote_->node().waitForMembers(2, 20s).isOk());
   EXPECT_EQ(caf::to_string(ask(remote_->remoteActor(2, "echo"),
+                               caf::make_message(add_atom::value, int64_t(2), int64_t(3)))),
+            "(5)");
+}
+
+TEST_F(TransportJob, IdleConnectionsDoNotDelayARealJoin) {
+  using std::chrono::milliseconds;
+  const milliseconds deadline = NodeOptions{}.handshakeTimeout;  // the coordinator's
+  const size_t perHost = NodeOptions{}.maxHandshakingPerHost;
+  auto timeJoin = [&](uint64_t id, size_t members) {
+    const auto t0 = std::chrono::steady_clock::now();
+    spawnPeer("echo", id);
+    EXPECT_TRUE(remote_->node().waitForMembers(members, 20s).isOk());
+    return std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - t0);
+  };
+  const milliseconds alone = timeJoin(2, 2);
+  // 100 TCP connections to the listening port that send nothing (UCX's own
+  // connection set-up never completes) ...
+  struct Sockets {
+    std::vector<int> fds;
+    ~Sockets() {
+      for (int fd : fds) ::close(fd);
+    }
+  } sockets;
+  for (int i = 0; i < 100; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    sockets.fds.push_back(fd);
+    sockaddr_in sin{};
+    sin.sin_family = AF_INET;
+    sin.sin_port = htons(remote_->node().port());
+    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&sin), sizeof sin), 0) << std::strerror(errno);
+  }
+  // ... and UCX connections that send nothing, each taking a handshake
+  // slot: 200 at once, then one every 10 ms for 4 s, so that this host's
+  // slots are full when the real worker comes.
+  const std::string opened = dir_.file("idle.count");
+  Child& idle = spawnPeer("idle", 9, {"--count", "200", "--port-file", opened, "--lifetime-ms", "4000"});
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (!std::filesystem::exists(opened) && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_TRUE(std::filesystem::exists(opened)) << "the idle peer did not open its connections in 30 s";
+  size_t first = 0;
+  std::ifstream(opened) >> first;
+  ASSERT_EQ(first, 200u);
+  const NodeStats before = remote_->node().stats();
+  ASSERT_GE(before.idleClosed + before.handshakesRefused + before.handshakesTimedOut, 200 - perHost)
+      << "this host's slots are not full";
+  const milliseconds attacked = timeJoin(3, 3);
+  EXPECT_LT(attacked, alone + deadline) << "alone " << alone.count() << " ms, beside idle connections "
+                                        << attacked.count() << " ms";
+  // Every idle connection ends once, counted: closed for a newer one,
+  // refused (every slot held by one too young to close), timed out, or
+  // abandoned (the idle peer closed those it still had when it exited).
+  ASSERT_EQ(idle.wait(30s).exitCode, 0);
+  size_t total = 0;
+  std::ifstream(opened + ".total") >> total;
+  ASSERT_GT(total, 200u);
+  const auto settle = std::chrono::steady_clock::now() + deadline + 5s;
+  auto ended = [&] {
+    const NodeStats s = remote_->node().stats();
+    return s.idleClosed + s.handshakesTimedOut + s.handshakesRefused + s.handshakesAbandoned;
+  };
+  while (ended() < total && std::chrono::steady_clock::now() < settle) std::this_thread::sleep_for(10ms);
+  const NodeStats after = remote_->node().stats();
+  logger("tests")->info("join alone {} ms, beside idle connections {} ms; of {} idle connections {} closed for newer "
+                        "ones, {} refused, {} timed out, {} abandoned",
+                        alone.count(), attacked.count(), total, after.idleClosed, after.handshakesRefused,
+                        after.handshakesTimedOut, after.handshakesAbandoned);
+  EXPECT_EQ(after.idleClosed + after.handshakesTimedOut + after.handshakesRefused + after.handshakesAbandoned, total);
+  EXPECT_GT(after.idleClosed, 0u);  // room was made by closing idle ones
+  EXPECT_EQ(remote_->node().members().size(), 3u);
+  EXPECT_EQ(caf::to_string(ask(remote_->remoteActor(3, "echo"),
                                caf::make_message(add_atom::value, int64_t(2), int64_t(3)))),
             "(5)");
 }

@@ -1,5 +1,7 @@
 #include "tests/transport/transport_peer.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include <caf/all.hpp>
+#include <ucp/api/ucp.h>
 
 #include "common/hash.h"
 #include "common/logging.h"
@@ -29,6 +32,7 @@ struct PeerArgs {
   int heartbeatTimeoutMs = 1000;
   std::string portFile;
   uint64_t expectPeer = 0;
+  int count = 0;
 };
 
 struct EchoState {
@@ -156,6 +160,84 @@ int runBadToken(const PeerArgs& a) {
   return joined.message().find("could not join") != std::string::npos ? 0 : 5;
 }
 
+// A slow-loris: opens UCX connections to the coordinator and sends nothing on
+// any of them, so each holds one of the coordinator's handshake slots until
+// it is closed to make room, refused or past its deadline. Opens --count of
+// them 2 ms apart and says how many in --port-file; then one more every
+// 10 ms until --lifetime-ms is over, and writes how many it opened in all
+// to --port-file.total before it exits.
+int runIdle(const PeerArgs& a) {
+  auto hp = parseHostPort(a.coordinator);
+  if (!hp.hasValue()) return 2;
+  sockaddr_in sin{};
+  sin.sin_family = AF_INET;
+  sin.sin_port = htons(hp->second);
+  if (inet_pton(AF_INET, hp->first.c_str(), &sin.sin_addr) != 1) return 2;
+  ucp_config_t* config = nullptr;
+  if (ucp_config_read(nullptr, nullptr, &config) != UCS_OK) return 2;
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  ucp_context_h context = nullptr;
+  const ucs_status_t st = ucp_init(&params, config, &context);
+  ucp_config_release(config);
+  if (st != UCS_OK) return 2;
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+  ucp_worker_h worker = nullptr;
+  if (ucp_worker_create(context, &wp, &worker) != UCS_OK) return 2;
+  auto progress = [&](std::chrono::milliseconds forMs) {
+    const auto until = std::chrono::steady_clock::now() + forMs;
+    while (std::chrono::steady_clock::now() < until) {
+      if (ucp_worker_progress(worker) == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  };
+  std::vector<ucp_ep_h> eps;
+  auto open = [&] {
+    ucp_ep_params_t ep{};
+    ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    ep.sockaddr.addr = reinterpret_cast<const sockaddr*>(&sin);
+    ep.sockaddr.addrlen = sizeof sin;
+    ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;  // as the node on one host
+    ucp_ep_h h = nullptr;
+    if (ucp_ep_create(worker, &ep, &h) == UCS_OK) eps.push_back(h);
+  };
+  auto say = [&](const std::string& path) {
+    const std::string tmp = path + ".tmp";
+    FILE* f = fopen(tmp.c_str(), "w");
+    if (!f) return false;
+    fprintf(f, "%zu\n", eps.size());
+    fclose(f);
+    return rename(tmp.c_str(), path.c_str()) == 0;
+  };
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(a.lifetimeMs);
+  for (int i = 0; i < a.count; ++i) {
+    open();
+    progress(std::chrono::milliseconds(2));
+  }
+  progress(std::chrono::milliseconds(100));
+  if (!say(a.portFile)) return 2;
+  while (std::chrono::steady_clock::now() < until) {
+    open();
+    progress(std::chrono::milliseconds(10));
+  }
+  progress(std::chrono::milliseconds(100));
+  if (!say(a.portFile + ".total")) return 2;
+  ucp_request_param_t rp{};
+  rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  for (ucp_ep_h h : eps) {
+    void* req = ucp_ep_close_nbx(h, &rp);
+    if (UCS_PTR_IS_PTR(req)) ucp_request_free(req);
+  }
+  progress(std::chrono::milliseconds(50));
+  ucp_worker_destroy(worker);
+  ucp_cleanup(context);
+  return 0;
+}
+
 int runCoordinator(const PeerArgs& a) {
   caf::actor_system_config cfg;
   cfg.set("scheduler.max-threads", 2);
@@ -241,6 +323,8 @@ int runPeerIfAsked(int argc, char** argv) {
       a.portFile = v;
     } else if (k == "--expect-peer") {
       a.expectPeer = std::stoull(v);
+    } else if (k == "--count") {
+      a.count = std::stoi(v);
     } else if (k == "--heartbeat-timeout-ms") {
       a.heartbeatTimeoutMs = std::stoi(v);
     }
@@ -249,6 +333,7 @@ int runPeerIfAsked(int argc, char** argv) {
   if (a.mode == "echo") return runEcho(a);
   if (a.mode == "badtoken") return runBadToken(a);
   if (a.mode == "coordinator") return runCoordinator(a);
+  if (a.mode == "idle") return runIdle(a);
   return 64;
 }
 

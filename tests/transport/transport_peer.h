@@ -9,6 +9,8 @@
 //             and a 1 MiB tensor round trip, tells it to quit, exits 0.
 //   badtoken  tries to join with the token it is given and exits 0 if the
 //             coordinator refused it, 1 if it got in.
+//   idle      opens --count UCX connections to the coordinator and sends
+//             nothing on them (a slow-loris); writes how many to --port-file.
 #pragma once
 
 #include <chrono>

@@ -10,7 +10,7 @@ $Cxx.namespace("troupe::transport::wire");
 struct Hello {
   nodeId @0 :UInt64;
   nonce @1 :Data;        # 32 random bytes
-  jobHash @2 :UInt64;    # names the job, so a process of another job is told so
+  unused2 @2 :UInt64;    # was a token fingerprint (a function of the token alone); never set, ignored
 }
 
 # Listening side -> connecting side: its own nonce and proof of the token.

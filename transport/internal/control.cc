@@ -82,7 +82,6 @@ std::string encodeHello(const Hello& m) {
   auto r = b.initRoot<wire::Hello>();
   r.setNodeId(m.nodeId);
   r.setNonce(kj::arrayPtr(m.nonce.data(), m.nonce.size()));
-  r.setJobHash(m.jobHash);
   return bodyOf(b);
 }
 
@@ -132,7 +131,6 @@ Expected<Hello> decodeHello(const std::string& body) {
   return readBody<wire::Hello, Hello>(body, "hello", [](wire::Hello::Reader r) -> Expected<Hello> {
     Hello h;
     h.nodeId = r.getNodeId();
-    h.jobHash = r.getJobHash();
     if (h.nodeId == 0 || !copyFixed(r.getNonce(), &h.nonce)) {
       return Status::corruption("hello without a node id or a 32-byte nonce");
     }

@@ -32,7 +32,6 @@ enum ControlKind : uint16_t {
 struct Hello {
   uint64_t nodeId = 0;
   Nonce nonce{};
-  uint64_t jobHash = 0;
 };
 struct Challenge {
   uint64_t nodeId = 0;

@@ -30,6 +30,7 @@
 #include "transport/handshake.h"
 #include "transport/internal/buffer_pool.h"
 #include "transport/internal/control.h"
+#include "transport/internal/handshake_steps.h"
 #include "transport/internal/links.h"
 #include "transport/node.h"
 
@@ -41,8 +42,6 @@ using Clock = std::chrono::steady_clock;
 constexpr unsigned kAmId = 7;
 // A peer that has not finished the handshake may send only this much.
 constexpr size_t kMaxUnauthenticatedFrame = 4096;
-// At most this many accepted connections may be in their handshake at once.
-constexpr size_t kMaxHandshaking = 64;
 
 inline std::shared_ptr<spdlog::logger> log() {
   static auto l = logger("transport");
@@ -50,6 +49,16 @@ inline std::shared_ptr<spdlog::logger> log() {
 }
 
 inline std::string ucsError(ucs_status_t s) { return ucs_status_string(s); }
+
+inline std::string sockaddrHost(const sockaddr_storage& ss) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (ss.ss_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&ss)->sin_addr, host, sizeof(host));
+  } else if (ss.ss_family == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_addr, host, sizeof(host));
+  }
+  return host;
+}
 
 inline std::string sockaddrText(const sockaddr_storage& ss) {
   char host[INET6_ADDRSTRLEN] = "?";
@@ -188,7 +197,8 @@ class UcxNode::Impl {
 
   struct Counters {
     std::atomic<uint64_t> framesSent{0}, framesReceived{0}, bytesSent{0}, bytesReceived{0}, malformed{0},
-        unauthenticated{0}, refused{0}, heartbeats{0}, peersDown{0};
+        unauthenticated{0}, refused{0}, heartbeats{0}, peersDown{0}, handshakesTimedOut{0}, idleClosed{0},
+        handshakesAbandoned{0};
     std::array<std::atomic<uint64_t>, kTrafficLabels> trafficFrames{}, trafficBytes{};
   } counters_;
 
@@ -206,6 +216,7 @@ class UcxNode::Impl {
     State state = State::kHelloSent;
     bool outgoing = false;
     std::string address;    // the far side, for logs
+    std::string host;       // the far side's address without its port (accepted connections)
     uint64_t peerId = 0;    // known after the hello
     bool refused = false;   // a handshake refusal, either way: no retry
     bool sameHost = false;  // the far side is on this machine
@@ -213,7 +224,9 @@ class UcxNode::Impl {
     bool left = false;      // the far side said goodbye
     uint64_t serial = 0;    // unique per connection of this node
     std::optional<Clock::time_point> closeAt;  // a refusal: force-close then
-    Nonce clientNonce{}, serverNonce{};
+    Status closeWhy;  // what closing then says (ok: nothing; a refusal this side made as a client: why)
+    std::optional<ClientHandshake> client;  // outgoing: this side's handshake
+    std::optional<ServerHandshake> server;  // accepted: after its hello
     Clock::time_point opened, lastReceived, lastSent;
     std::deque<std::shared_ptr<Incoming>> inbox;  // in arrival order
     std::vector<std::pair<Envelope, std::vector<Tensor>>> outbox;  // until ready
@@ -342,8 +355,15 @@ class UcxNode::Impl {
   // stack that still holds one reads a closed connection, not freed memory.
   std::vector<std::unique_ptr<Connection>> graveyard_;
   uint64_t nextSerial_ = 1;
-  // Connections accepted and not yet through the handshake (bounded).
-  size_t handshaking() const;
+  // Makes room for a connection accepted from `host` (NodeOptions::
+  // maxHandshaking): false when there is none to make.
+  bool makeHandshakeRoom(const std::string& host);
+  // A warning about `host` at most once a minute per host (pre-handshake
+  // trouble: refusals, timeouts, closed idle connections); the rest are
+  // counted, and the next warning says how many were not logged.
+  void warnAboutHost(const std::string& host, const std::string& what);
+  std::unordered_map<std::string, std::pair<Clock::time_point, uint64_t>> hostWarnings_;
+  Clock::time_point hostWarningsSwept_{};
   std::map<uint64_t, Member> membership_;  // coordinator: the job's members
   uint64_t membersEpoch_ = 0;
   Clock::time_point nextTimer_{};
@@ -351,7 +371,6 @@ class UcxNode::Impl {
   std::optional<Clock::time_point> retryJoinAt_;
   size_t maxAmHeader_ = 0;  // the largest envelope sent as an AM header
   std::shared_ptr<internal::BufferPool> buffers_ = std::make_shared<internal::BufferPool>();
-  uint64_t tokenFingerprint_ = 0;
 
  public:
   std::unique_ptr<Links> links_;  // reliable links, when asked for
