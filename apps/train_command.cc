@@ -318,13 +318,17 @@ workers::JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, c
   // Every process of a job on this machine connects from this host: room
   // for all of them in their handshakes at once, in every process.
   const int64_t everyone = workers + servers + 1;
-  if (launchHere && everyone > config.getInt("transport.handshake_slots_per_host")) {
-    co.node.maxHandshakingPerHost = size_t(everyone);
-    co.node.maxHandshaking = std::max(co.node.maxHandshaking, size_t(everyone));
-    lo.extraArgs.insert(lo.extraArgs.end(), {"--set", fmt::format("transport.handshake_slots_per_host={}", everyone),
-                                             "--set", fmt::format("transport.handshake_slots={}",
-                                                                  std::max<int64_t>(everyone, config.getInt(
-                                                                                                  "transport.handshake_slots")))});
+  const int64_t perHost = config.getInt("transport.handshake_slots_per_host"),
+                slots = config.getInt("transport.handshake_slots");
+  if (launchHere && (everyone > perHost || everyone > slots)) {
+    log->info("transport.handshake_slots{{,_per_host}} raised to {} in every process: the job's {} processes all "
+              "connect from this host",
+              everyone, everyone);
+    co.node.maxHandshakingPerHost = size_t(std::max(everyone, perHost));
+    co.node.maxHandshaking = size_t(std::max(everyone, slots));
+    lo.extraArgs.insert(lo.extraArgs.end(),
+                        {"--set", fmt::format("transport.handshake_slots_per_host={}", co.node.maxHandshakingPerHost),
+                         "--set", fmt::format("transport.handshake_slots={}", co.node.maxHandshaking)});
   }
   lo.logDir = runDir;
   actors::LocalJob processes(lo);

@@ -189,8 +189,12 @@ void UcxNode::Impl::shutdown() {
     post([this, &said] {
       if (listener_) ucp_listener_destroy(listener_);  // no new connections while leaving
       listener_ = nullptr;
-      for (auto& [ep, c] : connections_) {
-        if (c->state == State::kReady) sendControl(c.get(), kGoodbye, encodeEmpty());
+      // (Over a copy: a send that fails closes its connection, which leaves
+      // connections_.)
+      std::vector<Connection*> all;
+      for (auto& [ep, c] : connections_) all.push_back(c.get());
+      for (Connection* c : all) {
+        if (c->state == State::kReady) sendControl(c, kGoodbye, encodeEmpty());
       }
       said = true;
     });
@@ -507,18 +511,22 @@ bool UcxNode::Impl::makeHandshakeRoom(const std::string& host) {
   }
   const bool hostFull = byHost[host] >= options_.maxHandshakingPerHost;
   if (!hostFull && pending.size() < options_.maxHandshaking) return true;
-  // Whom to close: from this host when its share is full, else from the
-  // host holding the most slots; a refused one still closing first, then
-  // the oldest that has sent nothing, then the oldest that sent a hello
-  // but no proof.
-  size_t most = 0;
-  for (auto& [h, n] : byHost) most = std::max(most, n);
+  // Whom to close, of those old enough (or refused and closing): from this
+  // host when its share is full, else from the host holding the most slots
+  // among those with one to close; a refused one still closing first, then
+  // the oldest that has sent nothing, then the oldest that sent a hello but
+  // no proof.
   auto rank = [&](const Connection* c) { return c->closeAt ? 0 : c->state == State::kAwaitHello ? 1 : 2; };
+  auto before = [&](const Connection* a, const Connection* b) {
+    if (!hostFull && byHost[a->host] != byHost[b->host]) return byHost[a->host] > byHost[b->host];
+    if (rank(a) != rank(b)) return rank(a) < rank(b);
+    return a->opened < b->opened;
+  };
   Connection* victim = nullptr;
   for (Connection* c : pending) {
-    if (hostFull ? c->host != host : byHost[c->host] != most) continue;
+    if (hostFull && c->host != host) continue;
     if (!c->closeAt && now - c->opened < minAge) continue;
-    if (!victim || rank(c) < rank(victim) || (rank(c) == rank(victim) && c->opened < victim->opened)) victim = c;
+    if (!victim || before(c, victim)) victim = c;
   }
   if (!victim) {
     warnAboutHost(host, fmt::format("refused a connection from {}: {} connections ({} from it) are in their handshake, "
@@ -544,7 +552,15 @@ void UcxNode::Impl::warnAboutHost(const std::string& host, const std::string& wh
   if (now - hostWarningsSwept_ >= std::chrono::minutes(1)) {
     hostWarningsSwept_ = now;
     for (auto w = hostWarnings_.begin(); w != hostWarnings_.end();) {
-      w = now - w->second.first >= std::chrono::minutes(1) ? hostWarnings_.erase(w) : std::next(w);
+      if (now - w->second.first < std::chrono::minutes(1)) {
+        ++w;
+        continue;
+      }
+      if (w->second.second > 0) {
+        log()->warn("{} more pre-handshake warnings from {} in the last minute, not logged", w->second.second,
+                    w->first);
+      }
+      w = hostWarnings_.erase(w);
     }
   }
   const std::string key = hostWarnings_.count(host) || hostWarnings_.size() < 1024 ? host : "other hosts";
@@ -563,6 +579,7 @@ void UcxNode::Impl::warnAboutHost(const std::string& host, const std::string& wh
 
 void UcxNode::Impl::onConnRequest(ucp_conn_request_h request, void* arg) {
   auto* self = static_cast<Impl*>(arg);
+  self->counters_.connectionRequests++;
   ucp_conn_request_attr_t attr{};
   attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
   const bool known = ucp_conn_request_query(request, &attr) == UCS_OK;
@@ -583,8 +600,9 @@ void UcxNode::Impl::onConnRequest(ucp_conn_request_h request, void* arg) {
   params.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST;
   params.conn_request = request;
   Status st = self->createEndpoint(params, c.get());
-  if (!st.isOk()) {
-    log()->warn("refused a connection: {}", st.message());
+  if (!st.isOk()) {  // (mostly: the far side went away already)
+    self->counters_.handshakesAbandoned++;
+    self->warnAboutHost(host, fmt::format("could not accept a connection from {}: {}", c->address, st.message()));
     return;
   }
   Connection* raw = c.get();
@@ -596,6 +614,9 @@ void UcxNode::Impl::onEpError(void* arg, ucp_ep_h ep, ucs_status_t status) {
   if (self->stop_.load()) return;  // the node is going: its last progress only finishes sends
   Connection* c = self->connectionOf(ep);
   if (c == nullptr || c->state == State::kClosed) return;
+  // A refusal either way being closed: its own reason stands (the far side
+  // closing first after reading it is what a refusal comes to).
+  if (c->closeAt) return self->closeConnection(c, c->closeWhy, !c->closeWhy.isOk());
   // (UCX says "Endpoint timeout" for a killed peer as well as a silent one:
   // every endpoint error is a crash here; our heartbeats say timed out.)
   self->closeConnection(
@@ -616,7 +637,8 @@ void UcxNode::Impl::closeConnection(Connection* c, const Status& why, bool peerD
   }
   ucp_request_param_t rp{};
   rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  // A refusal is flushed so the refused side reads why; everything else goes now.
+  // (flushOnClose: a close that lets queued sends leave first; a refusal
+  // instead waits 200 ms with closeAt, then comes here.) Everything else goes now.
   rp.flags = c->flushOnClose ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
   void* req = ucp_ep_close_nbx(c->ep, &rp);
   if (UCS_PTR_IS_PTR(req)) closing_.push_back(req);
@@ -653,7 +675,7 @@ void UcxNode::Impl::closeConnection(Connection* c, const Status& why, bool peerD
         fmt::format("connection with {} closed before the handshake finished: {}", kept->address, why.message());
     if (kept->outgoing) {
       log()->warn("{}", what);
-    } else {  // the far side went away: anyone can do that, a line per host a minute
+    } else if (!kept->refused) {  // the far side went away: anyone can do that, a line per host a minute
       counters_.handshakesAbandoned++;
       warnAboutHost(kept->host, what);
     }
@@ -1098,6 +1120,7 @@ NodeStats UcxNode::stats() const {
   s.handshakesTimedOut = k.handshakesTimedOut;
   s.idleClosed = k.idleClosed;
   s.handshakesAbandoned = k.handshakesAbandoned;
+  s.connectionRequests = k.connectionRequests;
   s.heartbeatsSent = k.heartbeats;
   s.peersDown = k.peersDown;
   for (size_t i = 0; i < kTrafficLabels; ++i) {

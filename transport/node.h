@@ -132,6 +132,8 @@ struct NodeStats {
   uint64_t handshakesTimedOut = 0;      // did not finish within handshakeTimeout
   uint64_t idleClosed = 0;              // had sent nothing (or no proof) when a newer connection needed its slot
   uint64_t handshakesAbandoned = 0;     // accepted, and closed by the far side before the handshake finished
+  uint64_t connectionRequests = 0;      // that reached the listener (each ends refused, closed for room, timed
+                                        // out, abandoned, or through the handshake)
   uint64_t heartbeatsSent = 0;
   uint64_t peersDown = 0;
   // Reliable links (NodeOptions::reliableLinks): frames sent again on

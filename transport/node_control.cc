@@ -7,9 +7,10 @@ namespace troupe::transport {
 void UcxNode::Impl::refuse(Connection* c, const std::string& reason) {
   if (c->state == State::kClosed || c->closeAt) return;
   counters_.refused++;
-  sendControl(c, kRefused, encodeRefused(Refused{reason}));
   c->refused = true;
   c->peerId = 0;  // never authenticated: no peer goes down
+  sendControl(c, kRefused, encodeRefused(Refused{reason}));
+  if (c->state == State::kClosed) return;
   // Give the refusal a moment to leave, then force the endpoint closed (a
   // peer that never answers cannot hold it open). Nothing more is read.
   c->closeAt = Clock::now() + std::chrono::milliseconds(200);

@@ -5,7 +5,8 @@
 # prints one line per target: executions, seconds, corpus size, crashes.
 # With --merge it then folds what each run found that adds coverage into
 # tests/fuzz/corpus/NAME (libFuzzer -merge=1), which the ordinary build
-# replays as a test (fuzz_replay_NAME).
+# replays as a test (fuzz_replay_NAME). Inputs that once crashed a target
+# live in tests/fuzz/corpus/NAME/regressions/ and are never merged away.
 #
 #   tests/fuzz/campaign.sh [--runs N] [--merge] [--jobs J] [TARGET ...]
 #
@@ -43,7 +44,7 @@ for t in "${targets[@]}"; do
   work=$out/$t
   rm -rf "$work"
   mkdir -p "$work/corpus" "$work/artifacts"
-  cp "$root/tests/fuzz/corpus/$t/"* "$work/corpus/"
+  find "$root/tests/fuzz/corpus/$t" -type f -exec cp {} "$work/corpus/" \;
   start=$(date +%s)
   set +e
   # (-rss_limit_mb: ASan's shadow memory counts; 4 GiB leaves room for it.)
@@ -60,8 +61,14 @@ for t in "${targets[@]}"; do
     mkdir -p "$work/merged"
     "$build/tests/fuzz/$t" -merge=1 -max_len=4096 "$work/merged" "$root/tests/fuzz/corpus/$t" "$work/corpus" \
       >"$work/merge.log" 2>&1
-    rm -f "$root/tests/fuzz/corpus/$t/"*
-    cp "$work/merged/"* "$root/tests/fuzz/corpus/$t/"
+    # (Files directly in the corpus directory are replaced by the merge; its
+    # subdirectories, regressions/ among them, are kept as they are.)
+    if [ -n "$(ls -A "$work/merged")" ]; then
+      find "$root/tests/fuzz/corpus/$t" -maxdepth 1 -type f -delete
+      cp "$work/merged/"* "$root/tests/fuzz/corpus/$t/"
+    else
+      echo "$t: the merge kept nothing (see $work/merge.log); the corpus is left as it was" >&2
+    fi
   fi
 done
 exit $status

@@ -67,7 +67,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     case 1: {
       ClientHandshake client(kToken, 0x11, fixedNonce(1));
-      (void)client.proof(body);
+      auto proof = client.proof(body);
+      // A proof only for a challenge whose MAC is the server's under the token.
+      auto ch = internal::decodeChallenge(body);
+      if (proof.hasValue() &&
+          !(ch.hasValue() && ch->mac == handshakeMac(kToken, "server", fixedNonce(1), ch->nonce, 0x11, ch->nodeId))) {
+        std::abort();
+      }
       return 0;
     }
     default: {

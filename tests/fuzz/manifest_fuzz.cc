@@ -6,6 +6,8 @@
 // checksum must hold, so almost every input stops there); odd, a correct
 // checksum line is appended to the rest first, so the TOML and every field
 // check are reached. TROUPE_FUZZ_SEEDS=DIR writes a real manifest there.
+#include <unistd.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>

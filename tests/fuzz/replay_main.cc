@@ -15,11 +15,32 @@
 #include <string>
 #include <vector>
 
+#include <csignal>
+#include <cstring>
+#include <unistd.h>
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 extern "C" __attribute__((weak)) int LLVMFuzzerInitialize(int* argc, char*** argv);
 
+namespace {
+
+// The input being replayed, named if it crashes the target.
+char gCurrent[4096] = "";
+
+void onCrash(int sig) {
+  const char head[] = "\nfuzz replay: crashed on ";
+  [[maybe_unused]] ssize_t n = ::write(2, head, sizeof head - 1);
+  n = ::write(2, gCurrent, std::strlen(gCurrent));
+  n = ::write(2, "\n", 1);
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   namespace fs = std::filesystem;
+  for (int sig : {SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL}) std::signal(sig, onCrash);
   if (LLVMFuzzerInitialize) LLVMFuzzerInitialize(&argc, &argv);
   std::vector<fs::path> files;
   for (int i = 1; i < argc; ++i) {
@@ -50,6 +71,7 @@ int main(int argc, char** argv) {
     }
     // (A copy of exactly its size, so that a read past the end is one.)
     std::vector<uint8_t> exact(data.begin(), data.end());
+    std::snprintf(gCurrent, sizeof gCurrent, "%s", f.c_str());
     LLVMFuzzerTestOneInput(exact.data(), exact.size());
     bytes += exact.size();
   }
