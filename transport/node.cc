@@ -525,7 +525,7 @@ bool UcxNode::Impl::makeHandshakeRoom(const std::string& host) {
   Connection* victim = nullptr;
   for (Connection* c : pending) {
     if (hostFull && c->host != host) continue;
-    if (!c->closeAt && now - c->opened < minAge) continue;
+    if (now - c->opened < minAge) continue;  // (a refused one too: its endpoint may still be wiring up)
     if (!victim || before(c, victim)) victim = c;
   }
   if (!victim) {
@@ -584,11 +584,11 @@ void UcxNode::Impl::onConnRequest(ucp_conn_request_h request, void* arg) {
   attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
   const bool known = ucp_conn_request_query(request, &attr) == UCS_OK;
   const std::string host = known ? sockaddrHost(attr.client_address) : "?";
-  if (!self->makeHandshakeRoom(host)) {
-    self->counters_.refused++;
-    ucp_listener_reject(self->listener_, request);
-    return;
-  }
+  // No room: the connection is accepted and refused in words (kRefused,
+  // closed 200 ms later), not with ucp_listener_reject, which under a flood
+  // tripped an assertion in UCX 1.13's TCP connection manager
+  // (tcp_sockcm_ep.c:416) and aborted the process.
+  const bool room = self->makeHandshakeRoom(host);
   auto c = std::make_unique<Connection>();
   c->outgoing = false;
   c->state = State::kAwaitHello;
@@ -607,6 +607,7 @@ void UcxNode::Impl::onConnRequest(ucp_conn_request_h request, void* arg) {
   }
   Connection* raw = c.get();
   self->connections_[raw->ep] = std::move(c);
+  if (!room) self->refuse(raw, "too many connections are in their handshake; try again");
 }
 
 void UcxNode::Impl::onEpError(void* arg, ucp_ep_h ep, ucs_status_t status) {
