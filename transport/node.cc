@@ -638,9 +638,9 @@ void UcxNode::Impl::closeConnection(Connection* c, const Status& why, bool peerD
   }
   ucp_request_param_t rp{};
   rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  // (flushOnClose: a close that lets queued sends leave first; a refusal
-  // instead waits 200 ms with closeAt, then comes here.) Everything else goes now.
-  rp.flags = c->flushOnClose ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+  // Forced: what is queued goes no further. (A refusal waits 200 ms with
+  // closeAt first, so that it leaves before this.)
+  rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
   void* req = ucp_ep_close_nbx(c->ep, &rp);
   if (UCS_PTR_IS_PTR(req)) closing_.push_back(req);
   const ucp_ep_h ep = c->ep;

@@ -8,22 +8,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
-#include <fstream>
 #include <string>
 #include <string_view>
 
 #include "common/check.h"
 #include "common/config.h"
+#include "tests/fuzz/fuzz_util.h"
 
-namespace {
-
-void writeSeed(const std::string& dir, int n, uint8_t which, const std::string& body) {
-  std::ofstream out(dir + "/seed-" + std::to_string(n), std::ios::binary);
-  out.put(char(which));
-  out.write(body.data(), std::streamsize(body.size()));
-}
-
-}  // namespace
+using troupe::fuzz::writeSeed;
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   const char* dir = std::getenv("TROUPE_FUZZ_SEEDS");
@@ -47,14 +39,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (data[0] % 2 == 0) {
       c.loadString(rest, "fuzz.toml");
     } else {
-      size_t at = 0;
-      while (at <= rest.size()) {
-        const size_t nl = rest.find('\n', at);
-        const std::string_view line = rest.substr(at, nl == std::string_view::npos ? std::string_view::npos : nl - at);
-        if (!line.empty()) c.set(line);
-        if (nl == std::string_view::npos) break;
-        at = nl + 1;
-      }
+      troupe::fuzz::forEachLine(rest, [&](std::string_view line) { c.set(line); });
     }
   } catch (const troupe::SetupError&) {
     return 0;

@@ -12,6 +12,7 @@
 #include "actors/fault_plan.h"
 #include "common/check.h"
 #include "common/config.h"
+#include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   const char* dir = std::getenv("TROUPE_FUZZ_SEEDS");
@@ -34,14 +35,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const troupe::Config kDefaults(troupe::troupeConfigSchema());
   troupe::Config c = kDefaults;  // (a copy: building the schema each time would be most of the work)
   try {
-    size_t at = 0;
-    while (at <= text.size()) {
-      const size_t nl = text.find('\n', at);
-      const std::string_view line = text.substr(at, nl == std::string_view::npos ? std::string_view::npos : nl - at);
-      if (!line.empty()) c.append("faults.plan", std::string(line));  // (refuses text that is not UTF-8)
-      if (nl == std::string_view::npos) break;
-      at = nl + 1;
-    }
+    troupe::fuzz::forEachLine(text, [&](std::string_view line) {
+      c.append("faults.plan", std::string(line));  // (refuses text that is not UTF-8)
+    });
     (void)troupe::actors::parseFaultPlan(c, 4, 2);
   } catch (const troupe::SetupError&) {
   }

@@ -12,9 +12,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
-#include <fstream>
 #include <string>
 
+#include "tests/fuzz/fuzz_util.h"
 #include "transport/handshake.h"
 #include "transport/internal/control.h"
 #include "transport/internal/handshake_steps.h"
@@ -33,11 +33,7 @@ Nonce fixedNonce(uint8_t seed) {
   return n;
 }
 
-void writeSeed(const std::string& dir, int n, uint8_t which, const std::string& body) {
-  std::ofstream out(dir + "/seed-" + std::to_string(n), std::ios::binary);
-  out.put(char(which));
-  out.write(body.data(), std::streamsize(body.size()));
-}
+using troupe::fuzz::writeSeed;
 
 }  // namespace
 

@@ -15,12 +15,12 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include <caf/all.hpp>
 
+#include "tests/fuzz/fuzz_util.h"
 #include "transport/frame.h"
 #include "transport/handshake.h"
 #include "transport/internal/control.h"
@@ -28,11 +28,7 @@
 
 namespace {
 
-void writeSeed(const std::string& dir, int n, uint8_t which, const std::string& body) {
-  std::ofstream out(dir + "/seed-" + std::to_string(n), std::ios::binary);
-  out.put(char(which));
-  out.write(body.data(), std::streamsize(body.size()));
-}
+using troupe::fuzz::writeSeed;
 
 void writeSeeds(const std::string& dir) {
   using namespace troupe::transport;

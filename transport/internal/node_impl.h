@@ -220,7 +220,6 @@ class UcxNode::Impl {
     uint64_t peerId = 0;    // known after the hello
     bool refused = false;   // a handshake refusal, either way: no retry
     bool sameHost = false;  // the far side is on this machine
-    bool flushOnClose = false;  // let queued messages (a refusal, a goodbye) leave first
     bool left = false;      // the far side said goodbye
     uint64_t serial = 0;    // unique per connection of this node
     std::optional<Clock::time_point> closeAt;  // a refusal: force-close then
