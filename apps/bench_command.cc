@@ -1,5 +1,6 @@
 #include "apps/bench_command.h"
 
+#include <charconv>
 #include <sstream>
 
 #include "apps/cli_common.h"
@@ -31,6 +32,9 @@ void addBenchCommand(CLI::App* app, int* result) {
   transport->add_option("--round-trips", options->latencyRoundTrips, "Round trips per latency trial")
       ->check(CLI::Range(10, 10000000));
   transport->add_flag("!--no-perftest", options->withPerftest, "Skip the ucx_perftest ceiling");
+  auto transportSizes = std::make_shared<std::string>();
+  transport->add_option("--sizes", *transportSizes,
+                        "Comma-separated payload sizes in bytes (default 4096,65536,1048576,16777216)");
   addCommonFlags(transport, flags.get());
   transport->add_flag("--serve", options->serve)->group("");  // the receiving process
   transport->add_option("--coordinator", options->coordinator)->group("");
@@ -38,6 +42,19 @@ void addBenchCommand(CLI::App* app, int* result) {
     *result = runGuarded([&] {
       Config config = loadConfig(*flags);
       options->node = transport::nodeOptionsFromConfig(config);
+      if (!transportSizes->empty()) {
+        options->sizes.clear();
+        std::stringstream ss(*transportSizes);
+        std::string item;
+        while (std::getline(ss, item, ',')) {
+          uint64_t b = 0;
+          const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), b);
+          if (ec != std::errc() || end != item.data() + item.size() || b == 0 || b > (uint64_t{1} << 30)) {
+            TROUPE_SETUP_ERROR("--sizes: '{}' is not a size in bytes from 1 to 1073741824", item);
+          }
+          options->sizes.push_back(b);
+        }
+      }
       // The receiving process gets the same settings.
       options->passOn.clear();
       if (!flags->configPath.empty()) options->passOn = {"--config", flags->configPath};

@@ -367,6 +367,7 @@ workers::JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, c
     metrics->set("troupe_handshakes_abandoned", double(s.handshakesAbandoned));
     metrics->set("troupe_frames_dropped_unauthenticated", double(s.unauthenticatedDropped));
     metrics->set("troupe_frames_dropped_malformed", double(s.malformedDropped));
+    metrics->set("troupe_frames_seals_refused", double(s.sealsRefused));
   };
   struct sigaction sa {}, oldInt {}, oldTerm {};
   sa.sa_handler = onInterrupt;
@@ -479,6 +480,12 @@ int runTrain(const TrainFlags& flags) {
                            plan.messages[0].id, plan.messages[0].spec);
       }
       config.setValue("transport.reliable_links", true);
+      for (const auto& m : plan.messages) {
+        if (m.rule.kind == transport::LinkFaultKind::kCorrupt && config.getString("transport.integrity") == "off") {
+          TROUPE_SETUP_ERROR("fault {} ({}): corrupt faults need transport.integrity = crc32c or hmac (with off, "
+                             "nothing would notice the flipped bits)", m.id, m.spec);
+        }
+      }
     }
     if (killsOrStops && transport::avoidSharedMemoryFifo()) {
       logger("apps")->info("the fault plan kills or stops processes: they talk over TCP and cma, not UCX's "
@@ -834,7 +841,9 @@ int runTrain(const TrainFlags& flags) {
                                           {"idle_connections_closed", n.idleClosed},
                                           {"handshakes_abandoned", n.handshakesAbandoned},
                                           {"frames_dropped_unauthenticated", n.unauthenticatedDropped},
-                                          {"frames_dropped_malformed", n.malformedDropped}};
+                                          {"frames_dropped_malformed", n.malformedDropped},
+                                          {"seals_refused", n.sealsRefused},
+                                          {"integrity", config.getString("transport.integrity")}};
     }
     summary["consistency"] = config.getString("ps.consistency");
     if (config.getString("ps.consistency") == "ssp") summary["staleness"] = config.getInt("ps.staleness");

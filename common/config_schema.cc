@@ -239,6 +239,11 @@ std::vector<Config::Key> troupeConfigSchema() {
        "peers on one host use UCX shared memory (failures seen by heartbeats); false = TCP with UCX peer error handling"},
       {"transport.spin_us", T::kInt, int64_t{50},
        "the progress thread polls this long after its last work before it sleeps (latency against CPU)", closed(0, 1000000)},
+      {"transport.integrity", T::kString, std::string("crc32c"),
+       "how each frame between processes is guarded after the handshake: crc32c = a CRC32C against bits flipped on "
+       "the way; hmac = an HMAC-SHA256 seal under keys of the connection's own, also against anyone without the "
+       "token who can alter, forge or replay traffic (jobs across hosts on a shared network); off = nothing (a "
+       "corrupt fault then reaches the actors); every process of a job must agree"},
       {"transport.max_message_mb", T::kInt, int64_t{4096}, "larger incoming messages are dropped and counted", closed(1, 1048576)},
       {"transport.reliable_links", T::kBool, false,
        "number, acknowledge and resend messages per link, so that a message lost, doubled, reordered or corrupted "

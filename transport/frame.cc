@@ -7,6 +7,12 @@
 #include <capnp/serialize.h>
 #include <kj/exception.h>
 #include <isa-l/crc.h>
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/params.h>
+
+#include "common/check.h"
 
 #include "transport/internal/envelope.capnp.h"
 
@@ -47,7 +53,20 @@ kj::Array<capnp::word> buildEnvelope(const Envelope& e, const std::vector<Tensor
   return capnp::messageToFlatArray(message);
 }
 
-std::vector<std::byte> frameOf(const Envelope& e, const std::vector<TensorView>& tensors, bool withTensors) {
+void putU64(std::byte* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = std::byte((v >> (8 * i)) & 0xff);
+}
+
+uint64_t getU64(const std::byte* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= uint64_t(p[i]) << (8 * i);
+  return v;
+}
+
+constexpr std::byte kZeros[8] = {};
+
+std::vector<std::byte> frameOf(const Envelope& e, const std::vector<TensorView>& tensors, bool withTensors,
+                               Integrity integrity) {
   kj::Array<capnp::word> words = buildEnvelope(e, tensors);
   const size_t envelopeBytes = words.size() * sizeof(capnp::word);
   size_t total = kFrameHeaderBytes + envelopeBytes;
@@ -57,31 +76,161 @@ std::vector<std::byte> frameOf(const Envelope& e, const std::vector<TensorView>&
   std::vector<std::byte> out(total);
   putU32(out.data(), kFrameMagic);
   putU32(out.data() + 4, uint32_t(envelopeBytes));
+  putU32(out.data() + 12, uint32_t(integrity));
   std::memcpy(out.data() + kFrameHeaderBytes, words.begin(), envelopeBytes);
-  uint32_t crc = frameCrc(out.data() + 4, 4);
-  crc = frameCrc(out.data() + kFrameHeaderBytes, envelopeBytes, crc);
-  static const std::byte kZeros[8] = {};
   std::byte* p = out.data() + kFrameHeaderBytes + envelopeBytes;
-  for (const auto& t : tensors) {
-    crc = frameCrc(t.data, t.bytes, crc);
-    crc = frameCrc(kZeros, paddedTensorBytes(t.bytes) - t.bytes, crc);
-    if (withTensors) {
+  if (withTensors) {
+    for (const auto& t : tensors) {
       if (t.bytes) std::memcpy(p, t.data, t.bytes);
       p += paddedTensorBytes(t.bytes);
+    }
+  }
+  if (integrity != Integrity::kCrc32c) return out;  // check word 0; an hmac frame's seal is the caller's
+  uint32_t crc = frameCrc(out.data() + 4, 4);
+  crc = frameCrc(out.data() + kFrameHeaderBytes, envelopeBytes, crc);
+  if (withTensors) {
+    crc = frameCrc(out.data() + kFrameHeaderBytes + envelopeBytes, total - kFrameHeaderBytes - envelopeBytes, crc);
+  } else {
+    for (const auto& t : tensors) {
+      crc = frameCrc(t.data, t.bytes, crc);
+      crc = frameCrc(kZeros, paddedTensorBytes(t.bytes) - t.bytes, crc);
     }
   }
   putU32(out.data() + 8, crc);
   return out;
 }
 
-}  // namespace
-
-std::vector<std::byte> encodeFrame(const Envelope& envelope, const std::vector<TensorView>& tensors) {
-  return frameOf(envelope, tensors, true);
+EVP_MAC* hmacAlgorithm() {
+  static EVP_MAC* mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+  TROUPE_CHECK(mac != nullptr, "OpenSSL has no HMAC");
+  return mac;
 }
 
-std::vector<std::byte> encodeEnvelope(const Envelope& envelope, const std::vector<TensorView>& tensors) {
-  return frameOf(envelope, tensors, false);
+}  // namespace
+
+const char* integrityName(Integrity integrity) {
+  switch (integrity) {
+    case Integrity::kCrc32c: return "crc32c";
+    case Integrity::kOff: return "off";
+    case Integrity::kHmac: return "hmac";
+  }
+  return "?";
+}
+
+Expected<Integrity> parseIntegrity(const std::string& name) {
+  for (Integrity i : {Integrity::kOff, Integrity::kCrc32c, Integrity::kHmac}) {
+    if (name == integrityName(i)) return i;
+  }
+  return Status::invalidArgument(fmt::format("'{}' is not one of off, crc32c, hmac", name));
+}
+
+std::vector<std::byte> encodeFrame(const Envelope& envelope, const std::vector<TensorView>& tensors,
+                                   Integrity integrity) {
+  return frameOf(envelope, tensors, true, integrity);
+}
+
+std::vector<std::byte> encodeEnvelope(const Envelope& envelope, const std::vector<TensorView>& tensors,
+                                      Integrity integrity) {
+  return frameOf(envelope, tensors, false, integrity);
+}
+
+// ---------------------------------------------------------------- seals
+
+struct FrameMac::Ctx {
+  EVP_MAC_CTX* keyed = nullptr;
+  ~Ctx() { EVP_MAC_CTX_free(keyed); }
+};
+
+FrameMac::FrameMac(const FrameKey& key) : ctx_(std::make_unique<Ctx>()) {
+  ctx_->keyed = EVP_MAC_CTX_new(hmacAlgorithm());
+  TROUPE_CHECK(ctx_->keyed != nullptr, "EVP_MAC_CTX_new failed");
+  char digest[] = "SHA256";
+  OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0), OSSL_PARAM_construct_end()};
+  TROUPE_CHECK(EVP_MAC_init(ctx_->keyed, key.data(), key.size(), params) == 1, "HMAC-SHA256 init failed");
+}
+
+FrameMac::~FrameMac() = default;
+
+namespace {
+
+// HMAC over the pieces, each (pointer, bytes), into `out` (32 bytes).
+template <typename Feed>
+void macOf(EVP_MAC_CTX* keyed, Feed&& feed, unsigned char* out) {
+  EVP_MAC_CTX* ctx = EVP_MAC_CTX_dup(keyed);
+  TROUPE_CHECK(ctx != nullptr, "EVP_MAC_CTX_dup failed");
+  feed([&](const void* data, size_t bytes) {
+    if (bytes) TROUPE_CHECK(EVP_MAC_update(ctx, static_cast<const unsigned char*>(data), bytes) == 1, "HMAC update failed");
+  });
+  size_t length = 0;
+  const int ok = EVP_MAC_final(ctx, out, &length, 32);
+  EVP_MAC_CTX_free(ctx);
+  TROUPE_CHECK(ok == 1 && length == 32, "HMAC final failed");
+}
+
+}  // namespace
+
+std::array<std::byte, kSealBytes> FrameMac::seal(uint64_t seq, const std::byte* head, size_t headBytes,
+                                                 const std::vector<TensorView>& tensors) const {
+  std::array<std::byte, kSealBytes> out{};
+  putU64(out.data(), seq);
+  macOf(
+      ctx_->keyed,
+      [&](auto&& update) {
+        update(head, headBytes);
+        for (const auto& t : tensors) {
+          update(t.data, t.bytes);
+          update(kZeros, paddedTensorBytes(t.bytes) - t.bytes);
+        }
+        update(out.data(), 8);
+      },
+      reinterpret_cast<unsigned char*>(out.data() + 8));
+  return out;
+}
+
+bool FrameMac::verify(const std::byte* frame, size_t size) const {
+  if (size < kSealBytes) return false;
+  unsigned char mac[32];
+  macOf(ctx_->keyed, [&](auto&& update) { update(frame, size - 32); }, mac);
+  return CRYPTO_memcmp(mac, frame + size - 32, 32) == 0;
+}
+
+Status SealWindow::accept(uint64_t seq) {
+  if (seq == 0) return Status::corruption("sealed frame numbered 0");
+  if (seq > highest_) {
+    // Forget the numbers that fall out of the window's span.
+    const uint64_t advance = seq - highest_;
+    if (advance >= kSpan) {
+      seen_.reset();
+    } else {
+      for (uint64_t s = highest_ + 1; s <= seq; ++s) seen_.reset(s % kSpan);
+    }
+    highest_ = seq;
+    seen_.set(seq % kSpan);
+    return Status::ok();
+  }
+  if (highest_ - seq >= kSpan) {
+    return Status::corruption(fmt::format("sealed frame number {} is older than the window ({} numbers below {})", seq,
+                                          kSpan, highest_));
+  }
+  if (seen_.test(seq % kSpan)) return Status::corruption(fmt::format("sealed frame number {} was seen before (a replay)", seq));
+  seen_.set(seq % kSpan);
+  return Status::ok();
+}
+
+std::optional<uint32_t> frameIntegrityWord(const std::byte* data, size_t size) {
+  if (size < kFrameHeaderBytes) return std::nullopt;
+  return getU32(data + 12);
+}
+
+void reguardFrame(std::vector<std::byte>* frame, Integrity integrity, const FrameMac* mac, uint64_t seq) {
+  TROUPE_CHECK(frame->size() >= kFrameHeaderBytes, "reguardFrame of a {}-byte frame", frame->size());
+  if (integrity == Integrity::kCrc32c) return;
+  putU32(frame->data() + 8, 0);
+  putU32(frame->data() + 12, uint32_t(integrity));
+  if (integrity != Integrity::kHmac) return;
+  TROUPE_CHECK(mac != nullptr, "reguardFrame to hmac without a key");
+  const auto seal = mac->seal(seq, frame->data(), frame->size());
+  frame->insert(frame->end(), seal.begin(), seal.end());
 }
 
 uint32_t frameCrc(const void* data, size_t bytes, uint32_t crc) {
@@ -95,7 +244,7 @@ uint32_t frameCrc(const void* data, size_t bytes, uint32_t crc) {
   return crc;
 }
 
-Expected<DecodedFrame> decodeFrame(const std::byte* data, size_t size, bool verifyChecksum) {
+Expected<DecodedFrame> decodeFrame(const std::byte* data, size_t size, const FrameCheck& check) {
   if (size < kFrameHeaderBytes) {
     return Status::corruption(fmt::format("frame of {} bytes is shorter than its {}-byte header", size,
                                           kFrameHeaderBytes));
@@ -107,24 +256,45 @@ Expected<DecodedFrame> decodeFrame(const std::byte* data, size_t size, bool veri
     return Status::corruption(fmt::format("bad envelope length {} (a non-zero multiple of 8, at most {})",
                                           envelopeBytes, kMaxEnvelopeBytes));
   }
+  const uint32_t word = getU32(data + 12);
+  if (word != uint32_t(check.integrity)) {
+    const std::string says = word <= uint32_t(Integrity::kHmac) ? integrityName(Integrity(word))
+                                                                 : fmt::format("unknown (0x{:08x})", word);
+    return Status::corruption(fmt::format("frame guarded by {} where {} is required (transport.integrity)", says,
+                                          integrityName(check.integrity)));
+  }
+  DecodedFrame frame;
+  if (check.integrity == Integrity::kHmac) {
+    if (size < kFrameHeaderBytes + kSealBytes) {
+      return Status::corruption(fmt::format("sealed frame of {} bytes is shorter than its header and seal", size));
+    }
+    if (check.verify) {
+      TROUPE_CHECK(check.mac != nullptr, "decodeFrame of an hmac frame without its connection's key");
+      if (!check.mac->verify(data, size)) {
+        return Status::corruption(fmt::format("the seal of a {}-byte frame does not verify (forged, altered, or "
+                                              "another connection's)", size));
+      }
+    }
+    frame.sealSeq = getU64(data + size - kSealBytes);
+    size -= kSealBytes;  // the rest is an ordinary frame
+  }
   if (envelopeBytes > size - kFrameHeaderBytes) {
     return Status::corruption(fmt::format("envelope of {} bytes does not fit the {}-byte frame", envelopeBytes, size));
   }
-  if (getU32(data + 12) != 0) {
-    return Status::corruption(fmt::format("reserved header word 0x{:08x} is not zero", getU32(data + 12)));
-  }
-  if (verifyChecksum) {
+  if (check.verify && check.integrity == Integrity::kCrc32c) {
     const uint32_t want = getU32(data + 8);
     const uint32_t got = frameCrc(data + kFrameHeaderBytes, size - kFrameHeaderBytes, frameCrc(data + 4, 4));
     if (want != got) {
       return Status::corruption(fmt::format("checksum mismatch: the frame says {:08x}, its {} bytes give {:08x}",
                                             want, size, got));
     }
+  } else if (check.integrity != Integrity::kCrc32c && getU32(data + 8) != 0) {
+    return Status::corruption(fmt::format("check word 0x{:08x} is not zero in a frame guarded by {}", getU32(data + 8),
+                                          integrityName(check.integrity)));
   }
   // Cap'n Proto reads words in place; copy to aligned storage first.
   kj::Array<capnp::word> words = kj::heapArray<capnp::word>(envelopeBytes / sizeof(capnp::word));
   std::memcpy(words.begin(), data + kFrameHeaderBytes, envelopeBytes);
-  DecodedFrame frame;
   std::vector<uint64_t> lengths;
   try {
     capnp::ReaderOptions options;

@@ -109,4 +109,12 @@ LinkFaultAction LinkFaults::decide(uint64_t from, uint64_t to, uint64_t seq, uin
   return a;
 }
 
+void flipFrameBits(std::vector<std::byte>* frame, const std::vector<uint64_t>& bits) {
+  if (frame->empty()) return;
+  for (uint64_t bit : bits) {
+    const uint64_t at = bit % (frame->size() * 8);
+    (*frame)[at / 8] ^= std::byte(1u << (at % 8));
+  }
+}
+
 }  // namespace troupe::transport

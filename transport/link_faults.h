@@ -26,6 +26,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -59,6 +60,10 @@ struct LinkFaultAction {
   std::vector<uint64_t> flipBits;          // bit offsets into the encoded frame, modulo its size
   int rule = -1;                           // the rule that hit (-1: none)
 };
+
+// Flips those bits of `frame` (each offset modulo its size in bits); a
+// corrupt fault, applied once the frame is guarded as it goes on the wire.
+void flipFrameBits(std::vector<std::byte>* frame, const std::vector<uint64_t>& bits);
 
 class LinkFaults {
  public:

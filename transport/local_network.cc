@@ -197,6 +197,7 @@ class Station final : public std::enable_shared_from_this<Station> {
   void transmitWires(std::vector<Links::Wire> wires, bool user) {
     for (auto& w : wires) {
       if (w.raw) {
+        flipFrameBits(&w.bytes, w.flipBits);
         transmit(w.peer, std::make_shared<const std::vector<std::byte>>(std::move(w.bytes)), user);
         continue;
       }

@@ -491,7 +491,7 @@ void UcxNode::Impl::openConnection(const std::string& host, uint16_t port, uint6
   Connection* raw = c.get();
   connections_[raw->ep] = std::move(c);
   if (expectPeer) connecting_[expectPeer] = raw;
-  raw->client.emplace(options_.token, options_.nodeId, randomNonce());
+  raw->client.emplace(options_.token, options_.nodeId, randomNonce(), options_.integrity);
   sendControl(raw, kHello, raw->client->hello());
 }
 
@@ -709,12 +709,15 @@ void UcxNode::Impl::sendRaw(Connection* c, Envelope envelope, std::vector<Tensor
   std::vector<TensorView> views;
   views.reserve(tensors.size());
   for (const Tensor& t : tensors) views.push_back(TensorView{t.data, t.bytes, t.dtype});
-  out->head = encodeEnvelope(envelope, views);
+  const Integrity guard = sendGuard(c);
+  out->head = encodeEnvelope(envelope, views, guard);
+  const bool sealed = guard == Integrity::kHmac;
+  if (sealed) out->seal = c->sendMac->seal(++c->sealed, out->head.data(), out->head.size(), views);
   out->tensors = std::move(tensors);
   // The envelope travels as the active message's header and the tensors as
   // its data: one tensor as a contiguous buffer (UCX's zero-copy rendezvous
   // takes it as it is), several as an I/O vector with the padding between
-  // them. The receiver pads the end.
+  // them; then the seal, if any. The receiver pads the end.
   const bool inHeader = out->head.size() <= maxAmHeader_;
   size_t total = out->head.size();
   if (!inHeader) out->iov.push_back(ucp_dt_iov_t{out->head.data(), out->head.size()});
@@ -722,8 +725,14 @@ void UcxNode::Impl::sendRaw(Connection* c, Envelope envelope, std::vector<Tensor
     const Tensor& t = out->tensors[i];
     if (t.bytes) out->iov.push_back(ucp_dt_iov_t{const_cast<std::byte*>(t.data), t.bytes});
     const size_t pad = paddedTensorBytes(t.bytes) - t.bytes;
-    if (pad && i + 1 < out->tensors.size()) out->iov.push_back(ucp_dt_iov_t{const_cast<std::byte*>(kPadding), pad});
+    if (pad && (sealed || i + 1 < out->tensors.size())) {
+      out->iov.push_back(ucp_dt_iov_t{const_cast<std::byte*>(kPadding), pad});
+    }
     total += paddedTensorBytes(t.bytes);
+  }
+  if (sealed) {
+    out->iov.push_back(ucp_dt_iov_t{out->seal.data(), out->seal.size()});
+    total += kSealBytes;
   }
   ucp_request_param_t rp{};
   rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE |
@@ -761,9 +770,15 @@ void UcxNode::Impl::sendRaw(Connection* c, Envelope envelope, std::vector<Tensor
   out.release();  // onSendDone frees it and the request
 }
 
-void UcxNode::Impl::sendRawBytes(uint64_t peer, std::vector<std::byte> bytes) {
+void UcxNode::Impl::sendRawBytes(uint64_t peer, std::vector<std::byte> bytes, const std::vector<uint64_t>* flips) {
   auto it = byPeer_.find(peer);
   if (it == byPeer_.end()) return;
+  if (flips) {
+    Connection* c = it->second;
+    const Integrity guard = sendGuard(c);
+    reguardFrame(&bytes, guard, c->sendMac.get(), guard == Integrity::kHmac ? ++c->sealed : 0);
+    flipFrameBits(&bytes, *flips);
+  }
   auto out = std::make_unique<OutFrame>();
   out->self = this;
   out->head = std::move(bytes);
@@ -821,7 +836,7 @@ void UcxNode::Impl::sendWire(Links::Wire w) {
     // A corrupted frame (a fault): over the peer's connection, or once the
     // connection this opens is ready.
     if (byPeer_.count(w.peer)) {
-      sendRawBytes(w.peer, std::move(w.bytes));
+      sendRawBytes(w.peer, std::move(w.bytes), &w.flipBits);
       return;
     }
     if (!connecting_.count(w.peer) && !downPeers_.count(w.peer) && w.peer != options_.nodeId) {
@@ -829,7 +844,7 @@ void UcxNode::Impl::sendWire(Links::Wire w) {
       probe.kind = kLinkAck;
       routeTo(w.peer, std::move(probe), {});
     }
-    if (auto it = connecting_.find(w.peer); it != connecting_.end()) it->second->rawOutbox.push_back(std::move(w.bytes));
+    if (auto it = connecting_.find(w.peer); it != connecting_.end()) it->second->rawOutbox.emplace_back(std::move(w.bytes), std::move(w.flipBits));
     return;
   }
   routeTo(w.peer, std::move(w.envelope), std::move(w.tensors));
@@ -997,8 +1012,31 @@ void UcxNode::Impl::dropMalformed(Connection* c, const std::string& why) {
 }
 
 void UcxNode::Impl::handleFrame(Connection* c, const std::shared_ptr<Incoming>& in) {
-  auto decoded = decodeFrame(reinterpret_cast<const std::byte*>(in->storage.get()), in->bytes);
+  const auto* data = reinterpret_cast<const std::byte*>(in->storage.get());
+  // What this connection takes: handshake frames carry a CRC; once the
+  // handshake is done, what transport.integrity says (for hmac, from the
+  // moment this side holds its receive key). The one exception: a client
+  // whose proof the server refused hears so in a frame the server cannot
+  // seal.
+  FrameCheck check;
+  if (c->recvMac) {
+    check = FrameCheck{Integrity::kHmac, c->recvMac.get(), true};
+    if (c->state == State::kProofSent && frameIntegrityWord(data, in->bytes) == uint32_t(Integrity::kCrc32c)) {
+      check = FrameCheck{};
+    }
+  } else if (c->state == State::kReady) {
+    check.integrity = options_.integrity;
+  }
+  auto decoded = decodeFrame(data, in->bytes, check);
+  if (decoded.hasValue() && c->recvMac) {
+    Status st = check.integrity == Integrity::kHmac ? c->seals.accept(decoded->sealSeq)
+                : decoded->envelope.kind == kRefused
+                    ? Status::ok()
+                    : Status::corruption(fmt::format("an unsealed frame of kind {}", decoded->envelope.kind));
+    if (!st.isOk()) decoded = st;
+  }
   if (!decoded.hasValue()) {
+    if (c->recvMac) counters_.sealsRefused++;
     dropMalformed(c, decoded.status().message());
     return;
   }
@@ -1116,6 +1154,7 @@ NodeStats UcxNode::stats() const {
   s.bytesSent = k.bytesSent;
   s.bytesReceived = k.bytesReceived;
   s.malformedDropped = k.malformed;
+  s.sealsRefused = k.sealsRefused;
   s.unauthenticatedDropped = k.unauthenticated;
   s.handshakesRefused = k.refused;
   s.handshakesTimedOut = k.handshakesTimedOut;

@@ -99,6 +99,14 @@ struct NodeOptions {
   // that lost, doubled, reordered or corrupted frames still arrive once and
   // in order (transport.reliable_links). Every node of a job must agree.
   bool reliableLinks = false;
+  // How frames are guarded once a connection's handshake is done
+  // (transport.integrity, frame.h): crc32c against bits flipped on the
+  // way; hmac, a seal per frame under keys of the connection's own, also
+  // against anyone without the token who can alter, forge or replay
+  // traffic; off, nothing. Every node of a job must agree (a peer with
+  // another setting is refused in the handshake). UCX nodes only: the
+  // in-process network (LocalNetwork) always checks a CRC32C.
+  Integrity integrity = Integrity::kCrc32c;
 };
 
 // Why a peer is gone, as NodeHandler::onPeerDown and the proxies of
@@ -127,6 +135,7 @@ struct NodeStats {
   uint64_t bytesSent = 0;
   uint64_t bytesReceived = 0;
   uint64_t malformedDropped = 0;        // failed decode
+  uint64_t sealsRefused = 0;            // integrity = hmac: frames whose seal failed, was replayed, or was missing
   uint64_t unauthenticatedDropped = 0;  // arrived before the handshake completed
   uint64_t handshakesRefused = 0;       // bad or missing proof of the token, or no slot free
   uint64_t handshakesTimedOut = 0;      // did not finish within handshakeTimeout

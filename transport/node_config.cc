@@ -44,6 +44,9 @@ NodeOptions nodeOptionsFromConfig(const Config& config) {
   o.spinBeforeSleep = std::chrono::microseconds(config.getInt("transport.spin_us"));
   o.maxFrameBytes = uint64_t(config.getInt("transport.max_message_mb")) << 20;
   o.reliableLinks = config.getBool("transport.reliable_links");
+  auto integrity = parseIntegrity(config.getString("transport.integrity"));
+  if (!integrity.hasValue()) TROUPE_SETUP_ERROR("transport.integrity = {}", integrity.status().message());
+  o.integrity = *integrity;
   return o;
 }
 

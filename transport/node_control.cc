@@ -22,11 +22,13 @@ void UcxNode::Impl::handleControl(Connection* c, const DecodedFrame& frame) {
   switch (kind) {
     case kHello: {  // listening side, from anyone
       if (c->outgoing || c->state != State::kAwaitHello) return dropMalformed(c, "unexpected hello");
-      c->server.emplace(options_.token, options_.nodeId, randomNonce());
+      c->server.emplace(options_.token, options_.nodeId, randomNonce(), options_.integrity);
       auto challenge = c->server->challenge(body);
       if (!challenge.hasValue()) {
         warnAboutHost(c->host, fmt::format("refused {}: {}", c->address, challenge.status().message()));
-        return refuse(c, "malformed hello");
+        // Another transport.integrity is said as it is; anything else is just malformed.
+        return refuse(c, challenge.status().code() == Status::Code::kInvalidArgument ? challenge.status().message()
+                                                                                    : "malformed hello");
       }
       c->peerId = c->server->clientId();
       c->state = State::kAwaitProof;
@@ -48,7 +50,8 @@ void UcxNode::Impl::handleControl(Connection* c, const DecodedFrame& frame) {
         log()->error("refused {} (node {:x}): {}", c->address, c->client->serverId(), proof.status().message());
         // Say so (the listening side counts it), give it a moment to leave,
         // then close (onTimer), as a refusal the other way.
-        sendControl(c, kRefused, encodeRefused(Refused{"wrong job token"}));
+        const bool mismatch = proof.status().code() == Status::Code::kInvalidArgument;
+        sendControl(c, kRefused, encodeRefused(Refused{mismatch ? proof.status().message() : "wrong job token"}));
         if (c->state == State::kClosed) return;
         c->closeWhy = Status::unavailable(fmt::format("{}: {}", c->address, proof.status().message()));
         c->closeAt = Clock::now() + std::chrono::milliseconds(200);
@@ -62,7 +65,16 @@ void UcxNode::Impl::handleControl(Connection* c, const DecodedFrame& frame) {
       }
       c->peerId = c->client->serverId();
       c->state = State::kProofSent;
+      // integrity = hmac: what the server sends from now on is sealed (its
+      // welcome first); what this side sends after the proof is too.
+      std::optional<FrameKeys> keys;
+      if (options_.integrity == Integrity::kHmac) {
+        keys = c->client->frameKeys();
+        c->recvMac = std::make_unique<FrameMac>(keys->receive);
+      }
       sendControl(c, kProof, *proof);
+      if (c->state == State::kClosed) return;
+      if (keys) c->sendMac = std::make_unique<FrameMac>(keys->send);
       return;
     }
     case kProof: {  // listening side
@@ -70,6 +82,11 @@ void UcxNode::Impl::handleControl(Connection* c, const DecodedFrame& frame) {
       if (Status st = c->server->verify(body); !st.isOk()) {
         warnAboutHost(c->host, fmt::format("refused {} (claims node {:x}): {}", c->address, c->peerId, st.message()));
         return refuse(c, "wrong job token");
+      }
+      if (options_.integrity == Integrity::kHmac) {  // the welcome is sealed, and all after it both ways
+        const FrameKeys keys = c->server->frameKeys();
+        c->sendMac = std::make_unique<FrameMac>(keys.send);
+        c->recvMac = std::make_unique<FrameMac>(keys.receive);
       }
       sendControl(c, kWelcome, encodeEmpty());
       if (c->state == State::kClosed) return;
@@ -81,8 +98,9 @@ void UcxNode::Impl::handleControl(Connection* c, const DecodedFrame& frame) {
     case kRefused: {
       if (!c->outgoing && c->state == State::kAwaitProof) {  // it found this node's proof wrong
         counters_.refused++;
-        warnAboutHost(c->host, fmt::format("{} (claims node {:x}) refused this node's proof: it holds another token",
-                                           c->address, c->peerId));
+        auto said = decodeRefused(body);
+        warnAboutHost(c->host, fmt::format("{} (claims node {:x}) refused this node: {}", c->address, c->peerId,
+                                           said.hasValue() ? said->reason : std::string("it holds another token")));
         return closeConnection(c, Status::ok(), false);
       }
       if (!c->outgoing || c->state == State::kReady) return dropMalformed(c, "unexpected refusal");
@@ -139,7 +157,7 @@ void UcxNode::Impl::becomeReady(Connection* c) {
   auto outbox = std::move(c->outbox);
   for (auto& [e, t] : outbox) sendRaw(sender, std::move(e), std::move(t));  // no-op once closed
   auto rawOutbox = std::move(c->rawOutbox);
-  for (auto& bytes : rawOutbox) sendRawBytes(c->peerId, std::move(bytes));
+  for (auto& [bytes, flips] : rawOutbox) sendRawBytes(c->peerId, std::move(bytes), &flips);
   if (c->state == State::kClosed) return;
   if (c->outgoing && !options_.isCoordinator && isCoordinatorAddress(c->address)) {
     sendControl(c, kJoin, encodeJoin(Member{options_.nodeId, options_.role, options_.listenHost, port_}));

@@ -84,7 +84,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   // A whole frame, then the actor message in it.
   auto owner = std::make_shared<std::string>(std::move(body));
-  auto frame = decodeFrame(reinterpret_cast<const std::byte*>(owner->data()), owner->size(), false);
+  auto frame = decodeFrame(reinterpret_cast<const std::byte*>(owner->data()), owner->size(), FrameCheck{Integrity::kCrc32c, nullptr, false});
   if (!frame.hasValue()) return 0;
   auto msg = decodeMessage(frame->envelope.body, frame->tensors, owner);
   if (!msg.hasValue()) return 0;

@@ -5,6 +5,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 
 #include "transport/internal/control.h"
 #include "transport/internal/handshake_steps.h"
@@ -158,6 +160,75 @@ TEST(Handshake, EitherSideWithAnotherTokenIsRefused) {
   EXPECT_FALSE(fresh.verify("garbage").isOk());  // a proof before any hello
   EXPECT_FALSE(fresh.challenge("garbage").hasValue());
   EXPECT_FALSE(ClientHandshake("t", 0x11, randomNonce()).proof("garbage").hasValue());
+}
+
+// HMAC-SHA256 by OpenSSL's one-shot call, over label | nonces | ids (little-endian).
+Mac opensslMac(const std::string& key, const std::string& label, const Nonce& c, const Nonce& s, uint64_t ci,
+               uint64_t si) {
+  std::string input = label;
+  input.append(reinterpret_cast<const char*>(c.data()), c.size());
+  input.append(reinterpret_cast<const char*>(s.data()), s.size());
+  for (uint64_t id : {ci, si}) {
+    for (int i = 0; i < 8; ++i) input.push_back(char(id >> (8 * i)));
+  }
+  Mac out{};
+  unsigned int length = 0;
+  HMAC(EVP_sha256(), key.data(), int(key.size()), reinterpret_cast<const unsigned char*>(input.data()), input.size(),
+       out.data(), &length);
+  return out;
+}
+
+TEST(Handshake, FrameKeysAgreeAcrossAConnectionOnePerDirectionAndAreNewForEach) {
+  const std::string token = "frame-key-test-token-0123456789";
+  auto run = [&](const Nonce& cn, const Nonce& sn) {
+    ClientHandshake c(token, 11, cn, Integrity::kHmac);
+    ServerHandshake s(token, 22, sn, Integrity::kHmac);
+    auto ch = s.challenge(c.hello());
+    EXPECT_TRUE(ch.hasValue());
+    auto pr = c.proof(*ch);
+    EXPECT_TRUE(pr.hasValue());
+    EXPECT_TRUE(s.verify(*pr).isOk());
+    return std::make_pair(c.frameKeys(), s.frameKeys());
+  };
+  const auto [kc, ks] = run(nonceOf(1), nonceOf(2));
+  EXPECT_EQ(kc.send, ks.receive);
+  EXPECT_EQ(kc.receive, ks.send);
+  EXPECT_NE(kc.send, kc.receive);
+  EXPECT_EQ(kc.send, opensslMac(token, "frames client to server", nonceOf(1), nonceOf(2), 11, 22));
+  EXPECT_EQ(kc.receive, opensslMac(token, "frames server to client", nonceOf(1), nonceOf(2), 11, 22));
+  // Another connection (another server nonce) has other keys.
+  const auto [kc2, ks2] = run(nonceOf(1), nonceOf(3));
+  EXPECT_NE(kc2.send, kc.send);
+  EXPECT_NE(kc2.receive, kc.receive);
+  (void)ks2;
+}
+
+TEST(Handshake, EitherSideRefusesAnotherIntegritySettingNamingBoth) {
+  const std::string token = "integrity-test-token-0123456789";
+  // The listening side checks the hello.
+  ClientHandshake hmacClient(token, 11, nonceOf(1), Integrity::kHmac);
+  ServerHandshake crcServer(token, 22, nonceOf(2), Integrity::kCrc32c);
+  auto ch = crcServer.challenge(hmacClient.hello());
+  ASSERT_FALSE(ch.hasValue());
+  EXPECT_EQ(ch.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(ch.status().message(),
+            "the connecting node runs transport.integrity = hmac and the listening node crc32c; every process of a "
+            "job must agree");
+  // The connecting side checks the challenge: a crc32c server answers a
+  // crc32c hello, and an hmac client with that hello's nonce and id reads it.
+  ClientHandshake crcClient(token, 11, nonceOf(1), Integrity::kCrc32c);
+  ServerHandshake server(token, 22, nonceOf(2), Integrity::kCrc32c);
+  ch = server.challenge(crcClient.hello());
+  ASSERT_TRUE(ch.hasValue());
+  ClientHandshake offClient(token, 11, nonceOf(1), Integrity::kOff);
+  auto pr = offClient.proof(*ch);
+  ASSERT_FALSE(pr.hasValue());
+  EXPECT_EQ(pr.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(pr.status().message(),
+            "the connecting node runs transport.integrity = off and the listening node crc32c; every process of a "
+            "job must agree");
+  // The same challenge passes a client of the same setting.
+  EXPECT_TRUE(crcClient.proof(*ch).hasValue());
 }
 
 }  // namespace

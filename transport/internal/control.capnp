@@ -11,6 +11,7 @@ struct Hello {
   nodeId @0 :UInt64;
   nonce @1 :Data;        # 32 random bytes
   unused2 @2 :UInt64;    # was a token fingerprint (a function of the token alone); never set, ignored
+  integrity @3 :UInt8;   # transport.integrity (frame.h: 0 crc32c, 1 off, 2 hmac); both sides must agree
 }
 
 # Listening side -> connecting side: its own nonce and proof of the token.
@@ -18,6 +19,7 @@ struct Challenge {
   nodeId @0 :UInt64;
   nonce @1 :Data;
   mac @2 :Data;          # HMAC-SHA256(token, "server" | both nonces | both ids)
+  integrity @3 :UInt8;   # as the hello's
 }
 
 # Connecting side -> listening side: its proof of the token.

@@ -82,6 +82,7 @@ std::string encodeHello(const Hello& m) {
   auto r = b.initRoot<wire::Hello>();
   r.setNodeId(m.nodeId);
   r.setNonce(kj::arrayPtr(m.nonce.data(), m.nonce.size()));
+  r.setIntegrity(m.integrity);
   return bodyOf(b);
 }
 
@@ -91,6 +92,7 @@ std::string encodeChallenge(const Challenge& m) {
   r.setNodeId(m.nodeId);
   r.setNonce(kj::arrayPtr(m.nonce.data(), m.nonce.size()));
   r.setMac(kj::arrayPtr(m.mac.data(), m.mac.size()));
+  r.setIntegrity(m.integrity);
   return bodyOf(b);
 }
 
@@ -131,6 +133,7 @@ Expected<Hello> decodeHello(const std::string& body) {
   return readBody<wire::Hello, Hello>(body, "hello", [](wire::Hello::Reader r) -> Expected<Hello> {
     Hello h;
     h.nodeId = r.getNodeId();
+    h.integrity = r.getIntegrity();
     if (h.nodeId == 0 || !copyFixed(r.getNonce(), &h.nonce)) {
       return Status::corruption("hello without a node id or a 32-byte nonce");
     }
@@ -142,6 +145,7 @@ Expected<Challenge> decodeChallenge(const std::string& body) {
   return readBody<wire::Challenge, Challenge>(body, "challenge", [](wire::Challenge::Reader r) -> Expected<Challenge> {
     Challenge c;
     c.nodeId = r.getNodeId();
+    c.integrity = r.getIntegrity();
     if (c.nodeId == 0 || !copyFixed(r.getNonce(), &c.nonce) || !copyFixed(r.getMac(), &c.mac)) {
       return Status::corruption("challenge without a node id, a 32-byte nonce or a 32-byte MAC");
     }

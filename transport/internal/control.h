@@ -32,11 +32,13 @@ enum ControlKind : uint16_t {
 struct Hello {
   uint64_t nodeId = 0;
   Nonce nonce{};
+  uint8_t integrity = 0;  // transport/frame.h's Integrity
 };
 struct Challenge {
   uint64_t nodeId = 0;
   Nonce nonce{};
   Mac mac{};
+  uint8_t integrity = 0;
 };
 struct Proof {
   Mac mac{};

@@ -1,13 +1,35 @@
 #include "transport/internal/handshake_steps.h"
 
+#include "common/check.h"
 #include "transport/internal/control.h"
 
 namespace troupe::transport::internal {
+namespace {
 
-ClientHandshake::ClientHandshake(const std::string& token, uint64_t selfId, const Nonce& nonce)
-    : token_(token), selfId_(selfId), nonce_(nonce) {}
+constexpr const char* kClientToServer = "frames client to server";
+constexpr const char* kServerToClient = "frames server to client";
 
-std::string ClientHandshake::hello() const { return encodeHello(Hello{selfId_, nonce_}); }
+// Says both settings from a point of view either side can read.
+std::string integrityMismatch(Integrity client, uint8_t server) {
+  const std::string name = server <= uint8_t(Integrity::kHmac) ? integrityName(Integrity(server))
+                                                               : fmt::format("unknown ({})", server);
+  return fmt::format("the connecting node runs transport.integrity = {} and the listening node {}; every process "
+                     "of a job must agree", integrityName(client), name);
+}
+
+std::string integrityMismatch(uint8_t client, Integrity server) {
+  const std::string name = client <= uint8_t(Integrity::kHmac) ? integrityName(Integrity(client))
+                                                               : fmt::format("unknown ({})", client);
+  return fmt::format("the connecting node runs transport.integrity = {} and the listening node {}; every process "
+                     "of a job must agree", name, integrityName(server));
+}
+
+}  // namespace
+
+ClientHandshake::ClientHandshake(const std::string& token, uint64_t selfId, const Nonce& nonce, Integrity integrity)
+    : token_(token), selfId_(selfId), nonce_(nonce), integrity_(integrity) {}
+
+std::string ClientHandshake::hello() const { return encodeHello(Hello{selfId_, nonce_, uint8_t(integrity_)}); }
 
 Expected<std::string> ClientHandshake::proof(const std::string& challengeBody) {
   auto ch = decodeChallenge(challengeBody);
@@ -17,21 +39,35 @@ Expected<std::string> ClientHandshake::proof(const std::string& challengeBody) {
   if (!macEquals(expect, ch->mac.data(), ch->mac.size())) {
     return Status::unavailable("it does not hold the job token");
   }
+  if (ch->integrity != uint8_t(integrity_)) {
+    return Status::invalidArgument(integrityMismatch(integrity_, ch->integrity));
+  }
+  serverNonce_ = ch->nonce;
+  proven_ = true;
   return encodeProof(Proof{handshakeMac(token_, "client", nonce_, ch->nonce, selfId_, ch->nodeId)});
 }
 
-ServerHandshake::ServerHandshake(const std::string& token, uint64_t selfId, const Nonce& nonce)
-    : token_(token), selfId_(selfId), nonce_(nonce) {}
+FrameKeys ClientHandshake::frameKeys() const {
+  TROUPE_CHECK(proven_, "frame keys before the proof");
+  return FrameKeys{handshakeMac(token_, kClientToServer, nonce_, serverNonce_, selfId_, serverId_),
+                   handshakeMac(token_, kServerToClient, nonce_, serverNonce_, selfId_, serverId_)};
+}
+
+ServerHandshake::ServerHandshake(const std::string& token, uint64_t selfId, const Nonce& nonce, Integrity integrity)
+    : token_(token), selfId_(selfId), nonce_(nonce), integrity_(integrity) {}
 
 Expected<std::string> ServerHandshake::challenge(const std::string& helloBody) {
   if (challenged_) return Status::corruption("a second hello");
   auto hello = decodeHello(helloBody);
   if (!hello.hasValue()) return hello.status();
+  if (hello->integrity != uint8_t(integrity_)) {
+    return Status::invalidArgument(integrityMismatch(hello->integrity, integrity_));
+  }
   challenged_ = true;
   clientId_ = hello->nodeId;
   clientNonce_ = hello->nonce;
-  return encodeChallenge(
-      Challenge{selfId_, nonce_, handshakeMac(token_, "server", clientNonce_, nonce_, clientId_, selfId_)});
+  return encodeChallenge(Challenge{selfId_, nonce_, handshakeMac(token_, "server", clientNonce_, nonce_, clientId_, selfId_),
+                                   uint8_t(integrity_)});
 }
 
 Status ServerHandshake::verify(const std::string& proofBody) const {
@@ -40,7 +76,14 @@ Status ServerHandshake::verify(const std::string& proofBody) const {
   if (!proof.hasValue()) return Status::unavailable(proof.status().message());
   const Mac expect = handshakeMac(token_, "client", clientNonce_, nonce_, clientId_, selfId_);
   if (!macEquals(expect, proof->mac.data(), proof->mac.size())) return Status::unavailable("wrong job token");
+  verified_ = true;
   return Status::ok();
+}
+
+FrameKeys ServerHandshake::frameKeys() const {
+  TROUPE_CHECK(verified_, "frame keys before the proof verified");
+  return FrameKeys{handshakeMac(token_, kServerToClient, clientNonce_, nonce_, clientId_, selfId_),
+                   handshakeMac(token_, kClientToServer, clientNonce_, nonce_, clientId_, selfId_)};
 }
 
 }  // namespace troupe::transport::internal

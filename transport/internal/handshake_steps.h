@@ -14,6 +14,13 @@
 // proof reflected back as a client's is refused (the labels differ). Nothing
 // that crosses the wire is a function of the token alone.
 //
+// Both sides say their transport.integrity (frame.h) and refuse a peer whose
+// differs. Each side's frame keys (for integrity = hmac) are HMAC-SHA256
+// under the token over a direction's label ("frames client to server",
+// "frames server to client"), both nonces and both node ids: fresh for
+// every connection, one per direction, never on the wire. The client knows
+// them once its proof is made, the server once the proof verified.
+//
 // Threading: one object per connection, used by one thread at a time.
 #pragma once
 
@@ -21,46 +28,64 @@
 #include <string>
 
 #include "common/status.h"
+#include "transport/frame.h"
 #include "transport/handshake.h"
 
 namespace troupe::transport::internal {
 
+// This side's keys for the frames of one connection.
+struct FrameKeys {
+  FrameKey send{}, receive{};
+};
+
 class ClientHandshake {
  public:
-  ClientHandshake(const std::string& token, uint64_t selfId, const Nonce& nonce);
+  ClientHandshake(const std::string& token, uint64_t selfId, const Nonce& nonce,
+                  Integrity integrity = Integrity::kCrc32c);
 
   std::string hello() const;
   // The Proof body to send after checking the server's MAC. Errors:
   // corruption (a malformed challenge), unavailable (the server does not
-  // hold the token).
+  // hold the token), invalidArgument (it holds it, with another
+  // transport.integrity).
   Expected<std::string> proof(const std::string& challengeBody);
   // The server's node id, known after a challenge decoded.
   uint64_t serverId() const { return serverId_; }
+  // This connection's frame keys; only after proof() succeeded.
+  FrameKeys frameKeys() const;
 
  private:
   std::string token_;
   uint64_t selfId_, serverId_ = 0;
-  Nonce nonce_;
+  Nonce nonce_, serverNonce_{};
+  Integrity integrity_;
+  bool proven_ = false;
 };
 
 class ServerHandshake {
  public:
-  ServerHandshake(const std::string& token, uint64_t selfId, const Nonce& nonce);
+  ServerHandshake(const std::string& token, uint64_t selfId, const Nonce& nonce,
+                  Integrity integrity = Integrity::kCrc32c);
 
-  // The Challenge body for a Hello; corruption when the hello is malformed.
-  // May be called once.
+  // The Challenge body for a Hello; corruption when the hello is malformed,
+  // invalidArgument when it names another transport.integrity. May be
+  // called once.
   Expected<std::string> challenge(const std::string& helloBody);
   // Ok when the proof shows the client holds the token for this
   // connection's nonces; unavailable otherwise (or before a challenge).
   Status verify(const std::string& proofBody) const;
   // The client's claimed node id (after a hello; proven once verify is ok).
   uint64_t clientId() const { return clientId_; }
+  // This connection's frame keys; only once verify() was ok.
+  FrameKeys frameKeys() const;
 
  private:
   std::string token_;
   uint64_t selfId_, clientId_ = 0;
   Nonce nonce_, clientNonce_{};
+  Integrity integrity_;
   bool challenged_ = false;
+  mutable bool verified_ = false;
 };
 
 }  // namespace troupe::transport::internal

@@ -85,10 +85,7 @@ void Links::emit(uint64_t peer, Link& link, Envelope envelope, std::vector<Tenso
     for (const Tensor& t : tensors) views.push_back(TensorView{t.data, t.bytes, t.dtype});
     w.raw = true;
     w.bytes = encodeFrame(envelope, views);
-    for (uint64_t bit : a.flipBits) {
-      const uint64_t at = bit % (w.bytes.size() * 8);
-      w.bytes[at / 8] ^= std::byte(1u << (at % 8));
-    }
+    w.flipBits = std::move(a.flipBits);  // the node flips them once the frame is guarded
   } else {
     w.envelope = std::move(envelope);
     w.tensors = std::move(tensors);

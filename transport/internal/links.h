@@ -88,13 +88,15 @@ class Links {
   };
 
   // A frame to put on the wire now: an envelope with tensors, or raw
-  // bytes (a corrupted frame).
+  // bytes (a frame a fault corrupts: the whole crc32c frame, and the bits
+  // to flip once the node has guarded it as its connection's frames are).
   struct Wire {
     uint64_t peer = 0;
     Envelope envelope;
     std::vector<Tensor> tensors;
     bool raw = false;
     std::vector<std::byte> bytes;
+    std::vector<uint64_t> flipBits;
   };
   // A frame to hand to the node's handler, in order.
   struct Delivery {

@@ -162,7 +162,10 @@ class UcxNode::Impl {
     }
     post([this, peer, e = std::move(e), t = std::move(t)]() mutable { sendTo(peer, std::move(e), std::move(t)); });
   }
-  void sendRawBytes(uint64_t peer, std::vector<std::byte> bytes);
+  // A frame as it is (Node::sendRawFrame), or, with `flips`, a frame a
+  // fault plan corrupts: guarded as the connection's frames are, then
+  // those bits flipped.
+  void sendRawBytes(uint64_t peer, std::vector<std::byte> bytes, const std::vector<uint64_t>* flips = nullptr);
   bool pollOnce();
   void beginPolling() { pollers_.fetch_add(1, std::memory_order_acq_rel); }
   void endPolling() {
@@ -198,7 +201,7 @@ class UcxNode::Impl {
   struct Counters {
     std::atomic<uint64_t> framesSent{0}, framesReceived{0}, bytesSent{0}, bytesReceived{0}, malformed{0},
         unauthenticated{0}, refused{0}, heartbeats{0}, peersDown{0}, handshakesTimedOut{0}, idleClosed{0},
-        handshakesAbandoned{0}, connectionRequests{0};
+        handshakesAbandoned{0}, connectionRequests{0}, sealsRefused{0};
     std::array<std::atomic<uint64_t>, kTrafficLabels> trafficFrames{}, trafficBytes{};
   } counters_;
 
@@ -229,14 +232,30 @@ class UcxNode::Impl {
     Clock::time_point opened, lastReceived, lastSent;
     std::deque<std::shared_ptr<Incoming>> inbox;  // in arrival order
     std::vector<std::pair<Envelope, std::vector<Tensor>>> outbox;  // until ready
-    std::vector<std::vector<std::byte>> rawOutbox;  // corrupted frames (a fault), until ready
+    std::vector<std::pair<std::vector<std::byte>, std::vector<uint64_t>>> rawOutbox;  // corrupted frames (a fault)
+                                                                                       // and their flips, until ready
+    // integrity = hmac: this connection's keys (set in the handshake: the
+    // client's receive key when it makes its proof and its send key once
+    // the proof is sent, the server's both when the proof verified), the
+    // number of the last frame sealed, and those received.
+    std::unique_ptr<FrameMac> sendMac, recvMac;
+    uint64_t sealed = 0;
+    SealWindow seals;
   };
+
+  // How this node guards the next frame it sends on `c`: handshake frames
+  // carry a CRC, later ones what transport.integrity says.
+  Integrity sendGuard(const Connection* c) const {
+    if (c->sendMac) return Integrity::kHmac;
+    return c->state == State::kReady ? options_.integrity : Integrity::kCrc32c;
+  }
 
   struct OutFrame {
     Impl* self = nullptr;
     std::vector<std::byte> head;
     std::vector<Tensor> tensors;
     std::vector<ucp_dt_iov_t> iov;
+    std::array<std::byte, kSealBytes> seal{};
   };
 
   struct RecvOp {
