@@ -368,6 +368,7 @@ workers::JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, c
     metrics->set("troupe_frames_dropped_unauthenticated", double(s.unauthenticatedDropped));
     metrics->set("troupe_frames_dropped_malformed", double(s.malformedDropped));
     metrics->set("troupe_frames_seals_refused", double(s.sealsRefused));
+    metrics->set("troupe_frames_unsealed_refused", double(s.unsealedRefused));
   };
   struct sigaction sa {}, oldInt {}, oldTerm {};
   sa.sa_handler = onInterrupt;
@@ -843,6 +844,7 @@ int runTrain(const TrainFlags& flags) {
                                           {"frames_dropped_unauthenticated", n.unauthenticatedDropped},
                                           {"frames_dropped_malformed", n.malformedDropped},
                                           {"seals_refused", n.sealsRefused},
+                                          {"unsealed_refused", n.unsealedRefused},
                                           {"integrity", config.getString("transport.integrity")}};
     }
     summary["consistency"] = config.getString("ps.consistency");

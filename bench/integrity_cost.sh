@@ -10,7 +10,8 @@
 #
 #   bench/integrity_cost.sh [--seconds S] [--trials N]
 #
-# Writes $OUT/integrity.json (default runs/integrity/) and prints a table.
+# Writes $OUT/integrity.json (default runs/integrity/, emptied first) and
+# prints a table.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 troupe="${TROUPE:-$here/build/bin/troupe}"
@@ -26,7 +27,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -x "$troupe" ] || { echo "integrity_cost.sh: no $troupe (build first)" >&2; exit 2; }
-mkdir -p "$out"
+rm -rf "$out" && mkdir -p "$out"  # each figure from this run's passes only
 export TROUPE_JOB_TOKEN="${TROUPE_JOB_TOKEN:-$("$troupe" token)}"
 for shm in true false; do
   for mode in off crc32c hmac hmac crc32c off; do

@@ -153,18 +153,20 @@ FrameMac::~FrameMac() = default;
 
 namespace {
 
-// HMAC over the pieces, each (pointer, bytes), into `out` (32 bytes).
+// HMAC over the pieces, each (pointer, bytes), into `out` (32 bytes);
+// false when OpenSSL fails (no memory).
 template <typename Feed>
-void macOf(EVP_MAC_CTX* keyed, Feed&& feed, unsigned char* out) {
+bool macOf(EVP_MAC_CTX* keyed, Feed&& feed, unsigned char* out) {
   EVP_MAC_CTX* ctx = EVP_MAC_CTX_dup(keyed);
-  TROUPE_CHECK(ctx != nullptr, "EVP_MAC_CTX_dup failed");
+  if (ctx == nullptr) return false;
+  bool ok = true;
   feed([&](const void* data, size_t bytes) {
-    if (bytes) TROUPE_CHECK(EVP_MAC_update(ctx, static_cast<const unsigned char*>(data), bytes) == 1, "HMAC update failed");
+    if (bytes && ok) ok = EVP_MAC_update(ctx, static_cast<const unsigned char*>(data), bytes) == 1;
   });
   size_t length = 0;
-  const int ok = EVP_MAC_final(ctx, out, &length, 32);
+  ok = ok && EVP_MAC_final(ctx, out, &length, 32) == 1 && length == 32;
   EVP_MAC_CTX_free(ctx);
-  TROUPE_CHECK(ok == 1 && length == 32, "HMAC final failed");
+  return ok;
 }
 
 }  // namespace
@@ -173,7 +175,7 @@ std::array<std::byte, kSealBytes> FrameMac::seal(uint64_t seq, const std::byte* 
                                                  const std::vector<TensorView>& tensors) const {
   std::array<std::byte, kSealBytes> out{};
   putU64(out.data(), seq);
-  macOf(
+  const bool ok = macOf(
       ctx_->keyed,
       [&](auto&& update) {
         update(head, headBytes);
@@ -184,13 +186,14 @@ std::array<std::byte, kSealBytes> FrameMac::seal(uint64_t seq, const std::byte* 
         update(out.data(), 8);
       },
       reinterpret_cast<unsigned char*>(out.data() + 8));
+  TROUPE_CHECK(ok, "HMAC-SHA256 of a frame failed (out of memory)");  // a sender has nothing to send without it
   return out;
 }
 
 bool FrameMac::verify(const std::byte* frame, size_t size) const {
   if (size < kSealBytes) return false;
   unsigned char mac[32];
-  macOf(ctx_->keyed, [&](auto&& update) { update(frame, size - 32); }, mac);
+  if (!macOf(ctx_->keyed, [&](auto&& update) { update(frame, size - 32); }, mac)) return false;  // refused, not a crash
   return CRYPTO_memcmp(mac, frame + size - 32, 32) == 0;
 }
 
@@ -202,7 +205,7 @@ Status SealWindow::accept(uint64_t seq) {
     if (advance >= kSpan) {
       seen_.reset();
     } else {
-      for (uint64_t s = highest_ + 1; s <= seq; ++s) seen_.reset(s % kSpan);
+      for (uint64_t i = 1; i <= advance; ++i) seen_.reset((highest_ + i) % kSpan);
     }
     highest_ = seq;
     seen_.set(seq % kSpan);
@@ -267,6 +270,10 @@ Expected<DecodedFrame> decodeFrame(const std::byte* data, size_t size, const Fra
   if (check.integrity == Integrity::kHmac) {
     if (size < kFrameHeaderBytes + kSealBytes) {
       return Status::corruption(fmt::format("sealed frame of {} bytes is shorter than its header and seal", size));
+    }
+    if (envelopeBytes > size - kFrameHeaderBytes - kSealBytes) {
+      return Status::corruption(fmt::format("envelope of {} bytes does not fit the {}-byte sealed frame", envelopeBytes,
+                                            size));
     }
     if (check.verify) {
       TROUPE_CHECK(check.mac != nullptr, "decodeFrame of an hmac frame without its connection's key");

@@ -18,8 +18,10 @@
 // forged, altered, replayed or taken from another connection by someone
 // without the token is refused (the number against the connection's
 // SealWindow). With off nothing is checked (a trusted network, no cost).
-// Handshake frames always carry a CRC32C; a receiver takes only frames
-// guarded as its connection's setting says.
+// The handshake's hello, challenge and proof (and a refusal) carry a CRC32C
+// whatever the setting; under hmac everything from the server's welcome on
+// is sealed. A receiver takes only frames guarded as its connection's
+// setting says.
 //
 // The envelope (internal/envelope.capnp) names source node and actor,
 // destination actor, request id, message kind, a small body, and the length

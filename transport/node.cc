@@ -1013,31 +1013,43 @@ void UcxNode::Impl::dropMalformed(Connection* c, const std::string& why) {
 
 void UcxNode::Impl::handleFrame(Connection* c, const std::shared_ptr<Incoming>& in) {
   const auto* data = reinterpret_cast<const std::byte*>(in->storage.get());
-  // What this connection takes: handshake frames carry a CRC; once the
-  // handshake is done, what transport.integrity says (for hmac, from the
-  // moment this side holds its receive key). The one exception: a client
-  // whose proof the server refused hears so in a frame the server cannot
-  // seal.
+  // What this connection takes: the hello, challenge and proof carry a CRC;
+  // later frames what transport.integrity says (for hmac, sealed from the
+  // moment this side holds its receive key: the server's welcome on). The
+  // one exception: a client whose proof the server refused hears so in a
+  // frame the server cannot seal (as a refusal before the proof, it can
+  // end this join and nothing else).
   FrameCheck check;
+  bool sealed = false;
   if (c->recvMac) {
-    check = FrameCheck{Integrity::kHmac, c->recvMac.get(), true};
-    if (c->state == State::kProofSent && frameIntegrityWord(data, in->bytes) == uint32_t(Integrity::kCrc32c)) {
-      check = FrameCheck{};
+    const bool refusal = c->state == State::kProofSent &&
+                         frameIntegrityWord(data, in->bytes) == uint32_t(Integrity::kCrc32c);
+    if (!refusal) {
+      check = FrameCheck{Integrity::kHmac, nullptr, false};  // its structure first, then its seal below
+      sealed = true;
     }
   } else if (c->state == State::kReady) {
     check.integrity = options_.integrity;
   }
   auto decoded = decodeFrame(data, in->bytes, check);
-  if (decoded.hasValue() && c->recvMac) {
-    Status st = check.integrity == Integrity::kHmac ? c->seals.accept(decoded->sealSeq)
-                : decoded->envelope.kind == kRefused
-                    ? Status::ok()
-                    : Status::corruption(fmt::format("an unsealed frame of kind {}", decoded->envelope.kind));
-    if (!st.isOk()) decoded = st;
-  }
   if (!decoded.hasValue()) {
-    if (c->recvMac) counters_.sealsRefused++;
+    if (sealed && frameIntegrityWord(data, in->bytes) != uint32_t(Integrity::kHmac)) counters_.unsealedRefused++;
     dropMalformed(c, decoded.status().message());
+    return;
+  }
+  if (sealed) {
+    Status st = c->recvMac->verify(data, in->bytes)
+                    ? c->seals.accept(decoded->sealSeq)
+                    : Status::corruption(fmt::format("the seal of a {}-byte frame does not verify (forged, altered, "
+                                                     "or another connection's)", in->bytes));
+    if (!st.isOk()) {
+      counters_.sealsRefused++;
+      dropMalformed(c, st.message());
+      return;
+    }
+  } else if (c->recvMac && decoded->envelope.kind != kRefused) {
+    counters_.unsealedRefused++;
+    dropMalformed(c, fmt::format("an unsealed frame of kind {} where a seal is required", decoded->envelope.kind));
     return;
   }
   DecodedFrame& frame = *decoded;
@@ -1155,6 +1167,7 @@ NodeStats UcxNode::stats() const {
   s.bytesReceived = k.bytesReceived;
   s.malformedDropped = k.malformed;
   s.sealsRefused = k.sealsRefused;
+  s.unsealedRefused = k.unsealedRefused;
   s.unauthenticatedDropped = k.unauthenticated;
   s.handshakesRefused = k.refused;
   s.handshakesTimedOut = k.handshakesTimedOut;

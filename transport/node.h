@@ -135,7 +135,11 @@ struct NodeStats {
   uint64_t bytesSent = 0;
   uint64_t bytesReceived = 0;
   uint64_t malformedDropped = 0;        // failed decode
-  uint64_t sealsRefused = 0;            // integrity = hmac: frames whose seal failed, was replayed, or was missing
+  // integrity = hmac: sealed frames whose seal did not verify or whose
+  // number was seen before (or is older than the last SealWindow::kSpan);
+  // frames without a seal where one is required.
+  uint64_t sealsRefused = 0;
+  uint64_t unsealedRefused = 0;
   uint64_t unauthenticatedDropped = 0;  // arrived before the handshake completed
   uint64_t handshakesRefused = 0;       // bad or missing proof of the token, or no slot free
   uint64_t handshakesTimedOut = 0;      // did not finish within handshakeTimeout

@@ -26,9 +26,7 @@ void UcxNode::Impl::handleControl(Connection* c, const DecodedFrame& frame) {
       auto challenge = c->server->challenge(body);
       if (!challenge.hasValue()) {
         warnAboutHost(c->host, fmt::format("refused {}: {}", c->address, challenge.status().message()));
-        // Another transport.integrity is said as it is; anything else is just malformed.
-        return refuse(c, challenge.status().code() == Status::Code::kInvalidArgument ? challenge.status().message()
-                                                                                    : "malformed hello");
+        return refuse(c, "malformed hello");
       }
       c->peerId = c->server->clientId();
       c->state = State::kAwaitProof;
@@ -81,7 +79,8 @@ void UcxNode::Impl::handleControl(Connection* c, const DecodedFrame& frame) {
       if (c->outgoing || c->state != State::kAwaitProof || !c->server) return dropMalformed(c, "unexpected proof");
       if (Status st = c->server->verify(body); !st.isOk()) {
         warnAboutHost(c->host, fmt::format("refused {} (claims node {:x}): {}", c->address, c->peerId, st.message()));
-        return refuse(c, "wrong job token");
+        // Another transport.integrity (with the right token) is said as it is.
+        return refuse(c, st.code() == Status::Code::kInvalidArgument ? st.message() : "wrong job token");
       }
       if (options_.integrity == Integrity::kHmac) {  // the welcome is sealed, and all after it both ways
         const FrameKeys keys = c->server->frameKeys();

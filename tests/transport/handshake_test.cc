@@ -1,5 +1,6 @@
 #include "transport/handshake.h"
 
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -180,55 +181,76 @@ Mac opensslMac(const std::string& key, const std::string& label, const Nonce& c,
 
 TEST(Handshake, FrameKeysAgreeAcrossAConnectionOnePerDirectionAndAreNewForEach) {
   const std::string token = "frame-key-test-token-0123456789";
-  auto run = [&](const Nonce& cn, const Nonce& sn) {
+  auto run = [&](const Nonce& cn, const Nonce& sn) -> std::optional<std::pair<internal::FrameKeys, internal::FrameKeys>> {
     ClientHandshake c(token, 11, cn, Integrity::kHmac);
     ServerHandshake s(token, 22, sn, Integrity::kHmac);
     auto ch = s.challenge(c.hello());
-    EXPECT_TRUE(ch.hasValue());
+    if (!ch.hasValue()) return std::nullopt;
     auto pr = c.proof(*ch);
-    EXPECT_TRUE(pr.hasValue());
-    EXPECT_TRUE(s.verify(*pr).isOk());
+    if (!pr.hasValue() || !s.verify(*pr).isOk()) return std::nullopt;
     return std::make_pair(c.frameKeys(), s.frameKeys());
   };
-  const auto [kc, ks] = run(nonceOf(1), nonceOf(2));
+  const auto one = run(nonceOf(1), nonceOf(2));
+  ASSERT_TRUE(one.has_value());
+  const auto& [kc, ks] = *one;
   EXPECT_EQ(kc.send, ks.receive);
   EXPECT_EQ(kc.receive, ks.send);
   EXPECT_NE(kc.send, kc.receive);
   EXPECT_EQ(kc.send, opensslMac(token, "frames client to server", nonceOf(1), nonceOf(2), 11, 22));
   EXPECT_EQ(kc.receive, opensslMac(token, "frames server to client", nonceOf(1), nonceOf(2), 11, 22));
   // Another connection (another server nonce) has other keys.
-  const auto [kc2, ks2] = run(nonceOf(1), nonceOf(3));
-  EXPECT_NE(kc2.send, kc.send);
-  EXPECT_NE(kc2.receive, kc.receive);
-  (void)ks2;
+  const auto two = run(nonceOf(1), nonceOf(3));
+  ASSERT_TRUE(two.has_value());
+  EXPECT_NE(two->first.send, kc.send);
+  EXPECT_NE(two->first.receive, kc.receive);
 }
 
-TEST(Handshake, EitherSideRefusesAnotherIntegritySettingNamingBoth) {
+TEST(Handshake, AnotherIntegritySettingIsRefusedOnceItsProofChecksOut) {
   const std::string token = "integrity-test-token-0123456789";
-  // The listening side checks the hello.
+  // The connecting side reads the listening side's setting in the
+  // challenge, bound into its MAC (label "server/0" is "server").
   ClientHandshake hmacClient(token, 11, nonceOf(1), Integrity::kHmac);
   ServerHandshake crcServer(token, 22, nonceOf(2), Integrity::kCrc32c);
   auto ch = crcServer.challenge(hmacClient.hello());
-  ASSERT_FALSE(ch.hasValue());
-  EXPECT_EQ(ch.status().code(), Status::Code::kInvalidArgument);
-  EXPECT_EQ(ch.status().message(),
-            "the connecting node runs transport.integrity = hmac and the listening node crc32c; every process of a "
-            "job must agree");
-  // The connecting side checks the challenge: a crc32c server answers a
-  // crc32c hello, and an hmac client with that hello's nonce and id reads it.
-  ClientHandshake crcClient(token, 11, nonceOf(1), Integrity::kCrc32c);
-  ServerHandshake server(token, 22, nonceOf(2), Integrity::kCrc32c);
-  ch = server.challenge(crcClient.hello());
-  ASSERT_TRUE(ch.hasValue());
-  ClientHandshake offClient(token, 11, nonceOf(1), Integrity::kOff);
-  auto pr = offClient.proof(*ch);
+  ASSERT_TRUE(ch.hasValue());  // nothing about the setting before a proof
+  auto pr = hmacClient.proof(*ch);
   ASSERT_FALSE(pr.hasValue());
   EXPECT_EQ(pr.status().code(), Status::Code::kInvalidArgument);
   EXPECT_EQ(pr.status().message(),
+            "the connecting node runs transport.integrity = hmac and the listening node crc32c; every process of a "
+            "job must agree");
+  // A challenge whose setting was changed on the way fails its MAC instead.
+  auto decoded = internal::decodeChallenge(*ch);
+  ASSERT_TRUE(decoded.hasValue());
+  decoded->integrity = uint8_t(Integrity::kHmac);
+  ClientHandshake again(token, 11, nonceOf(1), Integrity::kHmac);
+  pr = again.proof(internal::encodeChallenge(*decoded));
+  ASSERT_FALSE(pr.hasValue());
+  EXPECT_EQ(pr.status().code(), Status::Code::kUnavailable);
+  // The listening side refuses a client that goes on with another setting,
+  // once its proof (bound to the setting its hello claimed) checks out.
+  ServerHandshake server(token, 22, nonceOf(2), Integrity::kCrc32c);
+  ch = server.challenge(ClientHandshake(token, 11, nonceOf(1), Integrity::kOff).hello());
+  ASSERT_TRUE(ch.hasValue());
+  Status st = server.verify(
+      internal::encodeProof(internal::Proof{opensslMac(token, "client/1", nonceOf(1), nonceOf(2), 11, 22)}));
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(st.message(),
             "the connecting node runs transport.integrity = off and the listening node crc32c; every process of a "
             "job must agree");
-  // The same challenge passes a client of the same setting.
-  EXPECT_TRUE(crcClient.proof(*ch).hasValue());
+  // The same proof under the crc32c label is the wrong proof for that hello.
+  ServerHandshake server2(token, 22, nonceOf(2), Integrity::kCrc32c);
+  ASSERT_TRUE(server2.challenge(ClientHandshake(token, 11, nonceOf(1), Integrity::kOff).hello()).hasValue());
+  st = server2.verify(internal::encodeProof(internal::Proof{opensslMac(token, "client", nonceOf(1), nonceOf(2), 11, 22)}));
+  EXPECT_EQ(st.code(), Status::Code::kUnavailable);
+  // A client of the listening side's setting goes through.
+  ClientHandshake crcClient(token, 11, nonceOf(1), Integrity::kCrc32c);
+  ServerHandshake s3(token, 22, nonceOf(2), Integrity::kCrc32c);
+  ch = s3.challenge(crcClient.hello());
+  ASSERT_TRUE(ch.hasValue());
+  pr = crcClient.proof(*ch);
+  ASSERT_TRUE(pr.hasValue());
+  EXPECT_TRUE(s3.verify(*pr).isOk());
 }
 
 }  // namespace

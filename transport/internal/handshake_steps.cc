@@ -24,6 +24,12 @@ std::string integrityMismatch(uint8_t client, Integrity server) {
                      "of a job must agree", name, integrityName(server));
 }
 
+// The label of a side's proof: its role, and its transport.integrity when
+// that is not crc32c, so that the proof binds the setting it claims.
+std::string proofLabel(const char* role, uint8_t integrity) {
+  return integrity == uint8_t(Integrity::kCrc32c) ? std::string(role) : fmt::format("{}/{}", role, integrity);
+}
+
 }  // namespace
 
 ClientHandshake::ClientHandshake(const std::string& token, uint64_t selfId, const Nonce& nonce, Integrity integrity)
@@ -35,16 +41,19 @@ Expected<std::string> ClientHandshake::proof(const std::string& challengeBody) {
   auto ch = decodeChallenge(challengeBody);
   if (!ch.hasValue()) return ch.status();
   serverId_ = ch->nodeId;
-  const Mac expect = handshakeMac(token_, "server", nonce_, ch->nonce, selfId_, ch->nodeId);
+  const Mac expect =
+      handshakeMac(token_, proofLabel("server", ch->integrity).c_str(), nonce_, ch->nonce, selfId_, ch->nodeId);
   if (!macEquals(expect, ch->mac.data(), ch->mac.size())) {
     return Status::unavailable("it does not hold the job token");
   }
+  // The server's setting is proven now: a mismatch is a fact, not a forgery.
   if (ch->integrity != uint8_t(integrity_)) {
     return Status::invalidArgument(integrityMismatch(integrity_, ch->integrity));
   }
   serverNonce_ = ch->nonce;
   proven_ = true;
-  return encodeProof(Proof{handshakeMac(token_, "client", nonce_, ch->nonce, selfId_, ch->nodeId)});
+  return encodeProof(Proof{handshakeMac(token_, proofLabel("client", uint8_t(integrity_)).c_str(), nonce_, ch->nonce,
+                                        selfId_, ch->nodeId)});
 }
 
 FrameKeys ClientHandshake::frameKeys() const {
@@ -60,22 +69,26 @@ Expected<std::string> ServerHandshake::challenge(const std::string& helloBody) {
   if (challenged_) return Status::corruption("a second hello");
   auto hello = decodeHello(helloBody);
   if (!hello.hasValue()) return hello.status();
-  if (hello->integrity != uint8_t(integrity_)) {
-    return Status::invalidArgument(integrityMismatch(hello->integrity, integrity_));
-  }
   challenged_ = true;
   clientId_ = hello->nodeId;
   clientNonce_ = hello->nonce;
-  return encodeChallenge(Challenge{selfId_, nonce_, handshakeMac(token_, "server", clientNonce_, nonce_, clientId_, selfId_),
-                                   uint8_t(integrity_)});
+  clientIntegrity_ = hello->integrity;  // checked once the proof shows it is the client's
+  return encodeChallenge(Challenge{
+      selfId_, nonce_,
+      handshakeMac(token_, proofLabel("server", uint8_t(integrity_)).c_str(), clientNonce_, nonce_, clientId_, selfId_),
+      uint8_t(integrity_)});
 }
 
 Status ServerHandshake::verify(const std::string& proofBody) const {
   if (!challenged_) return Status::unavailable("a proof before any hello");
   auto proof = decodeProof(proofBody);
   if (!proof.hasValue()) return Status::unavailable(proof.status().message());
-  const Mac expect = handshakeMac(token_, "client", clientNonce_, nonce_, clientId_, selfId_);
+  const Mac expect =
+      handshakeMac(token_, proofLabel("client", clientIntegrity_).c_str(), clientNonce_, nonce_, clientId_, selfId_);
   if (!macEquals(expect, proof->mac.data(), proof->mac.size())) return Status::unavailable("wrong job token");
+  if (clientIntegrity_ != uint8_t(integrity_)) {
+    return Status::invalidArgument(integrityMismatch(clientIntegrity_, integrity_));
+  }
   verified_ = true;
   return Status::ok();
 }

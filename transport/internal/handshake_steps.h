@@ -14,8 +14,12 @@
 // proof reflected back as a client's is refused (the labels differ). Nothing
 // that crosses the wire is a function of the token alone.
 //
-// Both sides say their transport.integrity (frame.h) and refuse a peer whose
-// differs. Each side's frame keys (for integrity = hmac) are HMAC-SHA256
+// Both sides say their transport.integrity (frame.h), bound into their
+// proof (the label "client" or "server" gains "/N" for a setting other
+// than crc32c), and refuse a peer whose differs once its proof checked out:
+// the client on the challenge, the server (for a client that went on
+// anyway) on the proof. Nothing tells a stranger this node's setting but
+// the challenge every connecting peer gets. Each side's frame keys (for integrity = hmac) are HMAC-SHA256
 // under the token over a direction's label ("frames client to server",
 // "frames server to client"), both nonces and both node ids: fresh for
 // every connection, one per direction, never on the wire. The client knows
@@ -67,12 +71,12 @@ class ServerHandshake {
   ServerHandshake(const std::string& token, uint64_t selfId, const Nonce& nonce,
                   Integrity integrity = Integrity::kCrc32c);
 
-  // The Challenge body for a Hello; corruption when the hello is malformed,
-  // invalidArgument when it names another transport.integrity. May be
-  // called once.
+  // The Challenge body for a Hello; corruption when the hello is malformed.
+  // May be called once.
   Expected<std::string> challenge(const std::string& helloBody);
   // Ok when the proof shows the client holds the token for this
-  // connection's nonces; unavailable otherwise (or before a challenge).
+  // connection's nonces; unavailable otherwise (or before a challenge);
+  // invalidArgument when it does, with another transport.integrity.
   Status verify(const std::string& proofBody) const;
   // The client's claimed node id (after a hello; proven once verify is ok).
   uint64_t clientId() const { return clientId_; }
@@ -84,6 +88,7 @@ class ServerHandshake {
   uint64_t selfId_, clientId_ = 0;
   Nonce nonce_, clientNonce_{};
   Integrity integrity_;
+  uint8_t clientIntegrity_ = 0;  // as its hello says
   bool challenged_ = false;
   mutable bool verified_ = false;
 };

@@ -201,7 +201,8 @@ class UcxNode::Impl {
   struct Counters {
     std::atomic<uint64_t> framesSent{0}, framesReceived{0}, bytesSent{0}, bytesReceived{0}, malformed{0},
         unauthenticated{0}, refused{0}, heartbeats{0}, peersDown{0}, handshakesTimedOut{0}, idleClosed{0},
-        handshakesAbandoned{0}, connectionRequests{0}, sealsRefused{0};
+        handshakesAbandoned{0}, connectionRequests{0}, sealsRefused{0},
+        unsealedRefused{0};
     std::array<std::atomic<uint64_t>, kTrafficLabels> trafficFrames{}, trafficBytes{};
   } counters_;
 
@@ -243,8 +244,11 @@ class UcxNode::Impl {
     SealWindow seals;
   };
 
-  // How this node guards the next frame it sends on `c`: handshake frames
-  // carry a CRC, later ones what transport.integrity says.
+  // How this node guards the next frame it sends on `c`: the hello,
+  // challenge, proof (and a refusal) carry a CRC; later frames what
+  // transport.integrity says (hmac: sealed once this side holds its send
+  // key, from the server's welcome and the client's first frame after its
+  // proof).
   Integrity sendGuard(const Connection* c) const {
     if (c->sendMac) return Integrity::kHmac;
     return c->state == State::kReady ? options_.integrity : Integrity::kCrc32c;
