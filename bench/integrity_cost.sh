@@ -10,8 +10,8 @@
 #
 #   bench/integrity_cost.sh [--seconds S] [--trials N]
 #
-# Writes $OUT/integrity.json (default runs/integrity/, emptied first) and
-# prints a table.
+# Writes $OUT/integrity.json (default runs/integrity/; its own files there
+# from an earlier run are removed first) and prints a table.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 troupe="${TROUPE:-$here/build/bin/troupe}"
@@ -27,7 +27,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -x "$troupe" ] || { echo "integrity_cost.sh: no $troupe (build first)" >&2; exit 2; }
-rm -rf "$out" && mkdir -p "$out"  # each figure from this run's passes only
+mkdir -p "$out"
+rm -f "$out"/true-*.json "$out"/false-*.json "$out/integrity.json"  # each figure from this run's passes only
 export TROUPE_JOB_TOKEN="${TROUPE_JOB_TOKEN:-$("$troupe" token)}"
 for shm in true false; do
   for mode in off crc32c hmac hmac crc32c off; do

@@ -1,5 +1,6 @@
 #include "common/config.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <cerrno>
@@ -8,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include <fmt/ranges.h>
 #include <toml++/toml.h>
 
 #include "common/check.h"
@@ -245,10 +247,13 @@ void Config::loadString(std::string_view text, std::string_view origin) {
           if (!node.is_boolean()) wrongType();
           e.value = node.as_boolean()->get();
           break;
-        case Type::kString:
+        case Type::kString: {
           if (!node.is_string()) wrongType();
-          e.value = node.as_string()->get();
+          const Value v = node.as_string()->get();
+          checkRange(e.key, v, where);
+          e.value = v;
           break;
+        }
         case Type::kIntList: {
           const auto* arr = node.as_array();
           if (!arr) wrongType();
@@ -328,6 +333,7 @@ void Config::set(std::string_view assignment) {
         text = text.substr(1, text.size() - 2);
       }
       checkUtf8(key, text, "--set");
+      checkRange(e.key, std::string(text), "--set");
       e.value = std::string(text);
       break;
     case Type::kIntList: {
@@ -457,6 +463,10 @@ std::string Config::Range::toString() const {
 }
 
 bool Config::inRange(const Key& key, const Value& value) {
+  if (key.type == Type::kString) {
+    const auto& s = std::get<std::string>(value);
+    return key.choices.empty() || std::find(key.choices.begin(), key.choices.end(), s) != key.choices.end();
+  }
   if (key.type == Type::kInt) return key.range.containsInteger(std::get<int64_t>(value));
   if (key.type == Type::kIntList) {
     for (int64_t v : std::get<std::vector<int64_t>>(value)) {
@@ -471,6 +481,10 @@ bool Config::inRange(const Key& key, const Value& value) {
 
 void Config::checkRange(const Key& key, const Value& value, std::string_view where) {
   if (inRange(key, value)) return;
+  if (key.type == Type::kString) {
+    TROUPE_SETUP_ERROR("config: {}: {} must be one of {}, got '{}'", where, key.name, fmt::join(key.choices, ", "),
+                       std::get<std::string>(value));
+  }
   const Range& r = key.range;
   const std::string range = r.toString();
   const std::string phrase = (range[0] == '(' || range[0] == '[' ? "in " : "") + range;  // "in [0, 1]", ">= 0"
@@ -494,6 +508,8 @@ std::string Config::describe() const {
       range = fmt::format(" ({})", e.key.range.toString());
     } else if (e.key.type == Type::kIntList && !e.key.range.any()) {
       range = fmt::format(" (each {})", e.key.range.toString());
+    } else if (e.key.type == Type::kString && !e.key.choices.empty()) {
+      range = fmt::format(" (one of {})", fmt::join(e.key.choices, ", "));
     }
     out += fmt::format("{:<34} {:<16} default {:<14} {}{}\n", name, typeName(e.key.type),
                        formatValue(e.key.defaultValue), e.key.help, range);

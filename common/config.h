@@ -52,6 +52,7 @@ class Config {
     Value defaultValue;
     std::string help;
     Range range = {};  // numeric keys (kInt, kFloat)
+    std::vector<std::string> choices = {};  // kString: the values it may take (empty: any text)
   };
 
   explicit Config(std::vector<Key> schema);

@@ -28,7 +28,8 @@ std::vector<Config::Key> troupeConfigSchema() {
        "where generated data sets are kept (criteo-synthetic)"},
       {"data.on_bad_record", T::kString, std::string("fail"),
        "a malformed record (a line of a Criteo TSV file): fail = the job fails naming the file and the line; skip = "
-       "it is dropped, the first few logged, and the summary counts them (bad_records)"},
+       "it is dropped, the first few logged, and the summary counts them (bad_records)",
+       {}, {"fail", "skip"}},
       {"data.skip_bad_lines", T::kBool, false,
        "removed (kept so that older run directories load): true means data.on_bad_record = skip"},
       {"data.categorical", T::kInt, int64_t{26}, "categorical columns per Criteo line", closed(1, 4096)},
@@ -242,8 +243,9 @@ std::vector<Config::Key> troupeConfigSchema() {
       {"transport.integrity", T::kString, std::string("crc32c"),
        "how each frame between processes is guarded after the handshake: crc32c = a CRC32C against bits flipped on "
        "the way; hmac = an HMAC-SHA256 seal under keys of the connection's own, also against anyone without the "
-       "token who can alter, forge or replay traffic (jobs across hosts on a shared network); off = nothing (a "
-       "corrupt fault then reaches the actors); every process of a job must agree"},
+       "token who can alter, forge or replay traffic (jobs across hosts on a shared network); off = nothing (and "
+       "a fault plan with corrupt faults is refused); every process of a job must agree",
+       {}, {"off", "crc32c", "hmac"}},
       {"transport.max_message_mb", T::kInt, int64_t{4096}, "larger incoming messages are dropped and counted", closed(1, 1048576)},
       {"transport.reliable_links", T::kBool, false,
        "number, acknowledge and resend messages per link, so that a message lost, doubled, reordered or corrupted "

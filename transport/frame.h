@@ -36,7 +36,9 @@
 // own size, so no amplification, and a nesting limit), the tensor count and
 // every tensor length against what is left. Anything else is a corruption
 // Status naming what was wrong; it never reads out of bounds, throws or
-// aborts.
+// aborts. (The node decodes a sealed frame's structure first, with
+// FrameCheck::verify false, and then checks its seal with FrameMac::verify
+// before it uses anything in it: garbage costs no hash.)
 //
 // Threading: plain functions over caller-owned memory, and FrameMac and
 // SealWindow objects used by one thread at a time.
@@ -164,7 +166,10 @@ struct DecodedFrame {
 struct FrameCheck {
   Integrity integrity = Integrity::kCrc32c;  // the integrity word must say this
   const FrameMac* mac = nullptr;             // kHmac: the seal must verify under it
-  bool verify = true;  // false: neither CRC nor seal is looked at (the fuzzers; tests of the structure behind)
+  // false: neither CRC nor seal is looked at (the fuzzers, tests of the
+  // structure behind, and the node, which checks a seal itself after the
+  // structure).
+  bool verify = true;
 };
 
 // Decodes a whole frame. The TensorViews point into `data`.

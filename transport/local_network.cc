@@ -773,6 +773,11 @@ class LocalNode final : public Node {
 
 Expected<std::unique_ptr<Node>> startLocalNode(NodeOptions options, NodeHandler* handler) {
   TROUPE_CHECK(handler != nullptr && options.network != nullptr, "startLocalNode needs a handler and a network");
+  if (options.integrity != Integrity::kCrc32c) {
+    return Status::invalidArgument(fmt::format(
+        "transport.integrity = {}: the in-process network carries frames in memory and checks a CRC32C only",
+        integrityName(options.integrity)));
+  }
   auto shared = options.network->shared_;
   options.network.reset();  // a node must not keep its network alive through itself
   auto station = std::make_shared<Station>(std::move(options), handler, shared);

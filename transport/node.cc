@@ -1015,25 +1015,21 @@ void UcxNode::Impl::handleFrame(Connection* c, const std::shared_ptr<Incoming>& 
   const auto* data = reinterpret_cast<const std::byte*>(in->storage.get());
   // What this connection takes: the hello, challenge and proof carry a CRC;
   // later frames what transport.integrity says (for hmac, sealed from the
-  // moment this side holds its receive key: the server's welcome on). The
-  // one exception: a client whose proof the server refused hears so in a
-  // frame the server cannot seal (as a refusal before the proof, it can
-  // end this join and nothing else).
+  // moment this side holds its receive key: after its proof for a client,
+  // whatever the server says then, its welcome or a refusal, is sealed).
+  // A sealed frame's structure is checked first (cheap, and garbage goes
+  // no further), then its seal; nothing in it is acted on before both.
   FrameCheck check;
-  bool sealed = false;
-  if (c->recvMac) {
-    const bool refusal = c->state == State::kProofSent &&
-                         frameIntegrityWord(data, in->bytes) == uint32_t(Integrity::kCrc32c);
-    if (!refusal) {
-      check = FrameCheck{Integrity::kHmac, nullptr, false};  // its structure first, then its seal below
-      sealed = true;
-    }
+  const bool sealed = c->recvMac != nullptr;
+  if (sealed) {
+    check = FrameCheck{Integrity::kHmac, nullptr, false};
   } else if (c->state == State::kReady) {
     check.integrity = options_.integrity;
   }
   auto decoded = decodeFrame(data, in->bytes, check);
   if (!decoded.hasValue()) {
-    if (sealed && frameIntegrityWord(data, in->bytes) != uint32_t(Integrity::kHmac)) counters_.unsealedRefused++;
+    const auto word = frameIntegrityWord(data, in->bytes);
+    if (sealed && word && *word != uint32_t(Integrity::kHmac)) counters_.unsealedRefused++;
     dropMalformed(c, decoded.status().message());
     return;
   }
@@ -1047,10 +1043,6 @@ void UcxNode::Impl::handleFrame(Connection* c, const std::shared_ptr<Incoming>& 
       dropMalformed(c, st.message());
       return;
     }
-  } else if (c->recvMac && decoded->envelope.kind != kRefused) {
-    counters_.unsealedRefused++;
-    dropMalformed(c, fmt::format("an unsealed frame of kind {} where a seal is required", decoded->envelope.kind));
-    return;
   }
   DecodedFrame& frame = *decoded;
   const uint16_t kind = frame.envelope.kind;

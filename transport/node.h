@@ -104,8 +104,8 @@ struct NodeOptions {
   // way; hmac, a seal per frame under keys of the connection's own, also
   // against anyone without the token who can alter, forge or replay
   // traffic; off, nothing. Every node of a job must agree (a peer with
-  // another setting is refused in the handshake). UCX nodes only: the
-  // in-process network (LocalNetwork) always checks a CRC32C.
+  // another setting is refused in the handshake). UCX nodes only: a node of
+  // the in-process network (LocalNetwork) refuses to start with any but crc32c.
   Integrity integrity = Integrity::kCrc32c;
 };
 
@@ -135,10 +135,12 @@ struct NodeStats {
   uint64_t bytesSent = 0;
   uint64_t bytesReceived = 0;
   uint64_t malformedDropped = 0;        // failed decode
-  // integrity = hmac: sealed frames whose seal did not verify or whose
-  // number was seen before (or is older than the last SealWindow::kSpan);
-  // frames without a seal where one is required.
+  // integrity = hmac: frames whose seal did not verify or whose number was
+  // seen before (or is older than the last SealWindow::kSpan). (A frame
+  // whose structure is broken is dropped before its seal is looked at:
+  // malformedDropped only.)
   uint64_t sealsRefused = 0;
+  // integrity = hmac: frames guarded otherwise (a CRC, none) where a seal is required.
   uint64_t unsealedRefused = 0;
   uint64_t unauthenticatedDropped = 0;  // arrived before the handshake completed
   uint64_t handshakesRefused = 0;       // bad or missing proof of the token, or no slot free

@@ -271,6 +271,28 @@ TEST(ConfigTest, StringsMustBeUtf8SoThatTheirDumpLoadsAgain) {
   EXPECT_EQ(d.toToml(), c.toToml());
 }
 
+TEST(ConfigTest, AStringKeyWithChoicesTakesOnlyThose) {
+  using T = Config::Type;
+  auto keys = schema();
+  keys.push_back({"net.guard", T::kString, std::string("crc"), "guard", {}, {"off", "crc", "mac"}});
+  Config c(keys);
+  EXPECT_EQ(errorOf([&] { c.set("net.guard=sha1"); }), "config: --set: net.guard must be one of off, crc, mac, got 'sha1'");
+  EXPECT_EQ(errorOf([&] { c.set("net.guard="); }), "config: --set: net.guard must be one of off, crc, mac, got ''");
+  EXPECT_EQ(errorOf([&] { c.setValue("net.guard", std::string("CRC")); }),
+            "config: a command-line flag: net.guard must be one of off, crc, mac, got 'CRC'");
+  EXPECT_EQ(errorOf([&] { c.loadString("[net]\nguard = \"none\"\n", "a.toml"); }),
+            "config: a.toml:2: net.guard must be one of off, crc, mac, got 'none'");
+  EXPECT_EQ(c.getString("net.guard"), "crc");  // unchanged
+  c.set("net.guard=mac");
+  EXPECT_EQ(c.getString("net.guard"), "mac");
+  c.set("net.guard=\"off\"");
+  EXPECT_EQ(c.getString("net.guard"), "off");
+  EXPECT_NE(c.describe().find("guard (one of off, crc, mac)"), std::string::npos) << c.describe();
+  // A string key without choices takes any text.
+  c.set("data.path=sha1");
+  EXPECT_EQ(c.getString("data.path"), "sha1");
+}
+
 TEST(ConfigTest, TomlDumpRoundTrips) {
   Config a(schema());
   a.set("data.rows=99");

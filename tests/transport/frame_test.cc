@@ -329,6 +329,42 @@ TEST(FrameIntegrityTest, TheSealWindowRefusesReplaysAndTakesLateFrames) {
   EXPECT_EQ(refused, SealWindow::kSpan);
 }
 
+TEST(FrameIntegrityTest, TheSealWindowAtTheEndOfTheNumbers) {
+  const uint64_t top = ~uint64_t{0};
+  SealWindow w;
+  EXPECT_TRUE(w.accept(top - 5).isOk());
+  EXPECT_TRUE(w.accept(top - 1).isOk());
+  EXPECT_TRUE(w.accept(top).isOk());  // an advance that ends at the last number
+  EXPECT_TRUE(w.accept(top - 3).isOk());
+  EXPECT_FALSE(w.accept(top).isOk());
+  EXPECT_FALSE(w.accept(top - 5).isOk());
+}
+
+TEST(FrameIntegrityTest, TheNodesWayStructureThenSealAgreesWithDecodingAtOnce) {
+  const FrameMac mac(kKey), other(FrameKey{3});
+  auto t = bytesOf(3000, 12);
+  const auto frame = sealedFrame(mac, 11, {{t.data(), t.size(), DType::kFloat32}});
+  // Structure only: decodes, with its number, whatever the key.
+  auto d = decodeFrame(frame.data(), frame.size(), FrameCheck{Integrity::kHmac, nullptr, false});
+  ASSERT_TRUE(d.hasValue()) << d.status().toString();
+  EXPECT_EQ(d->sealSeq, 11u);
+  EXPECT_TRUE(mac.verify(frame.data(), frame.size()));
+  EXPECT_FALSE(other.verify(frame.data(), frame.size()));
+  EXPECT_FALSE(mac.verify(frame.data(), frame.size() - 1));
+  EXPECT_FALSE(mac.verify(frame.data(), kSealBytes - 1));
+  // A tensor byte flipped: the structure still decodes; the seal does not verify.
+  auto f = frame;
+  f[kFrameHeaderBytes + 100] ^= std::byte{0x10};
+  EXPECT_FALSE(mac.verify(f.data(), f.size()));
+  // An envelope longer than what is left before the seal: refused before any hash.
+  auto g = frame;
+  const uint32_t tooLong = uint32_t(g.size() - kFrameHeaderBytes - kSealBytes + 8);
+  for (int i = 0; i < 4; ++i) g[4 + size_t(i)] = std::byte((tooLong >> (8 * i)) & 0xff);
+  d = decodeFrame(g.data(), g.size(), FrameCheck{Integrity::kHmac, nullptr, false});
+  ASSERT_FALSE(d.hasValue());
+  EXPECT_NE(d.status().message().find("does not fit the"), std::string::npos) << d.status().toString();
+}
+
 TEST(FrameIntegrityTest, IntegrityNamesRoundTrip) {
   for (Integrity i : {Integrity::kOff, Integrity::kCrc32c, Integrity::kHmac}) {
     auto p = parseIntegrity(integrityName(i));

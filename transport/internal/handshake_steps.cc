@@ -89,12 +89,11 @@ Status ServerHandshake::verify(const std::string& proofBody) const {
   if (clientIntegrity_ != uint8_t(integrity_)) {
     return Status::invalidArgument(integrityMismatch(clientIntegrity_, integrity_));
   }
-  verified_ = true;
   return Status::ok();
 }
 
 FrameKeys ServerHandshake::frameKeys() const {
-  TROUPE_CHECK(verified_, "frame keys before the proof verified");
+  TROUPE_CHECK(challenged_, "frame keys before a challenge");
   return FrameKeys{handshakeMac(token_, kServerToClient, clientNonce_, nonce_, clientId_, selfId_),
                    handshakeMac(token_, kClientToServer, clientNonce_, nonce_, clientId_, selfId_)};
 }

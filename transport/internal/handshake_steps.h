@@ -80,7 +80,10 @@ class ServerHandshake {
   Status verify(const std::string& proofBody) const;
   // The client's claimed node id (after a hello; proven once verify is ok).
   uint64_t clientId() const { return clientId_; }
-  // This connection's frame keys; only once verify() was ok.
+  // This connection's frame keys, known once a challenge was made. Trust
+  // frames under the receive key only once verify() was ok; the send key
+  // also seals a refusal of a proof, so that only a holder of the token
+  // can end the client's join that way.
   FrameKeys frameKeys() const;
 
  private:
@@ -90,7 +93,6 @@ class ServerHandshake {
   Integrity integrity_;
   uint8_t clientIntegrity_ = 0;  // as its hello says
   bool challenged_ = false;
-  mutable bool verified_ = false;
 };
 
 }  // namespace troupe::transport::internal
