@@ -161,8 +161,8 @@ Config::Config(std::vector<Key> schema) {
     TROUPE_CHECK(v.index() == static_cast<size_t>(k.type), "schema default of '{}' has the wrong type",
                  name);
     TROUPE_CHECK(!(k.range.lo > k.range.hi), "schema range of '{}' is empty", name);
-    TROUPE_CHECK(inRange(k, v), "schema default of '{}' is not finite or outside its range {}", name,
-                 k.range.toString());
+    TROUPE_CHECK(inRange(k, v), "schema default of '{}' is not finite, outside its range {} or not one of its choices",
+                 name, k.range.toString());
     auto [it, fresh] = entries_.emplace(name, Entry{std::move(k), std::move(v), false});
     TROUPE_CHECK(fresh, "schema declares '{}' twice", name);
   }
@@ -373,8 +373,8 @@ void Config::setValue(std::string_view key, Value value) {
   Entry& e = mutableEntry(key, "a command-line flag");
   TROUPE_CHECK(value.index() == static_cast<size_t>(e.key.type), "setValue('{}') with the wrong type",
                key);
-  checkRange(e.key, value, "a command-line flag");
   if (const auto* s = std::get_if<std::string>(&value)) checkUtf8(key, *s, "a command-line flag");
+  checkRange(e.key, value, "a command-line flag");
   if (const auto* list = std::get_if<std::vector<std::string>>(&value)) {
     for (const auto& s : *list) checkUtf8(key, s, "a command-line flag");
   }

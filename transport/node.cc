@@ -1029,7 +1029,9 @@ void UcxNode::Impl::handleFrame(Connection* c, const std::shared_ptr<Incoming>& 
   auto decoded = decodeFrame(data, in->bytes, check);
   if (!decoded.hasValue()) {
     const auto word = frameIntegrityWord(data, in->bytes);
-    if (sealed && word && *word != uint32_t(Integrity::kHmac)) counters_.unsealedRefused++;
+    if (sealed && word && (*word == uint32_t(Integrity::kCrc32c) || *word == uint32_t(Integrity::kOff))) {
+      counters_.unsealedRefused++;
+    }
     dropMalformed(c, decoded.status().message());
     return;
   }

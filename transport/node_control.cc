@@ -79,9 +79,10 @@ void UcxNode::Impl::handleControl(Connection* c, const DecodedFrame& frame) {
       if (c->outgoing || c->state != State::kAwaitProof || !c->server) return dropMalformed(c, "unexpected proof");
       if (Status st = c->server->verify(body); !st.isOk()) {
         warnAboutHost(c->host, fmt::format("refused {} (claims node {:x}): {}", c->address, c->peerId, st.message()));
-        // Under hmac the client takes only a sealed word from here on:
-        // the refusal goes sealed (a holder of the token can read it).
-        if (options_.integrity == Integrity::kHmac) {
+        // A client of hmac takes only a sealed word once its proof is
+        // sent: the refusal goes sealed (a holder of the token can read
+        // it). One of another setting reads it as it is.
+        if (options_.integrity == Integrity::kHmac && c->server->clientIntegrity() == uint8_t(Integrity::kHmac)) {
           c->sendMac = std::make_unique<FrameMac>(c->server->frameKeys().send);
         }
         // Another transport.integrity (with the right token) is said as it is.

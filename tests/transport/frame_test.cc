@@ -352,10 +352,21 @@ TEST(FrameIntegrityTest, TheNodesWayStructureThenSealAgreesWithDecodingAtOnce) {
   EXPECT_FALSE(other.verify(frame.data(), frame.size()));
   EXPECT_FALSE(mac.verify(frame.data(), frame.size() - 1));
   EXPECT_FALSE(mac.verify(frame.data(), kSealBytes - 1));
-  // A tensor byte flipped: the structure still decodes; the seal does not verify.
+  // Decoding at once (structure and seal) gives the same frame.
+  auto whole = decodeFrame(frame.data(), frame.size(), FrameCheck{Integrity::kHmac, &mac, true});
+  ASSERT_TRUE(whole.hasValue());
+  EXPECT_EQ(whole->sealSeq, d->sealSeq);
+  EXPECT_EQ(whole->envelope.body, d->envelope.body);
+  ASSERT_EQ(whole->tensors.size(), 1u);
+  EXPECT_EQ(whole->tensors[0].data, d->tensors[0].data);
+  // The tensor's last byte flipped: the structure still decodes; the seal does not verify.
   auto f = frame;
-  f[kFrameHeaderBytes + 100] ^= std::byte{0x10};
+  f[f.size() - kSealBytes - 1 - (paddedTensorBytes(3000) - 3000)] ^= std::byte{0x10};
+  auto fd = decodeFrame(f.data(), f.size(), FrameCheck{Integrity::kHmac, nullptr, false});
+  ASSERT_TRUE(fd.hasValue());
+  EXPECT_NE(std::memcmp(fd->tensors[0].data, t.data(), t.size()), 0);
   EXPECT_FALSE(mac.verify(f.data(), f.size()));
+  EXPECT_FALSE(decodeFrame(f.data(), f.size(), FrameCheck{Integrity::kHmac, &mac, true}).hasValue());
   // An envelope longer than what is left before the seal: refused before any hash.
   auto g = frame;
   const uint32_t tooLong = uint32_t(g.size() - kFrameHeaderBytes - kSealBytes + 8);

@@ -257,6 +257,7 @@ TEST_F(IntegrityTest, UnderHmacCorruptedFramesAreRefusedByTheirSealAndResent) {
   const NodeStats after = c->stats();
   EXPECT_GE(after.sealsRefused * 2, sa.faultsCorrupted);
   EXPECT_LT(after.unsealedRefused * 4, sa.faultsCorrupted);
+  EXPECT_LE(after.sealsRefused + after.unsealedRefused, after.malformedDropped);
   EXPECT_EQ(sc.faultsCorrupted, 0u);
   EXPECT_GE(sa.framesResent, sa.faultsCorrupted);
 }

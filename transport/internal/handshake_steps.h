@@ -19,11 +19,14 @@
 // than crc32c), and refuse a peer whose differs once its proof checked out:
 // the client on the challenge, the server (for a client that went on
 // anyway) on the proof. Nothing tells a stranger this node's setting but
-// the challenge every connecting peer gets. Each side's frame keys (for integrity = hmac) are HMAC-SHA256
-// under the token over a direction's label ("frames client to server",
-// "frames server to client"), both nonces and both node ids: fresh for
-// every connection, one per direction, never on the wire. The client knows
-// them once its proof is made, the server once the proof verified.
+// the challenge every connecting peer gets.
+//
+// Each side's frame keys (for integrity = hmac) are HMAC-SHA256 under the
+// token over a direction's label ("frames client to server", "frames
+// server to client"), both nonces and both node ids: fresh for every
+// connection, one per direction, never on the wire. The client knows them
+// once its proof is made; the server once it made its challenge, and it
+// trusts frames under them once the proof verified.
 //
 // Threading: one object per connection, used by one thread at a time.
 #pragma once
@@ -78,8 +81,10 @@ class ServerHandshake {
   // connection's nonces; unavailable otherwise (or before a challenge);
   // invalidArgument when it does, with another transport.integrity.
   Status verify(const std::string& proofBody) const;
-  // The client's claimed node id (after a hello; proven once verify is ok).
+  // The client's claimed node id and transport.integrity (after a hello;
+  // proven once verify is ok).
   uint64_t clientId() const { return clientId_; }
+  uint8_t clientIntegrity() const { return clientIntegrity_; }
   // This connection's frame keys, known once a challenge was made. Trust
   // frames under the receive key only once verify() was ok; the send key
   // also seals a refusal of a proof, so that only a holder of the token

@@ -237,18 +237,19 @@ class UcxNode::Impl {
                                                                                        // and their flips, until ready
     // integrity = hmac: this connection's keys (set in the handshake: the
     // client's receive key when it makes its proof and its send key once
-    // the proof is sent, the server's both when the proof verified), the
-    // number of the last frame sealed, and those received.
+    // the proof is sent; the server's both when the proof verified, or its
+    // send key alone to seal a refusal of the proof), the number of the
+    // last frame sealed, and those received.
     std::unique_ptr<FrameMac> sendMac, recvMac;
     uint64_t sealed = 0;
     SealWindow seals;
   };
 
   // How this node guards the next frame it sends on `c`: the hello,
-  // challenge, proof (and a refusal) carry a CRC; later frames what
-  // transport.integrity says (hmac: sealed once this side holds its send
-  // key, from the server's welcome and the client's first frame after its
-  // proof).
+  // challenge, proof and a refusal before the proof carry a CRC; later
+  // frames what transport.integrity says (hmac: sealed once this side holds
+  // its send key: from the server's welcome, or its refusal of a proof, and
+  // the client's first frame after its proof).
   Integrity sendGuard(const Connection* c) const {
     if (c->sendMac) return Integrity::kHmac;
     return c->state == State::kReady ? options_.integrity : Integrity::kCrc32c;
