@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <map>
 #include <sstream>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -145,6 +146,24 @@ std::vector<std::string> plus(std::vector<std::string> a, const std::vector<std:
 }
 
 // Waits (bounded) until `path` contains `text`.
+// Waits until the job's progress line (logged at each tenth of the epoch,
+// with the step of whatever report crossed it) names a step of at least
+// `step`. Which steps it names depends on timing: a test that waits for one
+// exact step can wait for a line that never comes.
+bool waitForStep(const std::string& path, int64_t step, std::chrono::seconds timeout) {
+  const std::regex line(R"(: epoch \d+/\d+  step (\d+)  loss)");
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream in(path);
+    std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (std::sregex_iterator it(all.begin(), all.end(), line), end; it != end; ++it) {
+      if (std::stoll((*it)[1].str()) >= step) return true;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
 bool waitForText(const std::string& path, const std::string& text, std::chrono::seconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
@@ -693,7 +712,8 @@ std::string faultFreeRun(const TempDir& dir, const std::vector<std::string>& job
 }
 
 // Trains `job` as `tag` (predictions and summary in <tag>.tsv / .json) and
-// sends `signal` to worker `rank` once the progress line said step 40. The
+// sends `signal` to worker `rank` once a progress line said step 40 or later
+// (waitForStep). The
 // pid it signalled (0: none, reported as a failure) and how the job ended.
 struct SignalledRun {
   int pid = 0;
@@ -705,7 +725,7 @@ SignalledRun signalWorkerAtStep40(const TempDir& dir, const std::string& tag, co
   Child train(plus({TROUPE_BINARY, "train"},
                    plus(job, {"--predictions", dir.file(tag + ".tsv"), "--summary-json", dir.file(tag + ".json")})),
               dir.file(tag + ".log"));
-  if (!waitForText(dir.file(tag + ".log"), "step 40 ", 120s)) {
+  if (!waitForStep(dir.file(tag + ".log"), 40, 120s)) {
     ADD_FAILURE() << "no step 40: " << readFile(dir.file(tag + ".log"));
     return run;
   }
@@ -1021,7 +1041,7 @@ TEST_F(ClusterTest, InPsModeShrinkMovesALostRankIntoALiveWorkerProcess) {
                                 std::string("checkpoint.every_steps=") + (c.checkpoints ? "30" : "0"), "--predictions",
                                 dir.file(tag + ".tsv"), "--summary-json", dir.file(tag + ".json")})),
                 dir.file(tag + ".log"));
-    ASSERT_TRUE(waitForText(dir.file(tag + ".log"), "step 40 ", 120s)) << readFile(dir.file(tag + ".log"));
+    ASSERT_TRUE(waitForStep(dir.file(tag + ".log"), 40, 120s)) << readFile(dir.file(tag + ".log"));
     const int pid0 = pidIn(readFile(dir.file("runs/" + tag + "/worker-0.log")), "worker 0");
     const int pid1 = pidIn(readFile(dir.file("runs/" + tag + "/worker-1.log")), "worker 1");
     ASSERT_GT(pid0, 0);
@@ -1105,7 +1125,7 @@ TEST_F(ClusterTest, AHybridGroupThatShrankCheckpointsAndResumesWithEveryRank) {
   const std::string log = dir.file("shrank.log");
   {
     Child train(plus({TROUPE_BINARY, "train"}, job), log);
-    ASSERT_TRUE(waitForText(log, "step 40 ", 120s)) << readFile(log);
+    ASSERT_TRUE(waitForStep(log, 40, 120s)) << readFile(log);
     const int pid = pidIn(readFile(dir.file("runs/shrank/worker-0.log")), "worker 0");
     ASSERT_GT(pid, 0);
     ::kill(pid, SIGKILL);
