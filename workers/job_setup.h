@@ -37,8 +37,8 @@ struct DataSources {
 // Generates synthetic data first when the config asks for it (cached).
 DataSources openData(const Config& c, int threads);
 
-// data.on_bad_record (or the older data.skip_bad_lines) says skip; throws
-// SetupError on a value other than fail or skip.
+// data.on_bad_record (or the older data.skip_bad_lines) says skip (the
+// schema admits only fail and skip).
 bool skipsBadRecords(const Config& c);
 
 WorkerCoreOptions modelOptions(const Config& c, int threads);

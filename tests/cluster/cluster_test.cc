@@ -145,11 +145,10 @@ std::vector<std::string> plus(std::vector<std::string> a, const std::vector<std:
   return a;
 }
 
-// Waits (bounded) until `path` contains `text`.
-// Waits until the job's progress line (logged at each tenth of the epoch,
-// with the step of whatever report crossed it) names a step of at least
-// `step`. Which steps it names depends on timing: a test that waits for one
-// exact step can wait for a line that never comes.
+// Waits (bounded) until the job's progress line (logged at each tenth of
+// the job's rows, with the step of whatever report crossed it) names a step
+// of at least `step`. Which steps it names depends on timing: a test that
+// waits for one exact step can wait for a line that never comes.
 bool waitForStep(const std::string& path, int64_t step, std::chrono::seconds timeout) {
   const std::regex line(R"(: epoch \d+/\d+  step (\d+)  loss)");
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -164,6 +163,7 @@ bool waitForStep(const std::string& path, int64_t step, std::chrono::seconds tim
   return false;
 }
 
+// Waits (bounded) until `path` contains `text`.
 bool waitForText(const std::string& path, const std::string& text, std::chrono::seconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
@@ -712,8 +712,8 @@ std::string faultFreeRun(const TempDir& dir, const std::vector<std::string>& job
 }
 
 // Trains `job` as `tag` (predictions and summary in <tag>.tsv / .json) and
-// sends `signal` to worker `rank` once a progress line said step 40 or later
-// (waitForStep). The
+// sends `signal` to worker `rank` once a progress line said step 40 or
+// later (waitForStep). The
 // pid it signalled (0: none, reported as a failure) and how the job ended.
 struct SignalledRun {
   int pid = 0;
