@@ -23,15 +23,23 @@ namespace {
 // instead of Cap'n Proto's 1024, which it zeroes for every message.
 constexpr unsigned kFirstSegmentWords = 64;
 
-void putU32(std::byte* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = std::byte((v >> (8 * i)) & 0xff);
+// Little-endian unsigned integers of the header and the seal.
+template <typename T>
+void putLe(std::byte* p, T v) {
+  for (size_t i = 0; i < sizeof(T); ++i) p[i] = std::byte((v >> (8 * i)) & 0xff);
 }
 
-uint32_t getU32(const std::byte* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= uint32_t(p[i]) << (8 * i);
+template <typename T>
+T getLe(const std::byte* p) {
+  T v = 0;
+  for (size_t i = 0; i < sizeof(T); ++i) v |= T(uint8_t(p[i])) << (8 * i);
   return v;
 }
+
+void putU32(std::byte* p, uint32_t v) { putLe(p, v); }
+uint32_t getU32(const std::byte* p) { return getLe<uint32_t>(p); }
+void putU64(std::byte* p, uint64_t v) { putLe(p, v); }
+uint64_t getU64(const std::byte* p) { return getLe<uint64_t>(p); }
 
 kj::Array<capnp::word> buildEnvelope(const Envelope& e, const std::vector<TensorView>& tensors) {
   capnp::MallocMessageBuilder message(kFirstSegmentWords);
@@ -51,16 +59,6 @@ kj::Array<capnp::word> buildEnvelope(const Envelope& e, const std::vector<Tensor
     list[unsigned(i)].setDtype(uint8_t(tensors[i].dtype));
   }
   return capnp::messageToFlatArray(message);
-}
-
-void putU64(std::byte* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = std::byte((v >> (8 * i)) & 0xff);
-}
-
-uint64_t getU64(const std::byte* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= uint64_t(p[i]) << (8 * i);
-  return v;
 }
 
 constexpr std::byte kZeros[8] = {};

@@ -9,19 +9,16 @@ namespace {
 constexpr const char* kClientToServer = "frames client to server";
 constexpr const char* kServerToClient = "frames server to client";
 
-// Says both settings from a point of view either side can read.
-std::string integrityMismatch(Integrity client, uint8_t server) {
-  const std::string name = server <= uint8_t(Integrity::kHmac) ? integrityName(Integrity(server))
-                                                               : fmt::format("unknown ({})", server);
-  return fmt::format("the connecting node runs transport.integrity = {} and the listening node {}; every process "
-                     "of a job must agree", integrityName(client), name);
+// A setting as a hello or challenge carries it.
+std::string settingName(uint8_t integrity) {
+  return integrity <= uint8_t(Integrity::kHmac) ? integrityName(Integrity(integrity))
+                                                : fmt::format("unknown ({})", integrity);
 }
 
-std::string integrityMismatch(uint8_t client, Integrity server) {
-  const std::string name = client <= uint8_t(Integrity::kHmac) ? integrityName(Integrity(client))
-                                                               : fmt::format("unknown ({})", client);
+// Says both settings from a point of view either side can read.
+std::string integrityMismatch(uint8_t client, uint8_t server) {
   return fmt::format("the connecting node runs transport.integrity = {} and the listening node {}; every process "
-                     "of a job must agree", name, integrityName(server));
+                     "of a job must agree", settingName(client), settingName(server));
 }
 
 // The label of a side's proof: its role, and its transport.integrity when
@@ -48,7 +45,7 @@ Expected<std::string> ClientHandshake::proof(const std::string& challengeBody) {
   }
   // The server's setting is proven now: a mismatch is a fact, not a forgery.
   if (ch->integrity != uint8_t(integrity_)) {
-    return Status::invalidArgument(integrityMismatch(integrity_, ch->integrity));
+    return Status::invalidArgument(integrityMismatch(uint8_t(integrity_), ch->integrity));
   }
   serverNonce_ = ch->nonce;
   proven_ = true;
@@ -87,7 +84,7 @@ Status ServerHandshake::verify(const std::string& proofBody) const {
       handshakeMac(token_, proofLabel("client", clientIntegrity_).c_str(), clientNonce_, nonce_, clientId_, selfId_);
   if (!macEquals(expect, proof->mac.data(), proof->mac.size())) return Status::unavailable("wrong job token");
   if (clientIntegrity_ != uint8_t(integrity_)) {
-    return Status::invalidArgument(integrityMismatch(clientIntegrity_, integrity_));
+    return Status::invalidArgument(integrityMismatch(clientIntegrity_, uint8_t(integrity_)));
   }
   return Status::ok();
 }
