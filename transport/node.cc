@@ -207,7 +207,7 @@ void UcxNode::Impl::shutdown() {
     const auto closeDeadline = Clock::now() + std::chrono::milliseconds(500);
     std::atomic<bool> drained{false};
     while (!drained && Clock::now() < closeDeadline) {
-      post([this, &drained] { drained = closing_.empty(); });
+      post([this, &drained] { drained = closing_.empty() && toClose_.empty(); });
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
     stop_ = true;
@@ -233,6 +233,7 @@ void UcxNode::Impl::shutdown() {
       ucp_worker_progress(worker_);
     }
   }
+  closeEndpoints();  // (the progress thread has stopped: nothing is in progress)
   for (void* r : closing_) ucp_request_free(r);
   closing_.clear();
   connections_.clear();
@@ -290,11 +291,13 @@ void UcxNode::Impl::run() {
       worked = drainQueue();
       // Bounded, so a flood cannot starve queued sends, heartbeats and timers.
       for (int i = 0; i < 64 && ucp_worker_progress(worker_) != 0; ++i) worked = true;
+      closeEndpoints();
       // The clock is read when there was work and every 32nd idle turn:
       // reading it on every turn of the spin cost more than the progress.
       if (worked || (idle & 31) == 0) {
         now = Clock::now();
         if (now >= nextTimer_) onTimer(now);
+        closeEndpoints();
         // Finished close requests.
         for (size_t i = 0; i < closing_.size();) {
           if (ucp_request_check_status(closing_[i]) != UCS_INPROGRESS) {
@@ -361,6 +364,7 @@ bool UcxNode::Impl::pollOnce() {
   graveyard_.clear();  // the caller holds no connection
   bool worked = drainQueue();
   for (int i = 0; i < 64 && ucp_worker_progress(worker_) != 0; ++i) worked = true;
+  closeEndpoints();
   return worked;
 }
 
@@ -625,6 +629,21 @@ void UcxNode::Impl::onEpError(void* arg, ucp_ep_h ep, ucs_status_t status) {
       true);
 }
 
+void UcxNode::Impl::closeEndpoints() {
+  if (toClose_.empty()) return;
+  std::vector<ucp_ep_h> eps;
+  eps.swap(toClose_);
+  for (ucp_ep_h ep : eps) {
+    ucp_request_param_t rp{};
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    // Forced: what is queued goes no further. (A refusal waits 200 ms with
+    // closeAt first, so that it leaves before this.)
+    rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    void* req = ucp_ep_close_nbx(ep, &rp);
+    if (UCS_PTR_IS_PTR(req)) closing_.push_back(req);
+  }
+}
+
 void UcxNode::Impl::closeConnection(Connection* c, const Status& why, bool peerDown) {
   if (c->state == State::kClosed) return;
   const State was = c->state;
@@ -636,14 +655,8 @@ void UcxNode::Impl::closeConnection(Connection* c, const Status& why, bool peerD
     if (byPeer_.count(peer) && byPeer_[peer] == c) byPeer_.erase(peer);
     if (connecting_.count(peer) && connecting_[peer] == c) connecting_.erase(peer);
   }
-  ucp_request_param_t rp{};
-  rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  // Forced: what is queued goes no further. (A refusal waits 200 ms with
-  // closeAt first, so that it leaves before this.)
-  rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
-  void* req = ucp_ep_close_nbx(c->ep, &rp);
-  if (UCS_PTR_IS_PTR(req)) closing_.push_back(req);
   const ucp_ep_h ep = c->ep;
+  toClose_.push_back(ep);  // closed by closeEndpoints, outside progress
   auto owned = std::move(connections_[ep]);
   connections_.erase(ep);
   Connection* kept = owned.get();
@@ -913,6 +926,9 @@ ucs_status_t UcxNode::Impl::onAm(void* arg, const void* header, size_t headerLen
   const ucs_status_t drop = rndv ? UCS_ERR_REJECTED : UCS_OK;
   if (self->stop_.load()) return drop;  // the node is going: nothing more is delivered
   Connection* c = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? self->connectionOf(param->reply_ep) : nullptr;
+  if (c == nullptr && (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) && self->closingEndpoint(param->reply_ep)) {
+    return drop;  // its connection closed in this progress pass: as if its endpoint were gone already
+  }  // closed this pass: as if already gone
   if (c == nullptr || c->state == State::kClosed || c->closeAt) {
     self->counters_.unauthenticated++;
     return drop;

@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -374,6 +375,17 @@ class UcxNode::Impl {
   // worker is then left to the process's exit.
   bool silentPeer_ = false;
   std::vector<void*> closing_;  // ucp_ep_close requests in flight
+  // Endpoints whose connection closeConnection closed, handed to UCX by
+  // closeEndpoints once ucp_worker_progress has returned. A connection is
+  // often closed from inside progress (a frame's handler, a failed
+  // receive, an endpoint error), and UCX 1.13 aborts when an endpoint is
+  // closed there while the same epoll batch still holds an event for its
+  // socket (tcp_iface.c: "ep->conn_state != UCT_TCP_EP_CONN_STATE_CLOSED").
+  std::vector<ucp_ep_h> toClose_;
+  void closeEndpoints();
+  bool closingEndpoint(ucp_ep_h ep) const {
+    return std::find(toClose_.begin(), toClose_.end(), ep) != toClose_.end();
+  }
   // Closed connections live until the next progress pass, so a caller up the
   // stack that still holds one reads a closed connection, not freed memory.
   std::vector<std::unique_ptr<Connection>> graveyard_;
