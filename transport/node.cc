@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -107,6 +108,18 @@ Status UcxNode::Impl::init() {
   ucp_config_t* config = nullptr;
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
   if (s != UCS_OK) return Status::internal("ucp_config_read: " + ucsError(s));
+  // One socket event per TCP poll (UCX's default is 16). UCX 1.13 marks a
+  // TCP endpoint failed (closed, its socket out of epoll) the moment a
+  // send on it fails, and our callbacks send (a member lost is told to
+  // the others at once); an event for that endpoint later in the same
+  // batch then aborts the process (tcp_iface.c: "ep->conn_state !=
+  // UCT_TCP_EP_CONN_STATE_CLOSED"), seen at a job's end under load. With
+  // one event a poll there is no later event. UCX_TCP_MAX_POLL, when
+  // set, stands.
+  if (std::getenv("UCX_TCP_MAX_POLL") == nullptr) {
+    s = ucp_config_modify(config, "MAX_POLL", "1");
+    if (s != UCS_OK) log()->warn("could not set UCX's TCP MAX_POLL to 1: {}", ucsError(s));
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
   params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
@@ -335,7 +348,7 @@ void UcxNode::Impl::run() {
       timeoutMs = int(std::chrono::duration_cast<std::chrono::milliseconds>(nextTimer_ - Clock::now()).count()) + 1;
       // A send UCX has not finished is completed by a message from its peer
       // (which wakes us); the short timeout covers one waiting on buffers.
-      if (!closing_.empty() || pendingSends_.load() > 0) timeoutMs = 1;
+      if (!closing_.empty() || !toClose_.empty() || pendingSends_.load() > 0) timeoutMs = 1;
     }
     if (armed == UCS_ERR_BUSY) {
       sleeping_.store(false);
@@ -928,7 +941,7 @@ ucs_status_t UcxNode::Impl::onAm(void* arg, const void* header, size_t headerLen
   Connection* c = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? self->connectionOf(param->reply_ep) : nullptr;
   if (c == nullptr && (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) && self->closingEndpoint(param->reply_ep)) {
     return drop;  // its connection closed in this progress pass: as if its endpoint were gone already
-  }  // closed this pass: as if already gone
+  }
   if (c == nullptr || c->state == State::kClosed || c->closeAt) {
     self->counters_.unauthenticated++;
     return drop;

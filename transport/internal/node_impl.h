@@ -158,6 +158,7 @@ class UcxNode::Impl {
       std::lock_guard<std::mutex> lock(workerMutex_, std::adopt_lock);
       drainQueue();
       sendTo(peer, std::move(e), std::move(t));
+      closeEndpoints();  // (a failed send closes its connection; this thread is not in progress)
       if (pendingSends_.load() > 0 && sleeping_.load(std::memory_order_seq_cst)) wake();
       return;
     }
@@ -376,11 +377,15 @@ class UcxNode::Impl {
   bool silentPeer_ = false;
   std::vector<void*> closing_;  // ucp_ep_close requests in flight
   // Endpoints whose connection closeConnection closed, handed to UCX by
-  // closeEndpoints once ucp_worker_progress has returned. A connection is
+  // closeEndpoints once ucp_worker_progress has returned: a connection is
   // often closed from inside progress (a frame's handler, a failed
-  // receive, an endpoint error), and UCX 1.13 aborts when an endpoint is
-  // closed there while the same epoll batch still holds an event for its
-  // socket (tcp_iface.c: "ep->conn_state != UCT_TCP_EP_CONN_STATE_CLOSED").
+  // receive, an endpoint error), in the middle of UCX's own handling of a
+  // batch of socket events. (The abort seen under load, tcp_iface.c
+  // "ep->conn_state != UCT_TCP_EP_CONN_STATE_CLOSED", is UCX marking an
+  // endpoint failed while its batch still holds an event for it; init()
+  // caps UCX's TCP batch at one event for that.) A forced close of an
+  // endpoint without peer error handling (one host) does nothing in UCX
+  // 1.13: those go with the worker.
   std::vector<ucp_ep_h> toClose_;
   void closeEndpoints();
   bool closingEndpoint(ucp_ep_h ep) const {
