@@ -752,6 +752,10 @@ void TrainingJob::onReplaced(actors::JobContext& job, const actors::Member& m) {
   awaitingReplacement_.erase(m.rank);
   unheard_.insert(m.rank);  // its trainer may not be up yet: no checkpoint asks it to pause until it reports
   lastProgress_[size_t(m.rank)] = Clock::now();
+  if (consistency_ != ps::Consistency::kAsp && !job.members("ps").empty()) {
+    // The others waited for it (BSP, SSP): their stall clocks start now too.
+    for (auto& t : lastProgress_) t = Clock::now();
+  }
   for (const auto& w : job.members("worker")) {
     if (w.rank != m.rank && w.node == m.node && (w.live() || w.state == actors::MemberState::kFinished)) {
       log()->info("worker {} is back, in worker {}'s process; it resumes where the shards left it", m.rank, w.rank);
@@ -760,6 +764,21 @@ void TrainingJob::onReplaced(actors::JobContext& job, const actors::Member& m) {
   }
   log()->info("worker {} is back (process {} of its rank); it resumes where the shards left it", m.rank,
               m.incarnation + 1);
+}
+
+// Whether the workers' silence is explained by a process that is away: a
+// shard not running (lost, its new process setting up; without replicas),
+// or, where workers wait for each other through the shards (BSP, SSP), a
+// worker rank whose new process is not running yet. (A rank lost for good,
+// not replaced, is left by the shards, and nobody waits for it.) Bounded:
+// a replacement that does not come in supervision.replace_timeout_s ends
+// the job.
+bool TrainingJob::othersExcused(actors::JobContext& job) const {
+  for (const auto& s : job.members("ps")) {
+    // (With replicas a lost shard's backup serves on: the workers train.)
+    if (s.state != actors::MemberState::kReady && replicas_ != 2) return true;
+  }
+  return consistency_ != ps::Consistency::kAsp && !job.members("ps").empty() && !awaitingReplacement_.empty();
 }
 
 // A worker is hung when it is alive (its process answers heartbeats) but
@@ -775,7 +794,7 @@ void TrainingJob::checkStalls(actors::JobContext& job) {
   for (const auto& w : job.members("worker")) {
     // Only a rank that runs (not one whose new process or place is still
     // setting up: the replace timeout bounds that).
-    if (w.state != actors::MemberState::kReady || reported_[size_t(w.rank)] || gateWaiters_.count(w.rank) ||
+    if (w.state != actors::MemberState::kReady || !w.running || reported_[size_t(w.rank)] || gateWaiters_.count(w.rank) ||
         regroupReady_.count(w.rank)) {
       continue;
     }
@@ -786,7 +805,15 @@ void TrainingJob::checkStalls(actors::JobContext& job) {
     incarnation[w.rank] = w.incarnation;
     if (now - lastProgress_[size_t(w.rank)] > stallTimeout_) silent.push_back(w.rank);
   }
+  if (othersExcused(job)) {
+    // Their silence is the absent one's: their stall clocks start again
+    // once it is back (else the first to be asked after a replacement
+    // would be found hung for the time it spent waiting).
+    for (int64_t w : training) lastProgress_[size_t(w)] = now;
+    return;
+  }
   if (silent.empty()) return;
+  const auto& shards = job.members("ps");
   auto declare = [this, &job, incarnation](int64_t w, int64_t at) {
     // Still the same process, still silent, and not paused since the question was asked.
     bool same = false;
@@ -795,13 +822,13 @@ void TrainingJob::checkStalls(actors::JobContext& job) {
     }
     if (!same || Clock::now() - lastProgress_[size_t(w)] <= stallTimeout_) return;
     if (ckpt_.active && (ckpt_.waiting.count(w) || ckpt_.paused.count(w))) return;
+    if (othersExcused(job)) return;  // one went while the shards were asked
     const double quiet = std::chrono::duration<double>(Clock::now() - lastProgress_[size_t(w)]).count();
     const std::string why = fmt::format("no step for {:.0f} s (supervision.stall_timeout_s = {}), at step {}", quiet,
                                         stallTimeout_.count(), at);
     log()->error("worker {}: {}; declared hung", w, why);
     job.declareLost("worker", w, caf::make_error(actors::Errc::kStalled, why));
   };
-  const auto& shards = job.members("ps");
   // allreduce mode: the others wait in a collective for the hung one, give
   // up within half the stall timeout and are ready to regroup (not silent).
   if (consistency_ == ps::Consistency::kAsp || shards.empty()) {

@@ -264,6 +264,7 @@ class TrainingJob final : public actors::JobPolicy {
   void finalize(actors::JobContext& job);
   // Finds workers alive but making no step (supervision.stall_timeout_s).
   void checkStalls(actors::JobContext& job);
+  bool othersExcused(actors::JobContext& job) const;
   // Checkpoints (workers/checkpoint.h): starts one when one is due; the
   // steps of one; gives one up (the workers train on).
   void maybeCheckpoint(actors::JobContext& job);
