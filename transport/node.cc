@@ -115,7 +115,9 @@ Status UcxNode::Impl::init() {
   // batch then aborts the process (tcp_iface.c: "ep->conn_state !=
   // UCT_TCP_EP_CONN_STATE_CLOSED"), seen at a job's end under load. With
   // one event a poll there is no later event. UCX_TCP_MAX_POLL, when
-  // set, stands.
+  // set, stands (README). (UCX applies the key to every transport that has
+  // one: TCP here, and its CUDA copy transports where UCX was built with
+  // CUDA, whose polls are for finished copies.)
   if (std::getenv("UCX_TCP_MAX_POLL") == nullptr) {
     s = ucp_config_modify(config, "MAX_POLL", "1");
     if (s != UCS_OK) log()->warn("could not set UCX's TCP MAX_POLL to 1: {}", ucsError(s));

@@ -766,13 +766,6 @@ void TrainingJob::onReplaced(actors::JobContext& job, const actors::Member& m) {
               m.incarnation + 1);
 }
 
-// Whether the workers' silence is explained by a process that is away: a
-// shard not running (lost, its new process setting up; without replicas),
-// or, where workers wait for each other through the shards (BSP, SSP), a
-// worker rank whose new process is not running yet. (A rank lost for good,
-// not replaced, is left by the shards, and nobody waits for it.) Bounded:
-// a replacement that does not come in supervision.replace_timeout_s ends
-// the job.
 bool TrainingJob::othersExcused(actors::JobContext& job) const {
   for (const auto& s : job.members("ps")) {
     // (With replicas a lost shard's backup serves on: the workers train.)

@@ -264,6 +264,14 @@ class TrainingJob final : public actors::JobPolicy {
   void finalize(actors::JobContext& job);
   // Finds workers alive but making no step (supervision.stall_timeout_s).
   void checkStalls(actors::JobContext& job);
+  // Whether the workers' silence is explained by a process that is away: a
+  // shard without replicas that is not running (lost, its new process
+  // setting up; with replicas its backup serves on), or, where workers wait
+  // for each other through the shards (BSP, SSP), a worker rank awaiting
+  // its new process (until that process is ready). A rank lost for good,
+  // not replaced, is left by the shards, and nobody waits for it. Bounded:
+  // a replacement that does not come in supervision.replace_timeout_s ends
+  // the job.
   bool othersExcused(actors::JobContext& job) const;
   // Checkpoints (workers/checkpoint.h): starts one when one is due; the
   // steps of one; gives one up (the workers train on).

@@ -3019,14 +3019,14 @@ TEST_F(ClusterTest, APartitionedNetworkLosesTheWorkerAndARelaunchedOneFinishesTh
   TempDir dir;
   NetnsJob job(ns, dir,
                plus(smallJob(dir, "cut"), {"--set", "cluster.workers=1", "--set", "cluster.servers=1", "--set",
-                                          "train.epochs=80", "--set", "transport.heartbeat_timeout_ms=1500",
+                                          "train.epochs=40", "--set", "transport.heartbeat_timeout_ms=1500",
                                           "--summary-json", dir.file("cut.json")}));
   Child& coordinator = *job.coordinator;
   Child& shard = *job.shard;
   Child& worker = *job.worker;
   const std::string& address = job.address;
   // Training (the first progress line), a second in.
-  ASSERT_TRUE(waitForText(dir.file("coordinator.log"), "worker 0: epoch 1/80", 120s))
+  ASSERT_TRUE(waitForText(dir.file("coordinator.log"), "worker 0: epoch 1/40", 120s))
       << readFile(dir.file("coordinator.log")) << readFile(dir.file("worker.log"));
   std::this_thread::sleep_for(1s);
   ASSERT_TRUE(ns.cut());
@@ -3043,12 +3043,12 @@ TEST_F(ClusterTest, APartitionedNetworkLosesTheWorkerAndARelaunchedOneFinishesTh
   Child again({"ip", "netns", "exec", ns.b_, TROUPE_BINARY, "launch", "--role", "worker", "--coordinator", address,
                "--listen", ns.addrB_},
               dir.file("worker-again.log"));
-  auto c = coordinator.wait(240s);
+  auto c = coordinator.wait(420s);
   ASSERT_EQ(c.exitCode, 0) << readFile(dir.file("coordinator.log")) << readFile(dir.file("worker-again.log"));
   EXPECT_EQ(again.wait(20s).exitCode, 0) << readFile(dir.file("worker-again.log"));
   EXPECT_EQ(shard.wait(20s).exitCode, 0);
   const std::string json = readFile(dir.file("cut.json"));
-  EXPECT_EQ(valueAt(json, "/ledger/samples_applied_per_shard"), numbers({3200000})) << json;
+  EXPECT_EQ(valueAt(json, "/ledger/samples_applied_per_shard"), numbers({1600000})) << json;
   EXPECT_NE(json.find("\"exact\": true"), std::string::npos) << json;
   const std::string recovery = textOf(json, "recovery");
   ASSERT_EQ(fields(recovery, "lost_at_s").size(), 1u) << recovery;
