@@ -222,7 +222,7 @@ void UcxNode::Impl::shutdown() {
     const auto closeDeadline = Clock::now() + std::chrono::milliseconds(500);
     std::atomic<bool> drained{false};
     while (!drained && Clock::now() < closeDeadline) {
-      post([this, &drained] { drained = closing_.empty() && toClose_.empty(); });
+      post([this, &drained] { drained = closing_.empty(); });
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
     stop_ = true;
@@ -350,7 +350,7 @@ void UcxNode::Impl::run() {
       timeoutMs = int(std::chrono::duration_cast<std::chrono::milliseconds>(nextTimer_ - Clock::now()).count()) + 1;
       // A send UCX has not finished is completed by a message from its peer
       // (which wakes us); the short timeout covers one waiting on buffers.
-      if (!closing_.empty() || !toClose_.empty() || pendingSends_.load() > 0) timeoutMs = 1;
+      if (!closing_.empty() || pendingSends_.load() > 0) timeoutMs = 1;
     }
     if (armed == UCS_ERR_BUSY) {
       sleeping_.store(false);
