@@ -1192,7 +1192,20 @@ void TrainingJob::rollBack(actors::JobContext& job, int64_t lostShard, const std
   r.checkpoint = latestCheckpointId_;
   r.dir = latestCheckpoint_;
   r.atSeconds = job.elapsed();
-  outcome_.rollbacks.push_back(r);
+  // A shard lost after a rollback for the workers, before they trained
+  // again, to the same checkpoint, begins that rollback again (a new
+  // generation, every shard restored and every worker restarted once more)
+  // but is not another: under load the workers' failed pushes to a killed
+  // shard reach the coordinator before the shard's own loss, and one fault
+  // would count as two rollbacks, the second redoing no step.
+  const bool again = rollbackUntrained_ && lastRollbackShard_ < 0 && lostShard >= 0 &&
+                     !outcome_.rollbacks.empty() && outcome_.rollbacks.back().checkpoint == r.checkpoint &&
+                     outcome_.rollbacks.back().dir == r.dir;
+  if (!again) outcome_.rollbacks.push_back(r);
+  rollbackUntrained_ = true;
+  lastRollbackShard_ = lostShard;
+  const char* const againSaid =
+      again ? " (again: no step was trained since the last rollback to it, which this one begins anew)" : "";
   if (servers_ == 0) {
     // No shards to say how far the workers got: their last reports do.
     latestCut_.resize(size_t(workers_), 0);
@@ -1203,10 +1216,11 @@ void TrainingJob::rollBack(actors::JobContext& job, int64_t lostShard, const std
   }
   if (latestCheckpoint_.empty()) {
     // No checkpoint yet (allreduce: no shards): every rank from step 0.
-    log()->warn("{}: the job starts again from step 0 (it has no checkpoint yet; generation {})", why, generation_);
+    log()->warn("{}: the job starts again from step 0 (it has no checkpoint yet; generation {}){}", why, generation_,
+                againSaid);
   } else {
-    log()->warn("{}: the job rolls back to checkpoint {} ({}; generation {}), its workers to steps {}", why,
-                r.checkpoint, r.dir, generation_, fmt::join(latestCut_, "/"));
+    log()->warn("{}: the job rolls back to checkpoint {} ({}; generation {}), its workers to steps {}{}", why,
+                r.checkpoint, r.dir, generation_, fmt::join(latestCut_, "/"), againSaid);
   }
   Expected<CheckpointManifest> manifest = CheckpointManifest{};
   if (!latestCheckpoint_.empty()) manifest = readManifest(latestCheckpoint_);
@@ -1564,6 +1578,7 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
         lastProgress_[size_t(d.rank)] = Clock::now();
         if (regroupDone_.size() < regroupSize_) return;
         forming_ = false;
+        rollbackUntrained_ = false;  // it trains now
         revertedStep_ = -1;  // the group trains: the shards' undo is behind it
         awaitingGroup_ = false;
         regroupedAt_.push_back(job.elapsed());
@@ -1591,6 +1606,7 @@ caf::message_handler TrainingJob::handlers(actors::JobContext& job) {
         progressSamples_[size_t(p.rank)] = p.rowsPerEpoch * p.epoch + p.epochRows;
         lastProgress_[size_t(p.rank)] = Clock::now();
         lastStep_[size_t(p.rank)] = p.step;
+        if (size_t(p.rank) >= latestCut_.size() || p.step > latestCut_[size_t(p.rank)]) rollbackUntrained_ = false;
         unheard_.erase(p.rank);
         for (auto it = promotedAt_.begin(); it != promotedAt_.end();) {
           if (p.step >= it->second[size_t(p.rank)] + progressEvery_) {

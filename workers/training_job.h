@@ -367,8 +367,15 @@ class TrainingJob final : public actors::JobPolicy {
   std::string latestCheckpoint_;  // the newest complete checkpoint's directory
   int64_t latestCheckpointId_ = 0;
   std::vector<int64_t> latestCut_;
-  int64_t generation_ = 0;        // rollbacks so far
+  int64_t generation_ = 0;        // one more at each rollback begun (also one begun again) and each shrink's undo
   std::map<std::pair<size_t, int64_t>, int64_t> rolledBackTo_;  // (rollback, worker) -> furthest step a shard had
+  // The last rollback was for the workers (no live one held the model) and
+  // they have not trained since (no report past its cut, no group formed):
+  // a shard's loss now is the same fault heard of twice (the workers'
+  // pushes to a killed shard failed first), and begins that rollback again,
+  // counted once.
+  bool rollbackUntrained_ = false;
+  int64_t lastRollbackShard_ = -1;  // the shard lost for the last rollback (-1: none, the workers)
   Config config_;
   std::atomic<bool> started_{false};
   std::vector<double> rate_;  // per worker: samples/s it reported last
