@@ -750,6 +750,7 @@ void TrainingJob::onReplaced(actors::JobContext& job, const actors::Member& m) {
   if (m.role == "ps" && rebuild_.erase(m.rank)) return rebuildCopies(job, m);
   if (m.role != "worker") return;
   awaitingReplacement_.erase(m.rank);
+  rollbackUntrained_ = false;  // from now on it may train (it could not before)
   unheard_.insert(m.rank);  // its trainer may not be up yet: no checkpoint asks it to pause until it reports
   lastProgress_[size_t(m.rank)] = Clock::now();
   if (consistency_ != ps::Consistency::kAsp && !job.members("ps").empty()) {

@@ -370,10 +370,10 @@ class TrainingJob final : public actors::JobPolicy {
   int64_t generation_ = 0;        // one more at each rollback begun (also one begun again) and each shrink's undo
   std::map<std::pair<size_t, int64_t>, int64_t> rolledBackTo_;  // (rollback, worker) -> furthest step a shard had
   // The last rollback was for the workers (no live one held the model) and
-  // they have not trained since (no report past its cut, no group formed):
-  // a shard's loss now is the same fault heard of twice (the workers'
-  // pushes to a killed shard failed first), and begins that rollback again,
-  // counted once.
+  // none can have trained since (no new worker process is up yet, none
+  // reported a step past its cut): a shard's loss now is the same fault
+  // heard of twice (the workers' pushes to a killed shard failed first, and
+  // ended them), and begins that rollback again, counted once.
   bool rollbackUntrained_ = false;
   int64_t lastRollbackShard_ = -1;  // the shard lost for the last rollback (-1: none, the workers)
   Config config_;
