@@ -21,6 +21,9 @@ constexpr uint64_t kMissingSalt = 0x6d697373696e6721ULL;  // "missing!"
 uint64_t tableSeed(int table) { return hashCombine(kKeySalt, uint64_t(table)); }
 
 // Parses one line into the row slots; on failure returns false and says why.
+// Without kStore it only checks the line (no hashing, no transform) and
+// writes nothing: how a reader skips a line whose row is another's.
+template <bool kStore>
 bool parseCriteoLine(std::string_view line, int numCategorical, const uint64_t* seeds,
                      float* label, float* dense, uint64_t* keys, std::string* why) {
   const size_t expected = size_t(1 + kCriteoIntFeatures + numCategorical);
@@ -40,10 +43,8 @@ bool parseCriteoLine(std::string_view line, int numCategorical, const uint64_t* 
   };
 
   const std::string_view labelText = nextField();
-  if (labelText == "0") {
-    *label = 0.0f;
-  } else if (labelText == "1") {
-    *label = 1.0f;
+  if (labelText == "0" || labelText == "1") {
+    if constexpr (kStore) *label = labelText[0] == '1' ? 1.0f : 0.0f;
   } else {
     *why = fmt::format("label must be 0 or 1, found {}", internal::quoteToken(labelText));
     return false;
@@ -51,7 +52,7 @@ bool parseCriteoLine(std::string_view line, int numCategorical, const uint64_t* 
   for (int j = 0; j < kCriteoIntFeatures; ++j) {
     const std::string_view f = nextField();
     if (f.empty()) {
-      dense[j] = 0.0f;
+      if constexpr (kStore) dense[j] = 0.0f;
       continue;
     }
     int64_t x = 0;
@@ -66,11 +67,13 @@ bool parseCriteoLine(std::string_view line, int numCategorical, const uint64_t* 
                          internal::quoteToken(f));
       return false;
     }
-    dense[j] = criteoDenseTransform(x);
+    if constexpr (kStore) dense[j] = criteoDenseTransform(x);
   }
-  for (int t = 0; t < numCategorical; ++t) {
-    const std::string_view f = nextField();
-    keys[t] = f.empty() ? mix64(seeds[t] ^ kMissingSalt) : hashBytes(f, seeds[t]);
+  if constexpr (kStore) {
+    for (int t = 0; t < numCategorical; ++t) {
+      const std::string_view f = nextField();
+      keys[t] = f.empty() ? mix64(seeds[t] ^ kMissingSalt) : hashBytes(f, seeds[t]);
+    }
   }
   return true;
 }
@@ -143,7 +146,7 @@ Expected<size_t> CriteoReader::next(size_t batchRows, CriteoBatch* batch) {
       batch->labels.resize(row + 1);
       batch->dense.resize((row + 1) * kCriteoIntFeatures);
       batch->keys.resize((row + 1) * c);
-      good = parseCriteoLine(line, options_.numCategorical, impl_->seeds.data(),
+      good = parseCriteoLine<true>(line, options_.numCategorical, impl_->seeds.data(),
                              &batch->labels[row], &batch->dense[row * kCriteoIntFeatures],
                              &batch->keys[row * c], &why);
       if (!good) {
@@ -156,16 +159,54 @@ Expected<size_t> CriteoReader::next(size_t batchRows, CriteoBatch* batch) {
       ++rowsRead_;
       continue;
     }
-    std::string message = internal::lineError(source.path(), source.lineNumber(), why);
-    if (!options_.skipBadLines) return Status::corruption(std::move(message));
-    ++badLines_;
-    if (badLines_ <= options_.logBadLines) {
-      impl_->log->warn("skipping bad line: {}{}", message,
-                       badLines_ == options_.logBadLines ? " (further bad lines are counted, not logged)"
-                                                         : "");
-    }
+    if (Status s = badLine(why); !s) return s;
   }
   return batch->rows();
+}
+
+Status CriteoReader::badLine(const std::string& why) {
+  auto& source = impl_->source;
+  std::string message = internal::lineError(source.path(), source.lineNumber(), why);
+  if (!options_.skipBadLines) return Status::corruption(std::move(message));
+  ++badLines_;
+  if (badLines_ <= options_.logBadLines) {
+    impl_->log->warn("skipping bad line: {}{}", message,
+                     badLines_ == options_.logBadLines ? " (further bad lines are counted, not logged)" : "");
+  }
+  return Status::ok();
+}
+
+Expected<size_t> CriteoReader::skip(size_t batchRows) {
+  size_t maxRows = batchRows;
+  if (options_.maxRows >= 0) {
+    maxRows = std::min<size_t>(maxRows, size_t(std::max<int64_t>(options_.maxRows - rowsRead_, 0)));
+  }
+  auto& source = impl_->source;
+  std::string why;
+  std::string_view line;
+  size_t rows = 0;
+  while (rows < maxRows) {
+    auto kind = source.next(&line);
+    if (!kind) return kind.status();
+    if (*kind == internal::LineSource::Kind::kEnd) break;
+    // Failing on bad lines, every line is a row (the reader that parses it
+    // fails on it); skipping them, only a good line is, so check it.
+    bool good = !options_.skipBadLines;
+    if (!good) {
+      if (*kind == internal::LineSource::Kind::kTooLong) {
+        why = fmt::format("line longer than {} bytes", source.maxLineBytes());
+      } else {
+        good = parseCriteoLine<false>(line, options_.numCategorical, nullptr, nullptr, nullptr, nullptr, &why);
+      }
+    }
+    if (good) {
+      ++rows;
+      ++rowsRead_;
+      continue;
+    }
+    if (Status s = badLine(why); !s) return s;
+  }
+  return rows;
 }
 
 Expected<int64_t> countBadCriteoLines(const std::string& path, int numCategorical, int64_t maxRows) {

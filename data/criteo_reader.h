@@ -90,6 +90,14 @@ class CriteoReader final {
   // *batch and a later call continues after the bad line.
   Expected<size_t> next(size_t batchRows, CriteoBatch* batch);
 
+  // Passes over the rows next(batchRows, ...) would read, without parsing
+  // them: returns how many (0 at the end). Failing on bad lines, each line is
+  // a row and none is checked (the reader that parses it fails on it);
+  // skipping bad lines, each line is checked (not hashed) and the bad ones
+  // are counted and dropped as next() drops them, so the batches that follow
+  // are the same either way.
+  Expected<size_t> skip(size_t batchRows);
+
   // Back to the first line; counters restart.
   Status rewind();
 
@@ -103,6 +111,8 @@ class CriteoReader final {
  private:
   struct Impl;
   explicit CriteoReader(std::unique_ptr<Impl> impl, const CriteoReaderOptions& options);
+  // A malformed line: the error (failing on bad lines) or counted and logged.
+  Status badLine(const std::string& why);
 
   std::unique_ptr<Impl> impl_;
   CriteoReaderOptions options_;

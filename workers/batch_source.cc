@@ -23,25 +23,33 @@ class CriteoSource final : public BatchSource {
   Status startEpoch(int64_t) override {
     index_ = 0;
     firstRow_ = 0;
+    fromFile_ = !cacheComplete_;
     if (cacheComplete_) return Status::ok();
     cache_.clear();
     return reader_->rewind();
   }
 
   Expected<BatchPtr> next() override {
-    if (cacheComplete_) {
+    if (!fromFile_) {
       if (index_ >= int64_t(cache_.size())) return BatchPtr();
-      return cache_[size_t(index_++)];  // shared, not copied
+      if (BatchPtr b = cache_[size_t(index_)]) {
+        ++index_;
+        return b;  // shared, not copied
+      }
+      // Skipped on the first pass (another share's then): read it now.
+      if (Status s = seekToBatch(index_); !s) return s;
+    } else if (cacheComplete_ && index_ < int64_t(cache_.size()) && cache_[size_t(index_)]) {
+      // Reading the file after a hole, a cached batch is passed over.
+      auto got = reader_->skip(size_t(options_.batchSize));
+      if (!got.hasValue()) return got.status();
+      firstRow_ += int64_t(*got);
+      return cache_[size_t(index_++)];
     }
     auto got = reader_->next(size_t(options_.batchSize), &scratch_);
     if (!got.hasValue()) return got.status();
-    if (*got == 0) {
-      if (options_.inMemory) cacheComplete_ = true;
-      rowsPerEpoch_ = firstRow_;
-      return BatchPtr();
-    }
+    if (*got == 0) return endOfFile();
     auto b = std::make_shared<Batch>();
-    b->index = index_++;
+    b->index = index_;
     b->firstRow = firstRow_;
     b->rows = int64_t(*got);
     firstRow_ += b->rows;
@@ -53,20 +61,86 @@ class CriteoSource final : public BatchSource {
     scratch_ = data::CriteoBatch{};
     scratch_.numCategorical = options_.numCategorical;
     BatchPtr ptr(std::move(b));
-    if (options_.inMemory) cache_.push_back(ptr);
+    remember(ptr);
+    ++index_;
     return ptr;
+  }
+
+  Expected<bool> skip() override {
+    if (!fromFile_) {
+      if (index_ >= int64_t(cache_.size())) return false;
+      ++index_;
+      return true;
+    }
+    auto got = reader_->skip(size_t(options_.batchSize));
+    if (!got.hasValue()) return got.status();
+    if (*got == 0) {
+      auto end = endOfFile();
+      if (!end.hasValue()) return end.status();
+      return false;
+    }
+    firstRow_ += int64_t(*got);
+    remember(nullptr);
+    ++index_;
+    return true;
   }
 
   int64_t rowsPerEpoch() const override { return rowsPerEpoch_; }
   int64_t badLines() const override { return reader_->badLines(); }
 
  private:
+  // The reader's end of the data: the epoch's row count is known now, and
+  // the cache (every batch, the skipped ones as holes) is complete.
+  Expected<BatchPtr> endOfFile() {
+    if (options_.inMemory && !cacheComplete_) {
+      cacheComplete_ = true;
+      cache_.resize(size_t(index_));
+    }
+    rowsPerEpoch_ = firstRow_;
+    fromFile_ = !cacheComplete_;
+    return BatchPtr();
+  }
+
+  // Keeps batch index_ (nullptr: skipped) in the cache while it is filled,
+  // and fills a hole read later (a cached batch is never read again).
+  void remember(BatchPtr b) {
+    if (!options_.inMemory) return;
+    if (!cacheComplete_) {
+      TROUPE_CHECK(int64_t(cache_.size()) == index_, "cache of {} batches at batch {}", cache_.size(), index_);
+      cache_.push_back(std::move(b));
+    } else if (b && index_ < int64_t(cache_.size())) {
+      cache_[size_t(index_)] = std::move(b);
+    }
+  }
+
+  // Replaying the cache, batch `batch` was never parsed: read the rest of
+  // the epoch from the file from there (skipping, unparsed, up to it).
+  Status seekToBatch(int64_t batch) {
+    if (Status s = reader_->rewind(); !s) return s;
+    fromFile_ = true;
+    index_ = 0;
+    firstRow_ = 0;
+    while (index_ < batch) {
+      auto got = reader_->skip(size_t(options_.batchSize));
+      if (!got.hasValue()) return got.status();
+      if (*got == 0) {
+        return Status::corruption(fmt::format("{}: the file ended at batch {}; its first pass had {} batches",
+                                              options_.path, index_, cache_.size()));
+      }
+      firstRow_ += int64_t(*got);
+      ++index_;
+    }
+    return Status::ok();
+  }
+
   CriteoSourceOptions options_;
   std::unique_ptr<data::CriteoReader> reader_;
   int64_t rowsPerEpoch_;
   data::CriteoBatch scratch_;
+  // With inMemory: batch i of the epoch, or nullptr where it was skipped.
   std::vector<BatchPtr> cache_;
   bool cacheComplete_ = false;
+  bool fromFile_ = true;  // this epoch's batches come from the reader (not the cache)
   int64_t index_ = 0, firstRow_ = 0;
 };
 
@@ -161,10 +235,11 @@ class EveryNth final : public BatchSource {
     // In the epoch of the division, batches before its first are others'.
     const int64_t from = epoch_ == fromEpoch_ ? fromBatch_ : 0;
     for (;;) {
-      auto b = inner_->next();
-      if (!b.hasValue() || !*b) return b;
       const int64_t i = index_++;
-      if (i >= from && (i - from) % parts_ == part_) return b;
+      if (i >= from && (i - from) % parts_ == part_) return inner_->next();
+      auto skipped = inner_->skip();  // another share's: not parsed
+      if (!skipped.hasValue()) return skipped.status();
+      if (!*skipped) return BatchPtr();
     }
   }
   int64_t rowsPerEpoch() const override {
@@ -191,6 +266,12 @@ class EveryNth final : public BatchSource {
 };
 
 }  // namespace
+
+Expected<bool> BatchSource::skip() {
+  auto b = next();
+  if (!b.hasValue()) return b.status();
+  return bool(*b);
+}
 
 Status BatchSource::reshare(int64_t, int64_t, int64_t, int64_t) {
   return Status::invalidArgument("this data source is not a share of the data (everyNthBatch)");

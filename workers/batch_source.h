@@ -24,6 +24,10 @@ class BatchSource {
   virtual Status startEpoch(int64_t epoch) = 0;
   // The next batch of the epoch; nullptr at its end. Errors name file and line.
   virtual Expected<BatchPtr> next() = 0;
+  // Passes over the next batch of the epoch, as next() would return it, and
+  // says whether there was one. A source may do less work than next() (a
+  // text file's rows are not parsed); by default it is next(), discarded.
+  virtual Expected<bool> skip();
   // Rows in one epoch.
   virtual int64_t rowsPerEpoch() const = 0;
   // Lines skipped as malformed so far (skip-bad-lines mode).

@@ -60,7 +60,8 @@ DataSources openData(const Config& c, int threads) {
     o.batchSize = batch;
     o.numCategorical = categorical;
     o.skipBadLines = skipsBadRecords(c);
-    o.inMemory = c.getBool("data.in_memory");
+    // With one epoch nothing replays the cache: keep no batches.
+    o.inMemory = c.getBool("data.in_memory") && c.getInt("train.epochs") > 1;
     o.path = trainPath;
     o.maxRows = c.getInt("data.max_train_rows");
     d.train = check(openCriteoSource(o));
