@@ -34,7 +34,7 @@ std::vector<Config::Key> troupeConfigSchema() {
        "removed (kept so that older run directories load): true means data.on_bad_record = skip"},
       {"data.categorical", T::kInt, int64_t{26}, "categorical columns per Criteo line", closed(1, 4096)},
       {"data.max_train_rows", T::kInt, int64_t{-1}, "read at most this many training rows; -1 = all", closed(-1, 1e+15)},
-      {"data.in_memory", T::kBool, true, "keep parsed training batches after the first epoch"},
+      {"data.in_memory", T::kBool, true, "keep parsed training batches (a worker: its share) after the first epoch (with train.epochs = 1: none)"},
       {"data.prefetch", T::kInt, int64_t{4}, "batches the loader reads ahead", closed(1, 1024)},
       // ---- model ----
       {"model.kind", T::kString, std::string("dlrm"),

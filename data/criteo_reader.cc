@@ -169,7 +169,9 @@ Status CriteoReader::badLine(const std::string& why) {
   std::string message = internal::lineError(source.path(), source.lineNumber(), why);
   if (!options_.skipBadLines) return Status::corruption(std::move(message));
   ++badLines_;
-  if (badLines_ <= options_.logBadLines) {
+  // (Each of the first few is logged once, however often the file is read.)
+  if (badLines_ <= options_.logBadLines && badLines_ > loggedBadLines_) {
+    loggedBadLines_ = badLines_;
     impl_->log->warn("skipping bad line: {}{}", message,
                      badLines_ == options_.logBadLines ? " (further bad lines are counted, not logged)" : "");
   }

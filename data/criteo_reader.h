@@ -98,7 +98,8 @@ class CriteoReader final {
   // are the same either way.
   Expected<size_t> skip(size_t batchRows);
 
-  // Back to the first line; counters restart.
+  // Back to the first line; counters restart (a bad line already logged is
+  // not logged again).
   Status rewind();
 
   const CriteoReaderOptions& options() const { return options_; }
@@ -118,6 +119,7 @@ class CriteoReader final {
   CriteoReaderOptions options_;
   int64_t rowsRead_ = 0;
   int64_t badLines_ = 0;
+  int64_t loggedBadLines_ = 0;  // kept across rewinds
 };
 
 // Lines in a text file that are not empty (a last line without '\n' counts),

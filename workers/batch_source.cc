@@ -26,6 +26,7 @@ class CriteoSource final : public BatchSource {
     fromFile_ = !cacheComplete_;
     if (cacheComplete_) return Status::ok();
     cache_.clear();
+    batchRows_.clear();
     return reader_->rewind();
   }
 
@@ -42,11 +43,13 @@ class CriteoSource final : public BatchSource {
       // Reading the file after a hole, a cached batch is passed over.
       auto got = reader_->skip(size_t(options_.batchSize));
       if (!got.hasValue()) return got.status();
+      if (Status s = sameAsFirstPass(int64_t(*got)); !s) return s;
       firstRow_ += int64_t(*got);
       return cache_[size_t(index_++)];
     }
     auto got = reader_->next(size_t(options_.batchSize), &scratch_);
     if (!got.hasValue()) return got.status();
+    if (Status s = sameAsFirstPass(int64_t(*got)); !s) return s;
     if (*got == 0) return endOfFile();
     auto b = std::make_shared<Batch>();
     b->index = index_;
@@ -61,7 +64,7 @@ class CriteoSource final : public BatchSource {
     scratch_ = data::CriteoBatch{};
     scratch_.numCategorical = options_.numCategorical;
     BatchPtr ptr(std::move(b));
-    remember(ptr);
+    remember(ptr, ptr->rows);
     ++index_;
     return ptr;
   }
@@ -74,40 +77,55 @@ class CriteoSource final : public BatchSource {
     }
     auto got = reader_->skip(size_t(options_.batchSize));
     if (!got.hasValue()) return got.status();
+    if (Status s = sameAsFirstPass(int64_t(*got)); !s) return s;
     if (*got == 0) {
       auto end = endOfFile();
       if (!end.hasValue()) return end.status();
       return false;
     }
     firstRow_ += int64_t(*got);
-    remember(nullptr);
+    remember(nullptr, int64_t(*got));
     ++index_;
     return true;
   }
 
   int64_t rowsPerEpoch() const override { return rowsPerEpoch_; }
-  int64_t badLines() const override { return reader_->badLines(); }
+  // (Reading holes later rewinds the reader, which counts again from 0.)
+  int64_t badLines() const override { return std::max(reader_->badLines(), firstPassBadLines_); }
 
  private:
+  // After the first pass, batch index_ must read as it did then (0 rows:
+  // past the end); else the file changed under the cache.
+  Status sameAsFirstPass(int64_t rows) const {
+    if (!cacheComplete_) return Status::ok();
+    const int64_t then = index_ < int64_t(batchRows_.size()) ? batchRows_[size_t(index_)] : 0;
+    if (rows == then) return Status::ok();
+    return Status::corruption(fmt::format(
+        "{}: batch {} now reads {} rows where the first pass read {}: the file changed while training",
+        options_.path, index_, rows, then));
+  }
+
   // The reader's end of the data: the epoch's row count is known now, and
   // the cache (every batch, the skipped ones as holes) is complete.
   Expected<BatchPtr> endOfFile() {
     if (options_.inMemory && !cacheComplete_) {
       cacheComplete_ = true;
-      cache_.resize(size_t(index_));
+      firstPassBadLines_ = reader_->badLines();
     }
     rowsPerEpoch_ = firstRow_;
     fromFile_ = !cacheComplete_;
     return BatchPtr();
   }
 
-  // Keeps batch index_ (nullptr: skipped) in the cache while it is filled,
-  // and fills a hole read later (a cached batch is never read again).
-  void remember(BatchPtr b) {
+  // Keeps batch index_ (nullptr: skipped) and its row count while the
+  // cache is filled, and fills a hole read later (a cached batch is never
+  // read again).
+  void remember(BatchPtr b, int64_t rows) {
     if (!options_.inMemory) return;
     if (!cacheComplete_) {
       TROUPE_CHECK(int64_t(cache_.size()) == index_, "cache of {} batches at batch {}", cache_.size(), index_);
       cache_.push_back(std::move(b));
+      batchRows_.push_back(rows);
     } else if (b && index_ < int64_t(cache_.size())) {
       cache_[size_t(index_)] = std::move(b);
     }
@@ -123,10 +141,7 @@ class CriteoSource final : public BatchSource {
     while (index_ < batch) {
       auto got = reader_->skip(size_t(options_.batchSize));
       if (!got.hasValue()) return got.status();
-      if (*got == 0) {
-        return Status::corruption(fmt::format("{}: the file ended at batch {}; its first pass had {} batches",
-                                              options_.path, index_, cache_.size()));
-      }
+      if (Status s = sameAsFirstPass(int64_t(*got)); !s) return s;
       firstRow_ += int64_t(*got);
       ++index_;
     }
@@ -137,10 +152,13 @@ class CriteoSource final : public BatchSource {
   std::unique_ptr<data::CriteoReader> reader_;
   int64_t rowsPerEpoch_;
   data::CriteoBatch scratch_;
-  // With inMemory: batch i of the epoch, or nullptr where it was skipped.
+  // With inMemory: batch i of the epoch, or nullptr where it was skipped,
+  // and the rows of each as the first pass read them.
   std::vector<BatchPtr> cache_;
+  std::vector<int64_t> batchRows_;
   bool cacheComplete_ = false;
   bool fromFile_ = true;  // this epoch's batches come from the reader (not the cache)
+  int64_t firstPassBadLines_ = 0;
   int64_t index_ = 0, firstRow_ = 0;
 };
 
@@ -235,11 +253,16 @@ class EveryNth final : public BatchSource {
     // In the epoch of the division, batches before its first are others'.
     const int64_t from = epoch_ == fromEpoch_ ? fromBatch_ : 0;
     for (;;) {
-      const int64_t i = index_++;
-      if (i >= from && (i - from) % parts_ == part_) return inner_->next();
+      const int64_t i = index_;
+      if (i >= from && (i - from) % parts_ == part_) {
+        auto b = inner_->next();
+        if (b.hasValue()) ++index_;
+        return b;
+      }
       auto skipped = inner_->skip();  // another share's: not parsed
       if (!skipped.hasValue()) return skipped.status();
       if (!*skipped) return BatchPtr();
+      ++index_;
     }
   }
   int64_t rowsPerEpoch() const override {

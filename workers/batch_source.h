@@ -49,6 +49,7 @@ struct CriteoSourceOptions {
   int numCategorical = 26;
   bool skipBadLines = false;
   // Keep parsed batches after the first pass; later epochs replay them.
+  // Read as a share (everyNthBatch), only the share's batches are kept.
   bool inMemory = true;
   int64_t maxRows = -1;  // negative: the whole file
 };

@@ -265,6 +265,61 @@ TEST(CriteoReader, SkipBadLinesCountsAndKeepsGoodRows) {
   EXPECT_EQ(reader->badLines(), 2);
 }
 
+TEST(CriteoReader, SkippingRowsLandsWhereReadingThemWouldOnEveryKindOfLine) {
+  TempDir dir;
+  const std::string path = dir.file("kinds.tsv");
+  std::string text;
+  text += line("1", {"1"}, {}) + "\r\n";               // good row 0, "\r\n"
+  text += "\n";                                        // empty: bad
+  text += line("0", {"2"}, {}) + "\n";                 // good row 1
+  text += line("0", {"3"}, {std::string(300, 'k')}) + "\n";  // too long: bad
+  text += line("1", {"4"}, {}) + "\r\n";               // good row 2
+  text += line("2", {"5"}, {}) + "\n";                 // bad label
+  text += line("0", {"6"}, {}) + "\n";                 // good row 3
+  text += line("1", {"7"}, {});                        // good row 4, no newline
+  writeFile(path, text);
+  const std::vector<float> firstInts = {1, 2, 4, 6, 7};
+  const std::vector<float> labels = {1, 0, 1, 0, 1};
+  for (bool skipBad : {true, false}) {
+    for (size_t k = 0; k <= 5; ++k) {
+      SCOPED_TRACE(::testing::Message() << "skip bad " << skipBad << ", " << k << " rows skipped");
+      CriteoReaderOptions options;
+      options.path = path;
+      options.skipBadLines = skipBad;
+      options.maxLineBytes = 200;
+      options.logBadLines = 0;
+      auto reader = openOk(options);
+      auto skipped = reader->skip(k);
+      ASSERT_TRUE(skipped.hasValue()) << "skip never fails on a bad line: " << skipped.status().toString();
+      if (!skipBad) {
+        // Failing on bad lines, every line is a row: 8 lines.
+        EXPECT_EQ(*skipped, k);
+        EXPECT_EQ(reader->lineNumber(), int64_t(k));
+        continue;
+      }
+      EXPECT_EQ(*skipped, k);
+      CriteoBatch batch;
+      auto n = reader->next(100, &batch);
+      ASSERT_TRUE(n.hasValue()) << n.status().toString();
+      ASSERT_EQ(*n, 5 - k);
+      for (size_t r = 0; r < *n; ++r) {
+        EXPECT_EQ(batch.labels[r], labels[k + r]);
+        EXPECT_EQ(batch.dense[r * kCriteoIntFeatures], float(std::log1p(double(firstInts[k + r]))));
+      }
+      EXPECT_EQ(reader->badLines(), 3);
+      EXPECT_EQ(reader->rowsRead(), 5);
+      EXPECT_EQ(reader->skip(10).value(), 0u);
+    }
+  }
+  // Failing on bad lines, the 8 lines are 8 rows to skip.
+  CriteoReaderOptions options;
+  options.path = path;
+  options.maxLineBytes = 200;
+  auto reader = openOk(options);
+  EXPECT_EQ(reader->skip(100).value(), 8u);
+  EXPECT_EQ(reader->badLines(), 0);
+}
+
 TEST(CriteoReader, CountTextRows) {
   TempDir dir;
   const std::string path = dir.file("count.txt");

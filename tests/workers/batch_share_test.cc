@@ -223,6 +223,42 @@ TEST(CriteoShare, ADivisionMadeAgainReadsTheBatchesItsFirstPassSkipped) {
   EXPECT_EQ(criteoEpoch(*share, 3, rows, &fourth), (std::vector<int64_t>{0, 2, 4, 6, 8, 10, 12}));
   for (size_t k = 0; k < third.size(); ++k) EXPECT_EQ(third[k], fourth[k]) << "batch " << third[k]->index;
   EXPECT_EQ(file->rowsPerEpoch(), rows);
+  EXPECT_EQ(share->badLines(), 12) << "reading the holes again counts no bad line twice";
+}
+
+TEST(CriteoShare, AFileThatChangedUnderTheCacheIsAnErrorNamingIt) {
+  testing::TempDir dir;
+  const std::string path = criteoFile(dir, 50, false);
+  std::shared_ptr<BatchSource> file = std::move(openCriteoSource(criteoOptions(path, false, true))).value();
+  auto share = everyNthBatch(file, 0, 2);
+  EXPECT_EQ(criteoEpoch(*share, 0, 50).size(), 7u);
+  ASSERT_TRUE(share->reshare(1, 0, 1, 2).isOk());  // now the odd batches: holes in the cache
+  {
+    // The file loses its last 3 rows: batch 11 has 3 rows where it had 4.
+    std::string text;
+    for (int r = 0; r < 47; ++r) {
+      text.append(std::to_string(r % 2)).append("\t").append(std::to_string(r));
+      for (int j = 1; j < data::kCriteoIntFeatures; ++j) text.append("\t1");
+      text.append("\ta\tb\tc\n");
+    }
+    testing::writeFile(path, text);
+  }
+  ASSERT_TRUE(share->startEpoch(1).isOk());
+  Status failure;
+  std::vector<int64_t> read;
+  for (int guard = 0; guard < 20 && failure.isOk(); ++guard) {
+    auto b = share->next();
+    if (!b.hasValue()) {
+      failure = b.status();
+    } else if (!*b) {
+      break;
+    } else {
+      read.push_back((*b)->index);
+    }
+  }
+  EXPECT_EQ(read, (std::vector<int64_t>{1, 3, 5, 7, 9}));
+  EXPECT_EQ(failure.message(),
+            path + ": batch 11 now reads 3 rows where the first pass read 4: the file changed while training");
 }
 
 TEST(CriteoShare, FailingOnBadLinesOnlyTheShareThatParsesOneFails) {
