@@ -130,11 +130,14 @@ TEST_P(InteractionTest, SameBitsOnOneAndTwoThreads) {
 INSTANTIATE_TEST_SUITE_P(Shapes, InteractionTest,
                          ::testing::Values(Shape{2, 1, 1}, Shape{3, 5, 7}, Shape{5, 3, 16}, Shape{1, 4, 3},
                                            Shape{27, 67, 16}, Shape{4, 0, 8},
-                                           // The register paths: 1-4 chunks of inputs and of dim, whole
-                                           // chunks (16, 32, 64 inputs: the forward's four-row groups run
-                                           // past the last), and past them (the general loops).
+                                           // The register paths (vectors of 8 floats on AVX2, 16 with
+                                           // AVX-512): 1-4 chunks of inputs and 1-8 vectors of dim, whole
+                                           // chunks (8, 16, 32, 64 inputs: the row groups run past the
+                                           // last), and past them (the general loops).
                                            Shape{16, 9, 16}, Shape{32, 5, 32}, Shape{33, 4, 48}, Shape{64, 3, 64},
-                                           Shape{70, 3, 80}));
+                                           Shape{70, 3, 80}, Shape{8, 6, 8}, Shape{9, 5, 24}, Shape{31, 3, 40},
+                                           Shape{25, 3, 56}, Shape{17, 2, 72}, Shape{27, 2, 128},
+                                           Shape{24, 3, 136}));
 
 TEST(InteractionTest, RejectsANarrowOutputRow) {
   auto k = makeKernels(1);
