@@ -20,16 +20,18 @@ Status checkShape(int64_t numInputs, int64_t batch, int64_t dim, int64_t stride,
   return Status::ok();
 }
 
-// One vector register of floats: 16 with AVX-512, 8 otherwise (AVX2). The
-// fast paths below are written on it so the compiler cannot pick another
-// loop to vectorise (left alone, it gathered across inputs instead of
-// streaming a row). A vector wider than the machine's registers is split by
-// GCC late and kept on the stack: on an AVX2 host the 16-float version ran
-// 20-40x slower than this.
+// One vector register of floats: 16 with AVX-512, 8 with AVX or AVX2, 4
+// otherwise. The fast paths below are written on it so the compiler cannot
+// pick another loop to vectorise (left alone, it gathered across inputs
+// instead of streaming a row). A vector wider than the machine's registers
+// is split by GCC late and kept on the stack: on an AVX2 host the 16-float
+// version ran 13-24x slower than this.
 #if defined(__AVX512F__)
 constexpr int64_t kLanes = 16;
-#else
+#elif defined(__AVX__)
 constexpr int64_t kLanes = 8;
+#else
+constexpr int64_t kLanes = 4;
 #endif
 typedef float V __attribute__((vector_size(kLanes * sizeof(float))));
 // Accumulators a fast path keeps in registers (of 16 on AVX2, 32 with
@@ -80,22 +82,20 @@ void forwardSample(const float* const* inputs, int64_t f, int64_t b, int64_t dim
   }
 }
 
-// One sample, dim = kVecs * kLanes: dz_i = sum over j != i of g(i, j) z_j,
-// j in order. kRows inputs i at a time share each load of z_j. g is f x f
-// (the symmetric gradient) with kPadRows more rows of zeros.
+// dz_i = sum over j != i of g(i, j) z_j, j in order, for one sample and the
+// kVecs * kLanes dims from d0 (dim a multiple of kLanes; a wider row is done
+// in blocks, each element's sum the same). kRows inputs i at a time share
+// each load of z_j. g is the sample's f x f symmetric gradient with
+// kPadRows more rows of zeros (symmetricGradient).
 template <int kVecs>
-void backwardSample(const float* const* inputs, int64_t f, int64_t b, const float* go, float* const* dInputs,
-                    float* g) {
+void backwardBlock(const float* const* inputs, int64_t f, int64_t b, int64_t dim, int64_t d0, const float* g,
+                   float* const* dInputs) {
   constexpr int64_t kRows = std::max<int64_t>(1, kAccumulators / kVecs);
-  constexpr int64_t dim = kVecs * kLanes;
-  for (int64_t i = 1, p = 0; i < f; ++i) {
-    for (int64_t j = 0; j < i; ++j, ++p) g[i * f + j] = g[j * f + i] = go[p];
-  }
   for (int64_t i0 = 0; i0 < f; i0 += kRows) {
     const int64_t rows = std::min(kRows, f - i0);
     V r[kRows][kVecs] = {};
     for (int64_t j = 0; j < f; ++j) {
-      const float* z = inputs[j] + b * dim;
+      const float* z = inputs[j] + b * dim + d0;
       V zj[kVecs];
       for (int64_t v = 0; v < kVecs; ++v) zj[v] = loadV(z + v * kLanes);
       for (int64_t k = 0; k < kRows; ++k) {
@@ -105,10 +105,48 @@ void backwardSample(const float* const* inputs, int64_t f, int64_t b, const floa
       }
     }
     for (int64_t k = 0; k < rows; ++k) {
-      float* out = dInputs[i0 + k] + b * dim;
+      float* out = dInputs[i0 + k] + b * dim + d0;
       for (int64_t v = 0; v < kVecs; ++v) storeV(out + v * kLanes, r[k][v]);
     }
   }
+}
+
+// g(i, j) = g(j, i) = go[pair (i, j)], the forward's pair order.
+void symmetricGradient(int64_t f, const float* go, float* g) {
+  for (int64_t i = 1, p = 0; i < f; ++i) {
+    for (int64_t j = 0; j < i; ++j, ++p) g[i * f + j] = g[j * f + i] = go[p];
+  }
+}
+
+// One sample, dim a multiple of kLanes: in blocks of up to 8 vectors.
+void backwardSample(const float* const* inputs, int64_t f, int64_t b, int64_t dim, const float* go,
+                    float* const* dInputs, float* g) {
+  symmetricGradient(f, go, g);
+  constexpr int64_t kBlock = 8;
+  for (int64_t d0 = 0; d0 < dim; d0 += kBlock * kLanes) {
+    switch (std::min(kBlock, (dim - d0) / kLanes)) {
+      case 1: backwardBlock<1>(inputs, f, b, dim, d0, g, dInputs); break;
+      case 2: backwardBlock<2>(inputs, f, b, dim, d0, g, dInputs); break;
+      case 3: backwardBlock<3>(inputs, f, b, dim, d0, g, dInputs); break;
+      case 4: backwardBlock<4>(inputs, f, b, dim, d0, g, dInputs); break;
+      case 5: backwardBlock<5>(inputs, f, b, dim, d0, g, dInputs); break;
+      case 6: backwardBlock<6>(inputs, f, b, dim, d0, g, dInputs); break;
+      case 7: backwardBlock<7>(inputs, f, b, dim, d0, g, dInputs); break;
+      default: backwardBlock<8>(inputs, f, b, dim, d0, g, dInputs); break;
+    }
+  }
+}
+
+// acc + a * b, rounded once where the machine fuses (as the vector paths'
+// contracted FMAs do), so every path gives the same bits. Written out: left
+// to itself GCC vectorised the forward's loop into products rounded apart
+// from their sums (vmulps, then vaddss in order) and fused only its tail.
+inline float fusedOrNot(float a, float b, float acc) {
+#if defined(__FMA__) || defined(__aarch64__)
+  return __builtin_fmaf(a, b, acc);
+#else
+  return acc + a * b;
+#endif
 }
 
 // Any dim: the plain loops.
@@ -118,7 +156,7 @@ void forwardSamplePlain(const float* const* inputs, int64_t f, int64_t b, int64_
     for (int64_t j = 0; j < i; ++j) {
       const float* zj = inputs[j] + b * dim;
       float acc = 0.0f;
-      for (int64_t d = 0; d < dim; ++d) acc += zi[d] * zj[d];
+      for (int64_t d = 0; d < dim; ++d) acc = fusedOrNot(zi[d], zj[d], acc);
       *o++ = acc;
     }
   }
@@ -137,8 +175,8 @@ void backwardSamplePlain(const float* const* inputs, int64_t f, int64_t b, int64
       const float* zj = inputs[j] + b * dim;
       float* gj = dInputs[j] + b * dim;
       for (int64_t d = 0; d < dim; ++d) {
-        gi[d] += go[p] * zj[d];
-        gj[d] += go[p] * zi[d];
+        gi[d] = fusedOrNot(go[p], zj[d], gi[d]);
+        gj[d] = fusedOrNot(go[p], zi[d], gj[d]);
       }
     }
   }
@@ -157,7 +195,7 @@ Status dotInteractionForward(ComputePool& pool, const float* const* inputs, int6
     auto plain = [&] {
       for (int64_t b = b0; b < b1; ++b) forwardSamplePlain(inputs, f, b, dim, out + b * outStride);
     };
-    if (dim % kLanes != 0 || chunks > 4) return plain();
+    if (dim % kLanes != 0 || chunks > 8) return plain();
     std::vector<float> zt(static_cast<size_t>(dim * (chunks * kLanes + kPadRows)), 0.0f);
     auto run = [&](auto sample) {
       for (int64_t b = b0; b < b1; ++b) sample(inputs, f, b, dim, out + b * outStride, zt.data());
@@ -166,7 +204,11 @@ Status dotInteractionForward(ComputePool& pool, const float* const* inputs, int6
       case 1: return run(forwardSample<1>);
       case 2: return run(forwardSample<2>);
       case 3: return run(forwardSample<3>);
-      default: return run(forwardSample<4>);
+      case 4: return run(forwardSample<4>);
+      case 5: return run(forwardSample<5>);
+      case 6: return run(forwardSample<6>);
+      case 7: return run(forwardSample<7>);
+      default: return run(forwardSample<8>);
     }
   });
   return Status::ok();
@@ -178,26 +220,13 @@ Status dotInteractionBackward(ComputePool& pool, const float* const* inputs, int
   if (!s.isOk() || batch == 0) return s;
   TROUPE_CHECK(inputs != nullptr && dInputs != nullptr, "dot interaction: null pointer");
   const int64_t f = numInputs;
-  const int64_t vecs = dim / kLanes;
   pool.parallelFor(batch, 16, [&](int64_t b0, int64_t b1) {
-    auto plain = [&] {
+    if (dim % kLanes != 0 || dim == 0) {
       for (int64_t b = b0; b < b1; ++b) backwardSamplePlain(inputs, f, b, dim, dOut + b * dOutStride, dInputs);
-    };
-    if (dim % kLanes != 0 || vecs < 1 || vecs > 8) return plain();
-    std::vector<float> g(static_cast<size_t>((f + kPadRows) * f), 0.0f);
-    auto run = [&](auto sample) {
-      for (int64_t b = b0; b < b1; ++b) sample(inputs, f, b, dOut + b * dOutStride, dInputs, g.data());
-    };
-    switch (vecs) {
-      case 1: return run(backwardSample<1>);
-      case 2: return run(backwardSample<2>);
-      case 3: return run(backwardSample<3>);
-      case 4: return run(backwardSample<4>);
-      case 5: return run(backwardSample<5>);
-      case 6: return run(backwardSample<6>);
-      case 7: return run(backwardSample<7>);
-      default: return run(backwardSample<8>);
+      return;
     }
+    std::vector<float> g(static_cast<size_t>((f + kPadRows) * f), 0.0f);
+    for (int64_t b = b0; b < b1; ++b) backwardSample(inputs, f, b, dim, dOut + b * dOutStride, dInputs, g.data());
   });
   return Status::ok();
 }

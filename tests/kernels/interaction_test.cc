@@ -1,6 +1,8 @@
 // DLRM dot interaction: against a double-precision reference, its gradient
-// against central finite differences, and the same bits on 1 and 2 threads.
+// against central finite differences, the same bits on 1 and 2 threads, and
+// every sum in its documented order (bit for bit against fmaf in that order).
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -127,17 +129,70 @@ TEST_P(InteractionTest, SameBitsOnOneAndTwoThreads) {
   EXPECT_TRUE(test::bitEqual(results[0], results[1]));
 }
 
+// a * b + acc rounded once where the build contracts (FMA), twice elsewhere.
+float fusedOrNot(float a, float b, float acc) {
+#if defined(__FMA__) || defined(__aarch64__)
+  return std::fmaf(a, b, acc);
+#else
+  return acc + a * b;
+#endif
+}
+
+TEST_P(InteractionTest, EverySumRunsInItsDocumentedOrder) {
+  // Forward: pair (i, j) is sum over d ascending of z_i[d] z_j[d]; backward:
+  // dz_i[d] is sum over j ascending, j != i, of g(i, j) z_j[d]; each from +0.
+  // Every path (vectors of any width, the plain loops) must give these bits.
+  const auto [n, batch, dim] = GetParam();
+  Rng rng(7 + n + dim);
+  std::vector<std::vector<float>> z(static_cast<size_t>(n));
+  for (auto& v : z) v = randomFloats(rng, batch * dim);
+  const int64_t pairs = n * (n - 1) / 2;
+  auto dOut = randomFloats(rng, batch * pairs);
+  auto k = makeKernels(2);
+  auto ptrs = pointers(z);
+  std::vector<float> out(size_t(std::max<int64_t>(1, batch * pairs)));
+  ASSERT_TRUE(k->dotInteractionForward(ptrs.data(), n, batch, dim, out.data(), pairs).isOk());
+  std::vector<std::vector<float>> grads(static_cast<size_t>(n), std::vector<float>(size_t(batch * dim)));
+  std::vector<float*> gptrs;
+  for (auto& g : grads) gptrs.push_back(g.data());
+  ASSERT_TRUE(k->dotInteractionBackward(ptrs.data(), n, batch, dim, dOut.data(), pairs, gptrs.data()).isOk());
+  int64_t wrong = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    std::vector<float> g(size_t(n * n), 0.0f);
+    for (int64_t i = 1, p = 0; i < n; ++i) {
+      for (int64_t j = 0; j < i; ++j, ++p) {
+        float acc = 0.0f;
+        for (int64_t d = 0; d < dim; ++d) acc = fusedOrNot(z[i][b * dim + d], z[j][b * dim + d], acc);
+        if (n >= 2 && !test::bitEqual({acc}, {out[size_t(b * pairs + p)]})) ++wrong;
+        g[size_t(i * n + j)] = g[size_t(j * n + i)] = dOut[size_t(b * pairs + p)];
+      }
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t d = 0; d < dim; ++d) {
+        float acc = 0.0f;
+        for (int64_t j = 0; j < n; ++j) {
+          if (j != i) acc = fusedOrNot(g[size_t(i * n + j)], z[j][b * dim + d], acc);
+        }
+        if (!test::bitEqual({acc}, {grads[i][b * dim + d]})) ++wrong;
+      }
+    }
+  }
+  EXPECT_EQ(wrong, 0) << "outputs not in the documented order, of " << batch * (pairs + n * dim);
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, InteractionTest,
                          ::testing::Values(Shape{2, 1, 1}, Shape{3, 5, 7}, Shape{5, 3, 16}, Shape{1, 4, 3},
                                            Shape{27, 67, 16}, Shape{4, 0, 8},
                                            // The register paths (vectors of 8 floats on AVX2, 16 with
-                                           // AVX-512): 1-4 chunks of inputs and 1-8 vectors of dim, whole
-                                           // chunks (8, 16, 32, 64 inputs: the row groups run past the
-                                           // last), and past them (the general loops).
+                                           // AVX-512): 1-8 chunks of inputs, 1-8 vectors of dim and
+                                           // blocks of 8 past that, row groups whole and cut short by the
+                                           // last input, and past 8 chunks (the plain forward).
                                            Shape{16, 9, 16}, Shape{32, 5, 32}, Shape{33, 4, 48}, Shape{64, 3, 64},
                                            Shape{70, 3, 80}, Shape{8, 6, 8}, Shape{9, 5, 24}, Shape{31, 3, 40},
                                            Shape{25, 3, 56}, Shape{17, 2, 72}, Shape{27, 2, 128},
-                                           Shape{24, 3, 136}));
+                                           Shape{24, 3, 136}, Shape{5, 3, 8}, Shape{7, 3, 32}, Shape{9, 2, 96},
+                                           Shape{10, 2, 112}, Shape{40, 2, 16}, Shape{57, 2, 8},
+                                           Shape{130, 2, 16}));
 
 TEST(InteractionTest, RejectsANarrowOutputRow) {
   auto k = makeKernels(1);
