@@ -3,6 +3,12 @@
 #include <algorithm>
 #include <vector>
 
+#if defined(__FMA__) || defined(__AVX512F__)
+#include <immintrin.h>
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#endif
+
 #include "common/check.h"
 
 namespace troupe::kernels::cpu {
@@ -34,11 +40,42 @@ constexpr int64_t kLanes = 8;
 constexpr int64_t kLanes = 4;
 #endif
 typedef float V __attribute__((vector_size(kLanes * sizeof(float))));
-// Accumulators a fast path keeps in registers (of 16 on AVX2, 32 with
-// AVX-512): the rest hold the loads and the broadcast.
+// Accumulators a fast path keeps in registers (of 16 with SSE, AVX2 or NEON,
+// 32 with AVX-512 or on aarch64): the rest hold the loads and the broadcast.
 constexpr int64_t kAccumulators = 8;
 // Rows the fast paths may compute past the last input (their results unused).
 constexpr int64_t kPadRows = kAccumulators;
+
+// Every sum of the interaction is a chain of multiply-adds, each rounded
+// once where the machine fuses (x86 with FMA, aarch64) and twice elsewhere,
+// whatever the compiler's optimisation level: written out here, and the
+// file is built with -ffp-contract=off so no other expression is fused.
+#if defined(__FMA__) || defined(__AVX512F__) || defined(__aarch64__)
+#define TROUPE_INTERACTION_FUSED 1
+#endif
+
+inline float fusedOrNot(float a, float b, float acc) {
+#if defined(TROUPE_INTERACTION_FUSED)
+  return __builtin_fmaf(a, b, acc);
+#else
+  return acc + a * b;
+#endif
+}
+
+// acc + a * b, lane by lane, rounded as fusedOrNot.
+inline V fusedOrNot(float a, V b, V acc) {
+#if defined(TROUPE_INTERACTION_FUSED) && defined(__aarch64__)
+  return (V)vfmaq_f32((float32x4_t)acc, vdupq_n_f32(a), (float32x4_t)b);
+#elif defined(TROUPE_INTERACTION_FUSED) && defined(__AVX512F__)
+  return (V)_mm512_fmadd_ps(_mm512_set1_ps(a), (__m512)b, (__m512)acc);
+#elif defined(TROUPE_INTERACTION_FUSED) && defined(__AVX__)
+  return (V)_mm256_fmadd_ps(_mm256_set1_ps(a), (__m256)b, (__m256)acc);
+#elif defined(TROUPE_INTERACTION_FUSED)
+  return (V)_mm_fmadd_ps(_mm_set1_ps(a), (__m128)b, (__m128)acc);
+#else
+  return acc + a * b;
+#endif
+}
 
 inline V loadV(const float* p) {
   V v;
@@ -70,7 +107,7 @@ void forwardSample(const float* const* inputs, int64_t f, int64_t b, int64_t dim
       const float* row = zt + d * width;
       for (int64_t k = 0; k < kRows; ++k) {
         const float zi = row[i0 + k];  // (past f: padding; unused)
-        for (int64_t c = 0; c < kChunks; ++c) r[k][c] += zi * loadV(row + c * kLanes);
+        for (int64_t c = 0; c < kChunks; ++c) r[k][c] = fusedOrNot(zi, loadV(row + c * kLanes), r[k][c]);
       }
     }
     for (int64_t k = 0; k < kRows; ++k) {
@@ -101,7 +138,7 @@ void backwardBlock(const float* const* inputs, int64_t f, int64_t b, int64_t dim
       for (int64_t k = 0; k < kRows; ++k) {
         if (j == i0 + k) continue;
         const float gij = g[(i0 + k) * f + j];
-        for (int64_t v = 0; v < kVecs; ++v) r[k][v] += gij * zj[v];
+        for (int64_t v = 0; v < kVecs; ++v) r[k][v] = fusedOrNot(gij, zj[v], r[k][v]);
       }
     }
     for (int64_t k = 0; k < rows; ++k) {
@@ -137,19 +174,9 @@ void backwardSample(const float* const* inputs, int64_t f, int64_t b, int64_t di
   }
 }
 
-// acc + a * b, rounded once where the machine fuses (as the vector paths'
-// contracted FMAs do), so every path gives the same bits. Written out: left
-// to itself GCC vectorised the forward's loop into products rounded apart
-// from their sums (vmulps, then vaddss in order) and fused only its tail.
-inline float fusedOrNot(float a, float b, float acc) {
-#if defined(__FMA__) || defined(__aarch64__)
-  return __builtin_fmaf(a, b, acc);
-#else
-  return acc + a * b;
-#endif
-}
-
-// Any dim: the plain loops.
+// Any dim: the plain loops. (Left to itself GCC vectorised the forward's
+// loop into products rounded apart from their sums, vmulps then vaddss, and
+// fused only its tail: hence fusedOrNot everywhere.)
 void forwardSamplePlain(const float* const* inputs, int64_t f, int64_t b, int64_t dim, float* o) {
   for (int64_t i = 1; i < f; ++i) {
     const float* zi = inputs[i] + b * dim;
