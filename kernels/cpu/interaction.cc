@@ -40,16 +40,17 @@ constexpr int64_t kLanes = 8;
 constexpr int64_t kLanes = 4;
 #endif
 typedef float V __attribute__((vector_size(kLanes * sizeof(float))));
-// Accumulators a fast path keeps in registers (of 16 with SSE, AVX2 or NEON,
+// Accumulators a fast path keeps in registers (of 16 with SSE, AVX or AVX2,
 // 32 with AVX-512 or on aarch64): the rest hold the loads and the broadcast.
 constexpr int64_t kAccumulators = 8;
 // Rows the fast paths may compute past the last input (their results unused).
 constexpr int64_t kPadRows = kAccumulators;
 
 // Every sum of the interaction is a chain of multiply-adds, each rounded
-// once where the machine fuses (x86 with FMA, aarch64) and twice elsewhere,
-// whatever the compiler's optimisation level: written out here, and the
-// file is built with -ffp-contract=off so no other expression is fused.
+// once where the machine fuses (x86 with FMA or AVX-512, aarch64) and twice
+// elsewhere, whatever the compiler's optimisation level: written out here,
+// and the file is built with -ffp-contract=off so no other expression is
+// fused.
 #if defined(__FMA__) || defined(__AVX512F__) || defined(__aarch64__)
 #define TROUPE_INTERACTION_FUSED 1
 #endif
@@ -86,10 +87,10 @@ inline void storeV(float* p, V v) { __builtin_memcpy(p, &v, sizeof v); }
 
 // One sample, dim a multiple of kLanes. zt holds Z transposed and padded,
 // zt[d][0 .. kChunks * kLanes + kPadRows), so the dots of input i with every
-// j are a few vector FMAs per d; each sum runs over d in order. kRows
-// inputs i at a time: kRows * kChunks chains of FMAs in flight, their
+// j are a few vector multiply-adds per d; each sum runs over d in order.
+// kRows inputs i at a time: kRows * kChunks chains in flight, their
 // accumulators locals the compiler keeps in registers (in an array behind a
-// pointer each FMA waited for the store of the one before it: about 5x
+// pointer each step waited for the store of the one before it: about 5x
 // slower).
 template <int kChunks>
 void forwardSample(const float* const* inputs, int64_t f, int64_t b, int64_t dim, float* o, float* zt) {

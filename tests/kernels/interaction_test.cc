@@ -129,9 +129,9 @@ TEST_P(InteractionTest, SameBitsOnOneAndTwoThreads) {
   EXPECT_TRUE(test::bitEqual(results[0], results[1]));
 }
 
-// a * b + acc rounded once where the machine fuses (x86 with FMA, aarch64:
-// what the kernel documents), twice elsewhere. (This file is built with
-// -ffp-contract=off, so the second form is not fused behind our back.)
+// a * b + acc rounded once where the machine fuses (x86 with FMA or AVX-512,
+// aarch64: what the kernel documents), twice elsewhere. (This file is built
+// with -ffp-contract=off, so the second form is not fused behind our back.)
 float fusedOrNot(float a, float b, float acc) {
 #if defined(__FMA__) || defined(__AVX512F__) || defined(__aarch64__)
   return std::fmaf(a, b, acc);
@@ -186,7 +186,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, InteractionTest,
                          ::testing::Values(Shape{2, 1, 1}, Shape{3, 5, 7}, Shape{5, 3, 16}, Shape{1, 4, 3},
                                            Shape{27, 67, 16}, Shape{4, 0, 8},
                                            // The register paths (vectors of 4 floats with SSE or NEON, 8
-                                           // with AVX2, 16 with AVX-512): 1-8 chunks of inputs, 1-8
+                                           // with AVX or AVX2, 16 with AVX-512): 1-8 chunks of inputs, 1-8
                                            // vectors of dim and blocks of 8 past that, row groups whole
                                            // and cut short by the last input, and past 8 chunks (the
                                            // plain forward).
