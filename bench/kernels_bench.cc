@@ -230,6 +230,37 @@ void denseLayer(benchmark::State& state) {
   setRates(state, 0, (backward ? 4.0 : 2.0) * double(batch) * double(in) * double(out));
 }
 
+// Args: inputs, dim, batch, backward (0/1). DLRM's dot interaction: the
+// pairwise dots of `inputs` vectors of `dim` per sample, or their gradient.
+void dotInteraction(benchmark::State& state) {
+  const int64_t f = state.range(0), dim = state.range(1), batch = state.range(2);
+  const bool backward = state.range(3) != 0;
+  const int64_t pairs = f * (f - 1) / 2;
+  Rng rng(5);
+  std::vector<std::vector<float>> z(size_t(f), std::vector<float>(size_t(batch * dim)));
+  std::vector<std::vector<float>> dz(size_t(f), std::vector<float>(size_t(batch * dim)));
+  std::vector<const float*> zp;
+  std::vector<float*> dzp;
+  for (auto& v : z) {
+    for (auto& x : v) x = float(rng.below(2001)) / 1000.0f - 1.0f;
+    zp.push_back(v.data());
+  }
+  for (auto& v : dz) dzp.push_back(v.data());
+  std::vector<float> out(size_t(batch * pairs), 0.01f);
+  for (auto _ : state) {
+    Status s = backward ? setup().kernels->dotInteractionBackward(zp.data(), f, batch, dim, out.data(), pairs,
+                                                                  dzp.data())
+                        : setup().kernels->dotInteractionForward(zp.data(), f, batch, dim, out.data(), pairs);
+    if (!s.isOk()) {
+      state.SkipWithError("dot interaction failed");
+      break;
+    }
+    benchmark::ClobberMemory();
+  }
+  // A multiply-add is 2 flops: forward one per pair and dim, backward two.
+  setRates(state, 0, (backward ? 4.0 : 2.0) * double(batch) * double(pairs) * double(dim));
+}
+
 void registerAll() {
   auto reg = [](const char* name, void (*fn)(benchmark::State&)) {
     return addStatistics(benchmark::RegisterBenchmark(name, fn))
@@ -249,6 +280,10 @@ void registerAll() {
   }
   reg("DedupGradients", dedupGradients)->ArgNames({"n", "distinct", "dim"})
       ->Args({1 << 20, 1 << 18, 16})->Args({1 << 16, 1 << 14, 64});
+  auto* dot = reg("DotInteraction", dotInteraction)->ArgNames({"inputs", "dim", "batch", "bwd"});
+  for (auto [f, dim] : {std::pair<int64_t, int64_t>{27, 16}, {27, 64}, {64, 16}}) {
+    dot->Args({f, dim, 256, 0})->Args({f, dim, 256, 1});
+  }
   auto* dense = reg("DenseLayer", denseLayer)->ArgNames({"batch", "in", "out", "bwd"});
   for (int64_t batch : {128, 1024}) {
     for (auto [in, out] : {std::pair<int64_t, int64_t>{784, 256}, {512, 256}}) {
