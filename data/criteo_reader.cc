@@ -121,10 +121,7 @@ Expected<size_t> CriteoReader::next(size_t batchRows, CriteoBatch* batch) {
   const size_t c = size_t(options_.numCategorical);
   batch->clear();
   batch->numCategorical = options_.numCategorical;
-  size_t maxRows = batchRows;
-  if (options_.maxRows >= 0) {
-    maxRows = std::min<size_t>(maxRows, size_t(std::max<int64_t>(options_.maxRows - rowsRead_, 0)));
-  }
+  const size_t maxRows = rowsAllowed(batchRows);
   // Reserve for the common case; a huge maxRows grows as rows arrive.
   const size_t reserveRows = std::min<size_t>(maxRows, 1 << 16);
   batch->labels.reserve(reserveRows);
@@ -164,6 +161,11 @@ Expected<size_t> CriteoReader::next(size_t batchRows, CriteoBatch* batch) {
   return batch->rows();
 }
 
+size_t CriteoReader::rowsAllowed(size_t batchRows) const {
+  if (options_.maxRows < 0) return batchRows;
+  return std::min<size_t>(batchRows, size_t(std::max<int64_t>(options_.maxRows - rowsRead_, 0)));
+}
+
 Status CriteoReader::badLine(const std::string& why) {
   auto& source = impl_->source;
   std::string message = internal::lineError(source.path(), source.lineNumber(), why);
@@ -179,10 +181,7 @@ Status CriteoReader::badLine(const std::string& why) {
 }
 
 Expected<size_t> CriteoReader::skip(size_t batchRows) {
-  size_t maxRows = batchRows;
-  if (options_.maxRows >= 0) {
-    maxRows = std::min<size_t>(maxRows, size_t(std::max<int64_t>(options_.maxRows - rowsRead_, 0)));
-  }
+  const size_t maxRows = rowsAllowed(batchRows);
   auto& source = impl_->source;
   std::string why;
   std::string_view line;

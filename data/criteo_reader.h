@@ -112,6 +112,8 @@ class CriteoReader final {
  private:
   struct Impl;
   explicit CriteoReader(std::unique_ptr<Impl> impl, const CriteoReaderOptions& options);
+  // Rows the next batch may take: batchRows, bounded by options.maxRows.
+  size_t rowsAllowed(size_t batchRows) const;
   // A malformed line: the error (failing on bad lines) or counted and logged.
   Status badLine(const std::string& why);
 

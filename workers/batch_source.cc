@@ -41,10 +41,8 @@ class CriteoSource final : public BatchSource {
       if (Status s = seekToBatch(index_); !s) return s;
     } else if (cacheComplete_ && index_ < int64_t(cache_.size()) && cache_[size_t(index_)]) {
       // Reading the file after a hole, a cached batch is passed over.
-      auto got = reader_->skip(size_t(options_.batchSize));
+      auto got = passOver();
       if (!got.hasValue()) return got.status();
-      if (Status s = sameAsFirstPass(int64_t(*got)); !s) return s;
-      firstRow_ += int64_t(*got);
       return cache_[size_t(index_++)];
     }
     auto got = reader_->next(size_t(options_.batchSize), &scratch_);
@@ -75,16 +73,14 @@ class CriteoSource final : public BatchSource {
       ++index_;
       return true;
     }
-    auto got = reader_->skip(size_t(options_.batchSize));
+    auto got = passOver();
     if (!got.hasValue()) return got.status();
-    if (Status s = sameAsFirstPass(int64_t(*got)); !s) return s;
     if (*got == 0) {
       auto end = endOfFile();
       if (!end.hasValue()) return end.status();
       return false;
     }
-    firstRow_ += int64_t(*got);
-    remember(nullptr, int64_t(*got));
+    remember(nullptr, *got);
     ++index_;
     return true;
   }
@@ -139,13 +135,21 @@ class CriteoSource final : public BatchSource {
     index_ = 0;
     firstRow_ = 0;
     while (index_ < batch) {
-      auto got = reader_->skip(size_t(options_.batchSize));
+      auto got = passOver();
       if (!got.hasValue()) return got.status();
-      if (Status s = sameAsFirstPass(int64_t(*got)); !s) return s;
-      firstRow_ += int64_t(*got);
       ++index_;
     }
     return Status::ok();
+  }
+
+  // Passes over batch index_ in the file, unparsed, checked against the
+  // first pass: its rows (0 at the end of the data).
+  Expected<int64_t> passOver() {
+    auto got = reader_->skip(size_t(options_.batchSize));
+    if (!got.hasValue()) return got.status();
+    if (Status s = sameAsFirstPass(int64_t(*got)); !s) return s;
+    firstRow_ += int64_t(*got);
+    return int64_t(*got);
   }
 
   CriteoSourceOptions options_;
