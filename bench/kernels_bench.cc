@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "common/hash.h"
 #include "kernels/cpu/blas_core.h"
 #include "kernels/kernels.h"
+#include "ps/embedding_table.h"
 
 namespace troupe::bench {
 namespace {
@@ -261,6 +263,40 @@ void dotInteraction(benchmark::State& state) {
   setRates(state, 0, (backward ? 4.0 : 2.0) * double(batch) * double(pairs) * double(dim));
 }
 
+// Args: dim, keys. A shard's embedding table (Adagrad: weights and
+// accumulators, --table_mib of rows) and pulls of `keys` keys drawn
+// uniformly from those it holds (EmbeddingTable::pull: the hash lookups
+// and the row copies of a shard serving a pull), against the random-row
+// ceiling. Bytes: the weights read and written, the keys read.
+void tablePull(benchmark::State& state) {
+  const int64_t dim = state.range(0), keys = state.range(1);
+  static std::map<int64_t, std::unique_ptr<ps::EmbeddingTable>> tables;
+  const int64_t numRows = int64_t(setup().tableBytes / (2 * dim * sizeof(float)));
+  auto& table = tables[dim];
+  if (!table) {
+    ps::EmbeddingTableOptions o;
+    o.tableId = 0;
+    o.dim = dim;
+    o.optimizer.kind = OptimizerKind::kAdagrad;
+    o.initialCapacity = numRows;
+    table = std::make_unique<ps::EmbeddingTable>(o);
+    for (int64_t r = 0; r < numRows; ++r) table->findOrCreate(mix64(uint64_t(r)));
+  }
+  std::vector<std::vector<uint64_t>> batches(size_t(batchesFor(double(keys * dim * 4))));
+  uint64_t seed = 1;
+  for (auto& b : batches) {
+    Rng rng(seed++);
+    for (int64_t i = 0; i < keys; ++i) b.push_back(mix64(rng.next() % uint64_t(numRows)));
+  }
+  std::vector<float> out(size_t(keys * dim));
+  size_t next = 0;
+  for (auto _ : state) {
+    table->pull(batches[next++ % batches.size()].data(), keys, out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  setRates(state, double(keys) * double(dim * 4 * 2 + 8), 0);
+}
+
 void registerAll() {
   auto reg = [](const char* name, void (*fn)(benchmark::State&)) {
     return addStatistics(benchmark::RegisterBenchmark(name, fn))
@@ -284,6 +320,7 @@ void registerAll() {
   for (auto [f, dim] : {std::pair<int64_t, int64_t>{27, 16}, {27, 64}, {64, 16}}) {
     dot->Args({f, dim, 256, 0})->Args({f, dim, 256, 1});
   }
+  reg("TablePull", tablePull)->ArgNames({"dim", "keys"})->Args({16, 6656})->Args({16, 100000})->Args({64, 100000});
   auto* dense = reg("DenseLayer", denseLayer)->ArgNames({"batch", "in", "out", "bwd"});
   for (int64_t batch : {128, 1024}) {
     for (auto [in, out] : {std::pair<int64_t, int64_t>{784, 256}, {512, 256}}) {

@@ -138,16 +138,43 @@ const float* EmbeddingTable::find(uint64_t key) const {
   }
 }
 
+namespace {
+
+// The first 256 bytes of a row (the hardware prefetcher follows a longer one).
+inline void prefetchRow(const float* row, size_t bytes) {
+  const char* p = reinterpret_cast<const char*>(row);
+  for (size_t b = 0; b < std::min<size_t>(bytes, 256); b += 64) __builtin_prefetch(p + b);
+}
+
+}  // namespace
+
+void EmbeddingTable::prefetchSlot(const uint64_t* keys, int64_t i, int64_t n) const {
+  if (i + kSlotAhead < n) __builtin_prefetch(&slots_[mix64(keys[i + kSlotAhead]) & mask_]);
+}
+
 void EmbeddingTable::pull(const uint64_t* keys, int64_t n, float* out) {
   const size_t rowBytes = size_t(options_.dim) * sizeof(float);
-  for (int64_t i = 0; i < n; ++i) std::memcpy(out + i * options_.dim, findOrCreate(keys[i]), rowBytes);
+  pullRows_.resize(size_t(n));
+  for (int64_t i = 0; i < n; ++i) {
+    prefetchSlot(keys, i, n);
+    pullRows_[size_t(i)] = findOrCreate(keys[i]);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kRowAhead < n) prefetchRow(pullRows_[size_t(i + kRowAhead)], rowBytes);
+    std::memcpy(out + i * options_.dim, pullRows_[size_t(i)], rowBytes);
+  }
 }
 
 void EmbeddingTable::peek(const uint64_t* keys, int64_t n, float* out) const {
   const int64_t dim = options_.dim;
+  std::vector<const float*> rows(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
-    const float* row = find(keys[i]);
-    if (row) {
+    prefetchSlot(keys, i, n);
+    rows[size_t(i)] = find(keys[i]);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kRowAhead < n && rows[size_t(i + kRowAhead)]) prefetchRow(rows[size_t(i + kRowAhead)], size_t(dim) * sizeof(float));
+    if (const float* row = rows[size_t(i)]) {
       std::memcpy(out + i * dim, row, size_t(dim) * sizeof(float));
     } else {
       initialWeights(options_.seed, options_.tableId, keys[i], initScale_, out + i * dim, dim);
@@ -166,7 +193,10 @@ Expected<int64_t> EmbeddingTable::preparePush(const uint64_t* keys, const float*
   auto unique = kernels.dedupGradients(keys, grads, n, dim, uniqueKeys_.data(), summed_.data(), inverse_.data());
   if (!unique.hasValue()) return unique.status();
   rowPtrs_.resize(size_t(*unique));
-  for (int64_t u = 0; u < *unique; ++u) rowPtrs_[u] = findOrCreate(uniqueKeys_[u]);
+  for (int64_t u = 0; u < *unique; ++u) {
+    prefetchSlot(uniqueKeys_.data(), u, *unique);
+    rowPtrs_[u] = findOrCreate(uniqueKeys_[u]);
+  }
   return *unique;
 }
 

@@ -174,6 +174,9 @@ struct ShardState {
   std::vector<uint64_t> counts, keys;
   std::vector<float> grads, denseGrads;
   std::unique_ptr<kernels::Codec> pushCodec, pullCodec;  // compression (null: none)
+  // The buffers pull replies are written into, straight from the tables:
+  // reused, never zeroed (a reply's rows are copied once before the wire).
+  std::shared_ptr<transport::BufferPool> replyBuffers = std::make_shared<transport::BufferPool>(size_t{512} << 20);
   // BSP: what the last applied step changed, as it was before the step. A
   // worker lost after its push of step t reached this shard but not every
   // shard is replaced, and its replacement redoes step t: its pull for step
@@ -465,7 +468,7 @@ caf::error staleGeneration(const ShardState& st, int64_t worker, int64_t generat
 }
 
 // A redone step's pull: the weights its step changed, as they were before.
-void overlayUndo(ShardState& st, const PullView& v, float* rows, std::vector<float>* dense) {
+void overlayUndo(ShardState& st, const PullView& v, float* rows, float* dense, size_t denseFloats) {
   auto& u = st.undo;
   const auto& dims = st.tables->dims();
   if (!u.indexed) {
@@ -484,17 +487,42 @@ void overlayUndo(ShardState& st, const PullView& v, float* rows, std::vector<flo
       if (it != u.index[t].end()) std::copy_n(u.rows.data() + it->second, dims[t], rows + at);
     }
   }
-  if (!dense->empty()) std::copy_n(u.dense.begin(), dense->size(), dense->begin());
+  if (denseFloats) std::copy_n(u.dense.begin(), denseFloats, dense);
+}
+
+// A part of a pull's reply: `floats` floats of the shard's reply buffers,
+// written through `*out`.
+Expected<Tensor> replyPart(ShardState& st, size_t floats, float** out) {
+  if (floats == 0) {
+    *out = nullptr;
+    return Tensor::adopt(std::vector<float>(), DType::kFloat32);
+  }
+  std::byte* p = nullptr;
+  Tensor t = Tensor::fromPool(*st.replyBuffers, uint64_t(floats) * sizeof(float), DType::kFloat32, &p);
+  *out = reinterpret_cast<float*>(p);
+  if (p == nullptr) {
+    return Status::unavailable(fmt::format("no memory for a pull reply of {} floats", floats));
+  }
+  return t;
 }
 
 void serve(Self* self, const PullView& v, PullPromise& promise) {
   auto& st = self->state;
   if (v.create && !st.live.empty()) st.stats.maxLead = std::max(st.stats.maxLead, v.step - minLiveClock(st));
-  std::vector<float> rows(v.rowFloats);
-  st.tables->pull(v.counts, v.keys, v.create, rows.data());
-  std::vector<float> dense;
-  if (v.dense) dense.assign(st.dense.begin(), st.dense.begin() + st.denseSize);
-  if (v.create && st.undo.step >= 0 && v.step == st.undo.step) overlayUndo(st, v, rows.data(), &dense);
+  const size_t denseFloats = v.dense ? size_t(st.denseSize) : 0;
+  float* rows = nullptr;
+  float* dense = nullptr;
+  auto rowsT = replyPart(st, v.rowFloats, &rows);
+  auto denseT = replyPart(st, denseFloats, &dense);
+  if (!rowsT.hasValue() || !denseT.hasValue()) {
+    const Status& bad = rowsT.hasValue() ? denseT.status() : rowsT.status();
+    st.log->error("shard {}: {}", st.options.shard, bad.message());
+    promise.deliver(caf::make_error(caf::sec::runtime_error, bad.toString()));
+    return;
+  }
+  st.tables->pull(v.counts, v.keys, v.create, rows);
+  std::copy_n(st.dense.begin(), denseFloats, dense);
+  if (v.create && st.undo.step >= 0 && v.step == st.undo.step) overlayUndo(st, v, rows, dense, denseFloats);
   ++st.stats.pullsServed;
   if (v.create && st.primary) {
     st.pulledAt[{v.worker, v.step}] = st.updates;  // (its push's staleness)
@@ -506,21 +534,22 @@ void serve(Self* self, const PullView& v, PullPromise& promise) {
       for (size_t t = 0; t < dims.size(); ++t) {
         for (uint64_t i = 0; i < v.counts[t]; ++i, ++k, off += size_t(dims[t])) was.index[t].emplace(v.keys[k], off);
       }
-      was.rows = rows;
+      was.rows.assign(rows, rows + v.rowFloats);
       was.dense.assign(st.dense.begin(), st.dense.begin() + st.denseSize);
     }
   }
   // compression.pull: a training pull past the warm-up gets its weights
   // cast (no residual: weights are sent whole every time).
   const kernels::Codec* codec = v.create && v.step >= st.options.warmupSteps ? st.pullCodec.get() : nullptr;
-  auto rowsT = encodePart(std::move(rows), codec, nullptr, uint64_t(v.step));
-  auto denseT = dense.empty() ? Expected<Tensor>(Tensor::adopt(std::move(dense), DType::kFloat32))
-                              : encodePart(std::move(dense), codec, nullptr, uint64_t(v.step));
-  if (!rowsT.hasValue() || !denseT.hasValue()) {
-    const Status& bad = rowsT.hasValue() ? denseT.status() : rowsT.status();
-    st.log->error("shard {}: cannot encode a pull's reply: {}", st.options.shard, bad.message());
-    promise.deliver(caf::make_error(caf::sec::runtime_error, bad.toString()));
-    return;
+  if (codec != nullptr && codec->kind() != kernels::CodecKind::kNone) {
+    rowsT = encodePart(rows, v.rowFloats, codec, nullptr, uint64_t(v.step));
+    if (denseFloats) denseT = encodePart(dense, denseFloats, codec, nullptr, uint64_t(v.step));
+    if (!rowsT.hasValue() || !denseT.hasValue()) {
+      const Status& bad = rowsT.hasValue() ? denseT.status() : rowsT.status();
+      st.log->error("shard {}: cannot encode a pull's reply: {}", st.options.shard, bad.message());
+      promise.deliver(caf::make_error(caf::sec::runtime_error, bad.toString()));
+      return;
+    }
   }
   promise.deliver(std::move(*rowsT), std::move(*denseT));
 }

@@ -120,18 +120,25 @@ Expected<PushView> pushFromWire(const caf::message& msg, const std::vector<int64
   return v;
 }
 
+Expected<Tensor> encodePart(const float* values, size_t floats, const kernels::Codec* codec, float* residual,
+                            uint64_t step) {
+  if (codec == nullptr || codec->kind() == kernels::CodecKind::kNone) {
+    return Tensor::copyOf(values, uint64_t(floats) * sizeof(float), DType::kFloat32);
+  }
+  if (floats > UINT32_MAX) {
+    return Status::invalidArgument(fmt::format("{} values in one part: more than an encoding holds (2^32 - 1)", floats));
+  }
+  std::vector<std::byte> out;
+  Status s = codec->encode(values, int64_t(floats), residual, step, &out);
+  if (!s.isOk()) return s;
+  return Tensor::adopt(std::move(out), DType::kBytes);
+}
+
 Expected<Tensor> encodePart(std::vector<float> values, const kernels::Codec* codec, float* residual, uint64_t step) {
   if (codec == nullptr || codec->kind() == kernels::CodecKind::kNone) {
     return Tensor::adopt(std::move(values), DType::kFloat32);
   }
-  if (values.size() > UINT32_MAX) {
-    return Status::invalidArgument(fmt::format("{} values in one part: more than an encoding holds (2^32 - 1)",
-                                               values.size()));
-  }
-  std::vector<std::byte> out;
-  Status s = codec->encode(values.data(), int64_t(values.size()), residual, step, &out);
-  if (!s.isOk()) return s;
-  return Tensor::adopt(std::move(out), DType::kBytes);
+  return encodePart(values.data(), values.size(), codec, residual, step);
 }
 
 Expected<Tensor> decodePart(const Tensor& part, size_t floats, const kernels::Codec* codec, const char* what) {

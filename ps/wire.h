@@ -188,6 +188,9 @@ Expected<caf::message> decodePush(const caf::message& msg, const std::vector<int
 // `codec` (null: float32) with `residual` (null or `floats` long).
 Expected<transport::Tensor> encodePart(std::vector<float> values, const kernels::Codec* codec, float* residual,
                                        uint64_t step);
+// The same from `floats` values at `values` (float32: a copy).
+Expected<transport::Tensor> encodePart(const float* values, size_t floats, const kernels::Codec* codec, float* residual,
+                                       uint64_t step);
 // A received part that must hold exactly `floats` values: float32, or
 // encoded and decoded here by `codec`.
 Expected<transport::Tensor> decodePart(const transport::Tensor& part, size_t floats, const kernels::Codec* codec,

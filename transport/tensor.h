@@ -18,6 +18,7 @@
 
 #include <caf/allowed_unsafe_message_type.hpp>
 
+#include "transport/buffer_pool.h"
 #include "transport/frame.h"
 
 namespace troupe::transport {
@@ -48,6 +49,21 @@ struct Tensor {
     t.data = reinterpret_cast<const std::byte*>(holder->data());
     t.bytes = holder->size() * sizeof(T);
     t.owner = std::move(holder);
+    t.dtype = dtype;
+    return t;
+  }
+
+  // A tensor of `n` bytes from `pool` (back to it when the last copy dies),
+  // not zeroed: the caller writes them through `*out` before sending it.
+  // Null `data` (and `*out`) when out of memory.
+  static Tensor fromPool(BufferPool& pool, uint64_t n, DType dtype, std::byte** out) {
+    Tensor t;
+    std::shared_ptr<uint64_t[]> storage = pool.get(size_t(n));
+    *out = reinterpret_cast<std::byte*>(storage.get());
+    if (!storage) return t;
+    t.data = *out;
+    t.owner = std::move(storage);
+    t.bytes = n;
     t.dtype = dtype;
     return t;
   }

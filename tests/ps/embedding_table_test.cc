@@ -86,6 +86,35 @@ TEST(EmbeddingTableTest, PullCopiesWeightsAndCreatesRows) {
   }
 }
 
+// pull and peek look every key up first and copy the rows after: one call
+// that creates thousands of rows (the index grows many times under it), with
+// keys repeated near and far apart, copies each key's own row.
+TEST(EmbeddingTableTest, ABatchThatGrowsTheTableCopiesEveryKeysOwnRow) {
+  EmbeddingTable table(options(OptimizerKind::kAdagrad, 5));  // 20-byte rows, capacity 16 at first
+  EmbeddingTable reference(options(OptimizerKind::kAdagrad, 5));
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; k < 6000; ++k) {
+    keys.push_back(mix64(k % 4000));  // keys 4000-5999 repeat 0-1999, far apart
+    if (k % 7 == 0) keys.push_back(mix64(k % 4000));  // and some right after themselves
+  }
+  std::vector<float> pulled(keys.size() * 5, -99.0f), peeked(keys.size() * 5, -99.0f);
+  table.pull(keys.data(), int64_t(keys.size()), pulled.data());
+  EXPECT_EQ(table.size(), 4000);
+  // Keys never seen: peek gives their initial weights and creates nothing.
+  std::vector<uint64_t> mixed = keys;
+  for (uint64_t k = 0; k < 3000; ++k) mixed[k * 2] = mix64(1000000 + k);
+  table.peek(mixed.data(), int64_t(mixed.size()), peeked.data());
+  EXPECT_EQ(table.size(), 4000);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const float* want = reference.findOrCreate(keys[i]);  // a table built one key at a time
+    for (int d = 0; d < 5; ++d) ASSERT_EQ(pulled[i * 5 + size_t(d)], want[d]) << "pull, key #" << i;
+    std::vector<float> init(5);
+    EmbeddingTable::initialWeights(11, 3, mixed[i], float(1.0 / std::sqrt(5.0)), init.data(), 5);
+    const float* peekWant = i < 6000 && i % 2 == 0 ? init.data() : reference.findOrCreate(mixed[i]);
+    for (int d = 0; d < 5; ++d) ASSERT_EQ(peeked[i * 5 + size_t(d)], peekWant[d]) << "peek, key #" << i;
+  }
+}
+
 TEST(EmbeddingTableTest, PushSumsRepeatedKeysAndAppliesTheOptimizerOnce) {
   auto k = kernels::createKernels({kernels::Device::kCpu, 2});
   EmbeddingTable t(options(OptimizerKind::kSgd, 3));

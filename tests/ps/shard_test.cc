@@ -640,6 +640,45 @@ TEST(Shard, APullForTheStepJustAppliedSeesTheWeightsBeforeIt) {
   EXPECT_NEAR(next->dense[0], before->dense[0] - 2.0f, 1e-5);
 }
 
+// A shard writes its replies into buffers it reuses without zeroing them:
+// every reply holds its own rows, whatever a reply before it left there.
+TEST(Shard, RepliesInReusedBuffersHoldOnlyTheirOwnRows) {
+  Job job(1, 1, Consistency::kAsp);
+  caf::scoped_actor self{*job.system};
+  constexpr uint64_t kKeys = 6000;  // 30 000 floats a reply: a pooled buffer
+  std::vector<std::vector<uint64_t>> first(2), second(2);
+  for (uint64_t k = 0; k < kKeys; ++k) {
+    first[0].push_back(k);
+    first[1].push_back(k * 7 + 1);
+    second[0].push_back(1000000 + k);
+    second[1].push_back(2000000 + k * 3);
+  }
+  auto expect = [&](const std::vector<std::vector<uint64_t>>& keys, const PullReplyPtr& r) {
+    ASSERT_TRUE(r);
+    for (int t = 0; t < 2; ++t) {
+      const size_t dim = size_t(job.tables[size_t(t)].dim);
+      ASSERT_EQ(r->rows[size_t(t)].size(), kKeys * dim);
+      for (size_t i = 0; i < kKeys; ++i) {
+        const auto w = initial(job, t, keys[size_t(t)][i]);
+        for (size_t d = 0; d < dim; ++d) {
+          ASSERT_EQ(r->rows[size_t(t)][i * dim + d], w[d]) << "table " << t << " key " << keys[size_t(t)][i];
+        }
+      }
+    }
+    ASSERT_EQ(r->dense.size(), 10u);
+    for (size_t i = 0; i < 10; ++i) EXPECT_EQ(r->dense[i], float(i));
+  };
+  auto a = pullNow(self, job.clients[0], pullOf(first, 0));
+  expect(first, a);
+  auto b = pullNow(self, job.clients[0], pullOf(second, 1));
+  expect(second, b);
+  auto c = pullNow(self, job.clients[0], pullOf(first, 2));
+  expect(first, c);
+  EXPECT_EQ(c->rows, a->rows);
+  auto peek = pullNow(self, job.clients[0], pullOf(second, 3, false));
+  expect(second, peek);
+}
+
 // A pull parked for the clock is bounded: it fails after parkTimeout,
 // naming the worker it waited for.
 TEST(Shard, AParkedPullFailsAfterItsTimeoutNamingWhoItWaitedFor) {

@@ -28,8 +28,8 @@
 #include <ucp/api/ucp.h>
 
 #include "common/logging.h"
+#include "transport/buffer_pool.h"
 #include "transport/handshake.h"
-#include "transport/internal/buffer_pool.h"
 #include "transport/internal/control.h"
 #include "transport/internal/handshake_steps.h"
 #include "transport/internal/links.h"
@@ -410,7 +410,7 @@ class UcxNode::Impl {
   Clock::time_point joinDeadline_{};
   std::optional<Clock::time_point> retryJoinAt_;
   size_t maxAmHeader_ = 0;  // the largest envelope sent as an AM header
-  std::shared_ptr<internal::BufferPool> buffers_ = std::make_shared<internal::BufferPool>();
+  std::shared_ptr<BufferPool> buffers_ = std::make_shared<BufferPool>();
 
  public:
   std::unique_ptr<Links> links_;  // reliable links, when asked for

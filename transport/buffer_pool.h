@@ -1,9 +1,10 @@
-// BufferPool: receive buffers for large frames, reused instead of returned to
-// the allocator. A fresh multi-megabyte allocation is mapped memory that
-// page-faults while UCX copies into it, and glibc trims it again on free; on
-// this path that cost more than the copy itself. Buffers come in power-of-two
-// classes from 64 KiB; smaller ones go to the allocator. At most `maxCached`
-// bytes are kept.
+// BufferPool: large buffers reused instead of returned to the allocator: the
+// node's receive buffers, and the buffers a shard writes its pull replies
+// into (Tensor::fromPool). A fresh multi-megabyte allocation is mapped memory
+// that page-faults while it is first written, and glibc trims it again on
+// free; on these paths that cost more than the copy itself. Buffers come in
+// power-of-two classes from 64 KiB; smaller ones go to the allocator. At most
+// `maxCached` bytes are kept.
 //
 // Threading: thread-safe; a buffer may be released on any thread (the last
 // tensor pointing into a frame may die anywhere). The pool lives as long as
@@ -16,7 +17,7 @@
 #include <new>
 #include <vector>
 
-namespace troupe::transport::internal {
+namespace troupe::transport {
 
 class BufferPool final : public std::enable_shared_from_this<BufferPool> {
  public:
@@ -56,6 +57,12 @@ class BufferPool final : public std::enable_shared_from_this<BufferPool> {
     });
   }
 
+  // Bytes held for reuse now.
+  size_t cachedBytes() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return cached_;
+  }
+
  private:
   static constexpr int kMinShift = 16;  // 64 KiB
   static constexpr int kClasses = 20;   // up to 32 GiB
@@ -84,4 +91,4 @@ class BufferPool final : public std::enable_shared_from_this<BufferPool> {
   std::vector<uint64_t*> free_[kClasses];
 };
 
-}  // namespace troupe::transport::internal
+}  // namespace troupe::transport
