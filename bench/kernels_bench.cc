@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -270,10 +269,10 @@ void dotInteraction(benchmark::State& state) {
 // ceiling. Bytes: the weights read and written, the keys read.
 void tablePull(benchmark::State& state) {
   const int64_t dim = state.range(0), keys = state.range(1);
-  static std::map<int64_t, std::unique_ptr<ps::EmbeddingTable>> tables;
+  static std::unique_ptr<ps::EmbeddingTable> table;  // (one at a time: each fills --table_mib)
   const int64_t numRows = int64_t(setup().tableBytes / (2 * dim * sizeof(float)));
-  auto& table = tables[dim];
-  if (!table) {
+  if (!table || table->dim() != dim) {
+    table.reset();
     ps::EmbeddingTableOptions o;
     o.tableId = 0;
     o.dim = dim;

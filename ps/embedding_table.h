@@ -125,12 +125,13 @@ class EmbeddingTable final {
   }
   int64_t newRow(uint64_t key);
   void grow();
-  // Batched lookups (pull, peek, preparePush) run in two passes: every
-  // key's slot, then every row, each pass fetching from memory ahead of
-  // itself (key i + kSlotAhead's slot, row i + kRowAhead), so a table
-  // larger than the caches waits for many misses at once instead of two
-  // after another per key. Measured (troupe_kernels_bench TablePull,
-  // bench/RESULTS.md): 2.3-3.2x on a 1 GiB table of 16-float rows.
+  // pull and peek run in two passes: every key's slot, then every row, each
+  // pass fetching from memory ahead of itself (key i + kSlotAhead's slot,
+  // row i + kRowAhead), so a table larger than the caches waits for many
+  // misses at once instead of two after another per key; preparePush
+  // fetches slots ahead the same way. Measured (troupe_kernels_bench
+  // TablePull, bench/RESULTS.md): 2.2-2.9x for a DLRM batch's keys on a
+  // 1 GiB table of 16-float rows.
   static constexpr int64_t kSlotAhead = 16, kRowAhead = 8;
   void prefetchSlot(const uint64_t* keys, int64_t i, int64_t n) const;
 

@@ -174,9 +174,7 @@ struct ShardState {
   std::vector<uint64_t> counts, keys;
   std::vector<float> grads, denseGrads;
   std::unique_ptr<kernels::Codec> pushCodec, pullCodec;  // compression (null: none)
-  // The buffers pull replies are written into, straight from the tables:
-  // reused, never zeroed (a reply's rows are copied once before the wire).
-  std::shared_ptr<transport::BufferPool> replyBuffers = std::make_shared<transport::BufferPool>(size_t{512} << 20);
+  std::shared_ptr<transport::BufferPool> replyBuffers = ps::replyBuffers();  // (see shard.h)
   // BSP: what the last applied step changed, as it was before the step. A
   // worker lost after its push of step t reached this shard but not every
   // shard is replaced, and its replacement redoes step t: its pull for step
@@ -1373,6 +1371,11 @@ caf::behavior shard(Self* self, ShardOptions options, std::shared_ptr<std::uniqu
 }
 
 }  // namespace
+
+const std::shared_ptr<transport::BufferPool>& replyBuffers() {
+  static const auto pool = std::make_shared<transport::BufferPool>(size_t{512} << 20);
+  return pool;
+}
 
 caf::actor spawnShard(caf::actor_system& system, const ShardOptions& options) {
   // Set-up errors (a bad table, an image that does not fit) throw here,

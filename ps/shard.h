@@ -44,6 +44,7 @@
 #include "kernels/row_optimizer.h"
 #include "ps/embedding_table.h"
 #include "ps/shard_image.h"
+#include "transport/buffer_pool.h"
 
 namespace troupe::ps {
 
@@ -131,5 +132,10 @@ Status checkShardImage(const ShardImage& image, const ShardOptions& options);
 
 // Throws SetupError on bad tables or an image that does not fit.
 caf::actor spawnShard(caf::actor_system& system, const ShardOptions& options);
+
+// The buffers every shard of this process writes its pull replies into,
+// straight from its tables (the rows' one copy before the wire): reused,
+// never zeroed; at most 512 MiB of released ones are kept.
+const std::shared_ptr<transport::BufferPool>& replyBuffers();
 
 }  // namespace troupe::ps

@@ -1,14 +1,19 @@
 // BufferPool: large buffers reused instead of returned to the allocator: the
-// node's receive buffers, and the buffers a shard writes its pull replies
+// node's receive buffers, and the buffers shards write their pull replies
 // into (Tensor::fromPool). A fresh multi-megabyte allocation is mapped memory
 // that page-faults while it is first written, and glibc trims it again on
 // free; on these paths that cost more than the copy itself. Buffers come in
 // power-of-two classes from 64 KiB; smaller ones go to the allocator. At most
-// `maxCached` bytes are kept.
+// `maxCached` bytes are kept; a buffer released when the pool is full takes
+// the place of cached ones of larger classes (so a burst of huge buffers
+// cannot keep the usual sizes out), or else goes back to the allocator.
+//
+// Ownership: a pool must be owned by a std::shared_ptr (buffers find it
+// through a weak pointer; one not so owned hands out buffers but reuses
+// none). A buffer may outlive its pool: it is then freed on release.
 //
 // Threading: thread-safe; a buffer may be released on any thread (the last
-// tensor pointing into a frame may die anywhere). The pool lives as long as
-// any buffer it handed out.
+// tensor pointing into a frame may die anywhere).
 #pragma once
 
 #include <cstdint>
@@ -58,7 +63,7 @@ class BufferPool final : public std::enable_shared_from_this<BufferPool> {
   }
 
   // Bytes held for reuse now.
-  size_t cachedBytes() {
+  size_t cachedBytes() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return cached_;
   }
@@ -74,19 +79,29 @@ class BufferPool final : public std::enable_shared_from_this<BufferPool> {
     return cls < kClasses ? cls : -1;
   }
   void put(int cls, uint64_t* p) {
+    std::vector<uint64_t*> evicted;
+    bool kept = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      for (int big = kClasses - 1; big > cls && cached_ + classBytes(cls) > maxCached_; --big) {
+        while (!free_[size_t(big)].empty() && cached_ + classBytes(cls) > maxCached_) {
+          evicted.push_back(free_[size_t(big)].back());
+          free_[size_t(big)].pop_back();
+          cached_ -= classBytes(big);
+        }
+      }
       if (cached_ + classBytes(cls) <= maxCached_) {
         free_[size_t(cls)].push_back(p);
         cached_ += classBytes(cls);
-        return;
+        kept = true;
       }
     }
-    delete[] p;
+    for (uint64_t* q : evicted) delete[] q;  // (outside the lock)
+    if (!kept) delete[] p;
   }
 
   const size_t maxCached_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   size_t cached_ = 0;
   std::vector<uint64_t*> free_[kClasses];
 };

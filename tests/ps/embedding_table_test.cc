@@ -90,21 +90,22 @@ TEST(EmbeddingTableTest, PullCopiesWeightsAndCreatesRows) {
 // that creates thousands of rows (the index grows many times under it), with
 // keys repeated near and far apart, copies each key's own row.
 TEST(EmbeddingTableTest, ABatchThatGrowsTheTableCopiesEveryKeysOwnRow) {
-  EmbeddingTable table(options(OptimizerKind::kAdagrad, 5));  // 20-byte rows, capacity 16 at first
+  EmbeddingTable table(options(OptimizerKind::kAdagrad, 5));  // index of 16 slots at first
+  // (Adagrad, dim 5: 10-float row blocks, 4096 to a chunk; 5000 rows take two.)
   EmbeddingTable reference(options(OptimizerKind::kAdagrad, 5));
   std::vector<uint64_t> keys;
-  for (uint64_t k = 0; k < 6000; ++k) {
-    keys.push_back(mix64(k % 4000));  // keys 4000-5999 repeat 0-1999, far apart
-    if (k % 7 == 0) keys.push_back(mix64(k % 4000));  // and some right after themselves
+  for (uint64_t k = 0; k < 7000; ++k) {
+    keys.push_back(mix64(k % 5000));  // keys 5000-6999 repeat 0-1999, far apart
+    if (k % 7 == 0) keys.push_back(mix64(k % 5000));  // and some right after themselves
   }
   std::vector<float> pulled(keys.size() * 5, -99.0f), peeked(keys.size() * 5, -99.0f);
   table.pull(keys.data(), int64_t(keys.size()), pulled.data());
-  EXPECT_EQ(table.size(), 4000);
+  EXPECT_EQ(table.size(), 5000);
   // Keys never seen: peek gives their initial weights and creates nothing.
   std::vector<uint64_t> mixed = keys;
   for (uint64_t k = 0; k < 3000; ++k) mixed[k * 2] = mix64(1000000 + k);
   table.peek(mixed.data(), int64_t(mixed.size()), peeked.data());
-  EXPECT_EQ(table.size(), 4000);
+  EXPECT_EQ(table.size(), 5000);
   for (size_t i = 0; i < keys.size(); ++i) {
     const float* want = reference.findOrCreate(keys[i]);  // a table built one key at a time
     for (int d = 0; d < 5; ++d) ASSERT_EQ(pulled[i * 5 + size_t(d)], want[d]) << "pull, key #" << i;

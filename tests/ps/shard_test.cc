@@ -668,15 +668,26 @@ TEST(Shard, RepliesInReusedBuffersHoldOnlyTheirOwnRows) {
     ASSERT_EQ(r->dense.size(), 10u);
     for (size_t i = 0; i < 10; ++i) EXPECT_EQ(r->dense[i], float(i));
   };
+  // The reply's buffer is back in the pool once the client has copied the
+  // rows out (on its own thread): wait for it, bounded.
+  const size_t before = replyBuffers()->cachedBytes();
+  auto cachedBecomes = [&](size_t want) {
+    for (int i = 0; i < 5000 && replyBuffers()->cachedBytes() != want; ++i) std::this_thread::sleep_for(1ms);
+    return replyBuffers()->cachedBytes() == want;
+  };
+  constexpr size_t kReplyBuffer = size_t{128} << 10;  // 30 000 floats: the 128 KiB class
   auto a = pullNow(self, job.clients[0], pullOf(first, 0));
   expect(first, a);
+  ASSERT_TRUE(cachedBecomes(before + kReplyBuffer)) << replyBuffers()->cachedBytes() << " bytes cached";
   auto b = pullNow(self, job.clients[0], pullOf(second, 1));
   expect(second, b);
+  // One buffer cached, not two: the second reply was written into the first's.
+  ASSERT_TRUE(cachedBecomes(before + kReplyBuffer)) << replyBuffers()->cachedBytes() << " bytes cached";
   auto c = pullNow(self, job.clients[0], pullOf(first, 2));
   expect(first, c);
-  EXPECT_EQ(c->rows, a->rows);
   auto peek = pullNow(self, job.clients[0], pullOf(second, 3, false));
   expect(second, peek);
+  EXPECT_TRUE(cachedBecomes(before + kReplyBuffer));
 }
 
 // A pull parked for the clock is bounded: it fails after parkTimeout,

@@ -49,6 +49,24 @@ TEST(BufferPool, KeepsAtMostMaxCachedBytes) {
   EXPECT_EQ(pool->cachedBytes(), 256 * kKiB);
 }
 
+TEST(BufferPool, AReleasedBufferTakesThePlaceOfLargerOnesWhenThePoolIsFull) {
+  auto pool = std::make_shared<BufferPool>(512 * kKiB);
+  auto huge = pool->get(300 * kKiB);  // 512 KiB: fills the pool once released
+  auto usual = pool->get(100 * kKiB);  // 128 KiB
+  auto bigger = pool->get(1024 * kKiB);  // 1 MiB: over the bound on its own
+  ASSERT_TRUE(huge && usual && bigger);
+  huge.reset();
+  EXPECT_EQ(pool->cachedBytes(), 512 * kKiB);
+  bigger.reset();  // larger than anything it could displace: not kept
+  EXPECT_EQ(pool->cachedBytes(), 512 * kKiB);
+  uint64_t* at = usual.get();
+  usual.reset();  // displaces the 512 KiB one
+  EXPECT_EQ(pool->cachedBytes(), 128 * kKiB);
+  auto again = pool->get(128 * kKiB);
+  EXPECT_EQ(again.get(), at);
+  EXPECT_EQ(pool->cachedBytes(), 0u);
+}
+
 TEST(BufferPool, ABufferReleasedOnAnotherThreadOrAfterThePoolIsGoneIsFreedOnce) {
   auto pool = std::make_shared<BufferPool>();
   auto a = pool->get(200 * kKiB);
