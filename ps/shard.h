@@ -135,7 +135,8 @@ caf::actor spawnShard(caf::actor_system& system, const ShardOptions& options);
 
 // The buffers every shard of this process writes its pull replies into,
 // straight from its tables (the rows' one copy before the wire): reused,
-// never zeroed; at most 512 MiB of released ones are kept.
+// never zeroed; at most 512 MiB of released ones are kept, for the life of
+// the process (also after its shards have stopped).
 const std::shared_ptr<transport::BufferPool>& replyBuffers();
 
 }  // namespace troupe::ps

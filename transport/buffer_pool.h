@@ -5,8 +5,9 @@
 // free; on these paths that cost more than the copy itself. Buffers come in
 // power-of-two classes from 64 KiB; smaller ones go to the allocator. At most
 // `maxCached` bytes are kept; a buffer released when the pool is full takes
-// the place of cached ones of larger classes (so a burst of huge buffers
-// cannot keep the usual sizes out), or else goes back to the allocator.
+// the place of a cached one of the smallest larger class (so a burst of huge
+// buffers cannot keep the usual sizes out), or else goes back to the
+// allocator.
 //
 // Ownership: a pool must be owned by a std::shared_ptr (buffers find it
 // through a weak pointer; one not so owned hands out buffers but reuses
@@ -79,13 +80,16 @@ class BufferPool final : public std::enable_shared_from_this<BufferPool> {
     return cls < kClasses ? cls : -1;
   }
   void put(int cls, uint64_t* p) {
-    std::vector<uint64_t*> evicted;
+    uint64_t* evicted = nullptr;
     bool kept = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      for (int big = kClasses - 1; big > cls && cached_ + classBytes(cls) > maxCached_; --big) {
-        while (!free_[size_t(big)].empty() && cached_ + classBytes(cls) > maxCached_) {
-          evicted.push_back(free_[size_t(big)].back());
+      if (cached_ + classBytes(cls) > maxCached_) {
+        // One cached buffer of the smallest larger class makes room (it is
+        // at least twice this one's size).
+        for (int big = cls + 1; big < kClasses && evicted == nullptr; ++big) {
+          if (free_[size_t(big)].empty()) continue;
+          evicted = free_[size_t(big)].back();
           free_[size_t(big)].pop_back();
           cached_ -= classBytes(big);
         }
@@ -96,7 +100,7 @@ class BufferPool final : public std::enable_shared_from_this<BufferPool> {
         kept = true;
       }
     }
-    for (uint64_t* q : evicted) delete[] q;  // (outside the lock)
+    delete[] evicted;  // (outside the lock)
     if (!kept) delete[] p;
   }
 

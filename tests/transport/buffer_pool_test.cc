@@ -57,7 +57,7 @@ TEST(BufferPool, AReleasedBufferTakesThePlaceOfLargerOnesWhenThePoolIsFull) {
   ASSERT_TRUE(huge && usual && bigger);
   huge.reset();
   EXPECT_EQ(pool->cachedBytes(), 512 * kKiB);
-  bigger.reset();  // larger than anything it could displace: not kept
+  bigger.reset();  // over the bound on its own: not kept
   EXPECT_EQ(pool->cachedBytes(), 512 * kKiB);
   uint64_t* at = usual.get();
   usual.reset();  // displaces the 512 KiB one
@@ -65,6 +65,21 @@ TEST(BufferPool, AReleasedBufferTakesThePlaceOfLargerOnesWhenThePoolIsFull) {
   auto again = pool->get(128 * kKiB);
   EXPECT_EQ(again.get(), at);
   EXPECT_EQ(pool->cachedBytes(), 0u);
+}
+
+TEST(BufferPool, AFullPoolGivesUpTheSmallestLargerBufferThatMakesRoom) {
+  auto pool = std::make_shared<BufferPool>(768 * kKiB);
+  auto big = pool->get(512 * kKiB), medium = pool->get(256 * kKiB), small = pool->get(128 * kKiB);
+  ASSERT_TRUE(big && medium && small);
+  uint64_t* bigAt = big.get();
+  big.reset();
+  medium.reset();
+  EXPECT_EQ(pool->cachedBytes(), 768 * kKiB);
+  small.reset();  // gives up the 256 KiB buffer, keeps the 512 KiB one
+  EXPECT_EQ(pool->cachedBytes(), 640 * kKiB);
+  auto again = pool->get(512 * kKiB);
+  EXPECT_EQ(again.get(), bigAt);
+  EXPECT_EQ(pool->cachedBytes(), 128 * kKiB);
 }
 
 TEST(BufferPool, ABufferReleasedOnAnotherThreadOrAfterThePoolIsGoneIsFreedOnce) {
