@@ -512,12 +512,16 @@ void serve(Self* self, const PullView& v, PullPromise& promise) {
   float* dense = nullptr;
   auto rowsT = replyPart(st, v.rowFloats, &rows);
   auto denseT = replyPart(st, denseFloats, &dense);
-  if (!rowsT.hasValue() || !denseT.hasValue()) {
+  // A part that could not be made (no memory, or its encoding failed): the
+  // pull fails, saying why.
+  auto failed = [&](const char* doing) {
+    if (rowsT.hasValue() && denseT.hasValue()) return false;
     const Status& bad = rowsT.hasValue() ? denseT.status() : rowsT.status();
-    st.log->error("shard {}: {}", st.options.shard, bad.message());
+    st.log->error("shard {}: {}{}", st.options.shard, doing, bad.message());
     promise.deliver(caf::make_error(caf::sec::runtime_error, bad.toString()));
-    return;
-  }
+    return true;
+  };
+  if (failed("")) return;
   st.tables->pull(v.counts, v.keys, v.create, rows);
   std::copy_n(st.dense.begin(), denseFloats, dense);
   if (v.create && st.undo.step >= 0 && v.step == st.undo.step) overlayUndo(st, v, rows, dense, denseFloats);
@@ -542,12 +546,7 @@ void serve(Self* self, const PullView& v, PullPromise& promise) {
   if (codec != nullptr && codec->kind() != kernels::CodecKind::kNone) {
     rowsT = encodePart(rows, v.rowFloats, codec, nullptr, uint64_t(v.step));
     if (denseFloats) denseT = encodePart(dense, denseFloats, codec, nullptr, uint64_t(v.step));
-    if (!rowsT.hasValue() || !denseT.hasValue()) {
-      const Status& bad = rowsT.hasValue() ? denseT.status() : rowsT.status();
-      st.log->error("shard {}: cannot encode a pull's reply: {}", st.options.shard, bad.message());
-      promise.deliver(caf::make_error(caf::sec::runtime_error, bad.toString()));
-      return;
-    }
+    if (failed("cannot encode a pull's reply: ")) return;
   }
   promise.deliver(std::move(*rowsT), std::move(*denseT));
 }
