@@ -4,8 +4,12 @@
 #   2. troupe against PyTorch (the host's, 2.11) on the MLP and the DLRM at 2 and at 16 threads,
 #      with the sgemm and memcpy ceilings of the same run (bench/pytorch/report.py reads each);
 #   3. one process's scaling with threads (1, 2, 4, 8, all), with train.profile on;
-#   4. multi-process jobs on all the cores against one process in the same run;
-#   (5. on request, PARTS=ab: the DLRM on this bundle against an earlier one, thread by thread.)
+#   4. multi-process jobs on all the cores against one process in the same run, and the same
+#      jobs with their cores split between workers and shards in other ways (cluster.worker_threads);
+#   5. the transport and the parameter server against ucx_perftest;
+#   (6. on request, PARTS=ab: the DLRM on this bundle against an earlier one, thread by thread.)
+# BUDGET (seconds, default 480) bounds the whole: a step that would start after it is skipped and
+# says so, so the device call ends with everything that ran packed.
 # Built here and carried (the host has none of our Debian packages):
 #   TROUPE_DEVICE_CUDA=OFF TROUPE_DEVICE_MARCH=x86-64-v4 scripts/device_pack.sh troupe troupe_ceilings
 #   mkdir -p .devdata/bin .devdata/lib && cp -r /usr/share/datasets/fashion-mnist .devdata/ &&
@@ -21,9 +25,12 @@ cd "$root"
 # and packed into $OUT/device.tgz at the end. PARTS picks the parts (default all of them).
 out=/tmp/troupe-device-cpu/device
 rm -rf "$out"
-parts=" ${PARTS:-compare scaling bench jobs} "
+parts=" ${PARTS:-compare scaling jobs bench} "
 want() { [[ $parts == *" $1 "* ]]; }
-trap 'mkdir -p "${OUT:-/tmp/out}" && tar -czf "${OUT:-/tmp/out}/device.tgz" -C "$(dirname "$out")" device' EXIT
+pack() { mkdir -p "${OUT:-/tmp/out}" && tar -czf "${OUT:-/tmp/out}/device.tgz" -C "$(dirname "$out")" device; }
+trap pack EXIT
+trap 'echo "stopped by a signal" >>"$out/steps.log"; exit 143' TERM INT
+budget=${BUDGET:-480}
 mkdir -p "$out"/{scaling,jobs}
 rows="${DLRM_ROWS:-400000}"
 all=$(nproc)
@@ -38,9 +45,10 @@ for c in ${PYTHON:-} python3 /usr/bin/python3; do
   if "$c" -c 'import torch' 2>/dev/null; then py=$c; break; fi
 done
 [ -n "$py" ] || echo "FAILED: no python with torch" | tee -a "$out/steps.log"
-step() { echo "== $(date +%T) $*" | tee -a "$out/steps.log"; }
+step() { pack 2>/dev/null; echo "== $(date +%T) ${SECONDS}s $*" | tee -a "$out/steps.log"; }  # (packed as it goes: a kill keeps what ran)
 runlog() {  # runlog NAME CMD...: the command's output to NAME.log, a failure noted and passed over
   local name=$1; shift
+  if [ "$SECONDS" -ge "$budget" ]; then echo "SKIPPED (past the ${budget} s budget): $name" | tee -a "$out/steps.log"; return; fi
   "$@" >"$out/$name.log" 2>&1 || echo "FAILED ($?): $name" | tee -a "$out/steps.log"
 }
 
@@ -75,12 +83,20 @@ want compare && for t in 2 "$all"; do
   $py bench/pytorch/report.py "$d" 2>&1 | tail -4 | tee -a "$out/steps.log"
 done
 
-want scaling && for t in 1 2 4 8 "$all"; do
+want scaling && for t in 1 2 4 8 12 "$all"; do
+  [ "$t" -le "$all" ] || continue
   step "scaling, $t threads (profiled)"
   runlog "scaling/dlrm-t$t" troupe train "${dlrm[@]}" --threads "$t" --set train.profile=true \
     --summary-json "$out/scaling/dlrm-t$t.json"
   runlog "scaling/mlp-t$t" troupe train "${mlp[@]}" --threads "$t" --set train.profile=true \
     --summary-json "$out/scaling/mlp-t$t.json"
+done
+# Does a step with more work per call scale further? The DLRM at batch 1024 (its rate only: the
+# quality of a 4x larger batch at the same learning rates is not the point).
+want scaling && for t in 2 8 "$all"; do
+  step "scaling, batch 1024, $t threads (profiled)"
+  runlog "scaling/dlrm1024-t$t" troupe train "${dlrm[@]}" --set train.batch_size=1024 --threads "$t" \
+    --set train.profile=true --summary-json "$out/scaling/dlrm1024-t$t.json"
 done
 
 # A/B (PARTS=ab, not in the default): the DLRM at each thread count on the bundle in .gpu and on
@@ -100,25 +116,37 @@ if want ab; then
     --summary-json "$out/ab/profile-new.json"
 fi
 
-# The transport and the parameter server against ucx_perftest (carried in .devdata/bin, with the
-# two libraries it loads that the bundle lacks) on many cores: are the 2-core figures the cores?
-export PATH="$root/.devdata/bin:$PATH"
-export LD_LIBRARY_PATH="$root/.devdata/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-want bench && step "bench transport" && runlog bench-transport troupe bench transport --seconds 0.5 --trials 3 --json "$out/bench-transport.json"
-want bench && step "bench ps" && runlog bench-ps troupe bench ps --json "$out/bench-ps.json"
 
 job() {  # job NAME SETTINGS...: the DLRM on all the cores
   step "job $1"
   local name=$1; shift
   runlog "jobs/$name" troupe train "${dlrm[@]}" --log-level info "$@" --summary-json "$out/jobs/$name.json"
 }
-want jobs || exit 0
-job one-process
-job ps-W2-S2 --set cluster.workers=2 --set cluster.servers=2
-job ps-W4-S4 --set cluster.workers=4 --set cluster.servers=4
-job ps-W8-S4 --set cluster.workers=8 --set cluster.servers=4
-job ps-W8-S8 --set cluster.workers=8 --set cluster.servers=8
-job allreduce-W4 --set cluster.workers=4 --set train.mode=allreduce
-job allreduce-W8 --set cluster.workers=8 --set train.mode=allreduce
-job one-process-again
+split() {  # split W S WORKER_THREADS: a ps job with each worker's compute threads named
+  job "ps-W$1-S$2-wt$3" --set cluster.workers="$1" --set cluster.servers="$2" --set cluster.worker_threads="$3"
+}
+if want jobs; then
+  # The default split gives each worker cores / workers threads and each shard one: more threads
+  # than cores (W=4 S=4 on 16 cores: 4 x 4 + 4 = 20). The splits beside it: the workers' threads
+  # cut so that workers and shards together fit the cores, and cut further.
+  job one-process
+  job ps-W2-S2 --set cluster.workers=2 --set cluster.servers=2
+  split 2 2 $(( (all - 2) / 2 ))
+  job ps-W4-S4 --set cluster.workers=4 --set cluster.servers=4
+  split 4 4 $(( (all - 4) / 4 ))
+  split 4 4 $(( all / 8 ))
+  job ps-W8-S4 --set cluster.workers=8 --set cluster.servers=4
+  split 8 4 $(( (all - 4) / 8 ))
+  job allreduce-W4 --set cluster.workers=4 --set train.mode=allreduce
+  job allreduce-W8 --set cluster.workers=8 --set train.mode=allreduce
+  job one-process-8 --threads 8
+  job one-process-again
+fi
+
+# The transport and the parameter server against ucx_perftest (carried in .devdata/bin, with the
+# two libraries it loads that the bundle lacks) on many cores: are the 2-core figures the cores?
+export PATH="$root/.devdata/bin:$PATH"
+export LD_LIBRARY_PATH="$root/.devdata/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+want bench && step "bench transport" && runlog bench-transport troupe bench transport --seconds 0.5 --trials 3 --json "$out/bench-transport.json"
+want bench && step "bench ps" && runlog bench-ps troupe bench ps --seconds 0.5 --json "$out/bench-ps.json"
 step done

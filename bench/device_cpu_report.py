@@ -37,7 +37,7 @@ def main(root):
         except (OSError, KeyError, ValueError) as e:
             print(f"incomplete: {e}")
 
-    for model in ("dlrm", "mlp"):
+    for model in ("dlrm", "mlp", "dlrm1024"):
         runs = {}
         for p in glob.glob(os.path.join(d, "scaling", f"{model}-t*.json")):
             s = load(p)
@@ -88,7 +88,7 @@ def main(root):
             print("".join(l for l in open(log) if not l.startswith("[")))
 
     jobs = {os.path.basename(p)[:-5]: load(p) for p in glob.glob(os.path.join(d, "jobs", "*.json"))}
-    ones = [j["samples_per_sec"] for n, j in jobs.items() if j and n.startswith("one-process")]
+    ones = [j["samples_per_sec"] for n, j in jobs.items() if j and n in ("one-process", "one-process-again")]
     if jobs and ones:
         one = sum(ones) / len(ones)
         print(f"\n## DLRM jobs on all the cores (one process: mean of {len(ones)} runs, {one:.0f} samples/s)")
