@@ -31,9 +31,13 @@ int statusOf(int raw) { return WIFEXITED(raw) ? WEXITSTATUS(raw) : -WTERMSIG(raw
 }  // namespace
 
 ChildProcess::ChildProcess(std::vector<std::string> argv, const std::string& logPath) {
+  if (argv.empty()) TROUPE_SETUP_ERROR("cannot start a process without a program");
   const pid_t parent = getpid();
+  std::vector<char*> args;  // (made before the fork: the child only makes system calls)
+  for (auto& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
   pid_ = fork();
-  if (pid_ < 0) TROUPE_SETUP_ERROR("cannot start '{}': fork failed", argv.empty() ? "" : argv[0]);
+  if (pid_ < 0) TROUPE_SETUP_ERROR("cannot start '{}': fork failed", argv[0]);
   if (pid_ == 0) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(127);  // the parent is already gone
@@ -45,9 +49,15 @@ ChildProcess::ChildProcess(std::vector<std::string> argv, const std::string& log
         close(fd);
       }
     }
-    std::vector<char*> args;
-    for (auto& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
+    // Nothing of the parent's but the standard streams: not every library
+    // marks its descriptors close-on-exec (the parent's sockets, its log
+    // file), and a socket of the coordinator's held by a replacement it
+    // started would outlive the coordinator, hiding its death from its
+    // peers and keeping its listening port open to connections nobody
+    // accepts.
+    if (close_range(3, ~0u, 0) != 0) {
+      for (int fd = 3; fd < 65536; ++fd) close(fd);
+    }
     execvp(args[0], args.data());
     _exit(127);
   }
