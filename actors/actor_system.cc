@@ -1,6 +1,10 @@
 #include "actors/actor_system.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -11,6 +15,9 @@
 
 #include <caf/actor_system_config.hpp>
 #include <caf/atom.hpp>
+#include <caf/policy/unprofiled.hpp>
+#include <caf/resumable.hpp>
+#include <caf/scheduler/coordinator.hpp>
 #include <caf/thread_hook.hpp>
 
 #include "actors/errors.h"
@@ -29,6 +36,114 @@ ThreadIds& threadIds() {
   static ThreadIds* ids = new ThreadIds;  // never destroyed: threads may report after main
   return *ids;
 }
+
+// CAF's work-sharing scheduler (one queue for every thread of the process),
+// changed in two ways. A thread that runs out of work polls the queue for
+// `spin` before it sleeps on the condition variable, yielding between polls,
+// so a message that comes soon after (the reply to a request the thread's
+// actor just sent) is taken without a wake-up. And an enqueue signals the
+// condition variable only when a thread sleeps on it. (A scheduler policy
+// is a set of member templates that caf::scheduler::coordinator calls; the
+// coordinator is given to CAF as its scheduler module.)
+class SpinThenSleep : public caf::policy::unprofiled {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  struct coordinator_data {
+    explicit coordinator_data(caf::scheduler::abstract_coordinator*) {}
+    std::mutex lock;
+    std::condition_variable cv;
+    std::deque<caf::resumable*> queue;    // under lock
+    int sleepers = 0;                     // under lock
+    std::atomic<size_t> queued{0};        // queue.size(), read while spinning
+    std::chrono::microseconds spin{0};
+  };
+
+  struct worker_data {
+    explicit worker_data(caf::scheduler::abstract_coordinator*) {}
+  };
+
+  template <class Coordinator>
+  void enqueue(Coordinator* self, caf::resumable* job) {
+    auto& d = self->data();
+    bool wake;
+    {
+      std::lock_guard<std::mutex> guard(d.lock);
+      d.queue.push_back(job);
+      d.queued.store(d.queue.size(), std::memory_order_release);
+      wake = d.sleepers > 0;
+    }
+    // A sleeper counted itself under the lock before it waited, so it is
+    // waiting now.
+    if (wake) d.cv.notify_one();
+  }
+
+  template <class Coordinator>
+  void central_enqueue(Coordinator* self, caf::resumable* job) {
+    enqueue(self, job);
+  }
+
+  template <class Worker>
+  void external_enqueue(Worker* self, caf::resumable* job) {
+    enqueue(self->parent(), job);
+  }
+
+  template <class Worker>
+  void internal_enqueue(Worker* self, caf::resumable* job) {
+    enqueue(self->parent(), job);
+  }
+
+  template <class Worker>
+  void resume_job_later(Worker* self, caf::resumable* job) {
+    enqueue(self->parent(), job);  // to the back of the queue
+  }
+
+  template <class Worker>
+  caf::resumable* dequeue(Worker* self) {
+    auto& d = self->parent()->data();
+    if (d.spin.count() > 0) {
+      const auto until = Clock::now() + d.spin;
+      for (unsigned i = 1;; ++i) {
+        if (d.queued.load(std::memory_order_acquire) > 0) {
+          std::lock_guard<std::mutex> guard(d.lock);
+          if (!d.queue.empty()) return pop(d);
+        }
+        if ((i & 15) == 0 && Clock::now() >= until) break;  // (the clock costs more than a poll)
+        std::this_thread::yield();
+      }
+    }
+    std::unique_lock<std::mutex> guard(d.lock);
+    ++d.sleepers;
+    d.cv.wait(guard, [&] { return !d.queue.empty(); });
+    --d.sleepers;
+    return pop(d);
+  }
+
+  template <class Worker, class UnaryFunction>
+  void foreach_resumable(Worker*, UnaryFunction) {}
+
+  template <class Coordinator, class UnaryFunction>
+  void foreach_central_resumable(Coordinator* self, UnaryFunction f) {
+    auto& d = self->data();
+    std::lock_guard<std::mutex> guard(d.lock);
+    while (!d.queue.empty()) f(pop(d));
+  }
+
+ private:
+  static caf::resumable* pop(coordinator_data& d) {  // under d.lock, the queue not empty
+    caf::resumable* job = d.queue.front();
+    d.queue.pop_front();
+    d.queued.store(d.queue.size(), std::memory_order_release);
+    return job;
+  }
+};
+
+class SpinThenSleepCoordinator final : public caf::scheduler::coordinator<SpinThenSleep> {
+ public:
+  SpinThenSleepCoordinator(caf::actor_system& sys, std::chrono::microseconds spin) : coordinator(sys) {
+    data().spin = spin;
+  }
+};
 
 class ThreadRoster final : public caf::thread_hook {
  public:
@@ -86,7 +201,10 @@ void configureActorSystem(caf::actor_system_config& cfg, const ActorSystemOption
     cfg.set("scheduler.policy", caf::atom("testing"));
   } else {
     cfg.set("scheduler.max-threads", std::max(1, options.threads));
-    cfg.set("scheduler.policy", caf::atom("sharing"));
+    const auto spin = options.spin;
+    cfg.module_factories.push_back([spin](caf::actor_system& sys) -> caf::actor_system::module* {
+      return new SpinThenSleepCoordinator(sys, spin);
+    });
   }
   cfg.add_message_types<caf::id_block::troupe_actors>();
   addErrorCategories(cfg);
