@@ -73,8 +73,9 @@ class SpinThenSleep : public caf::policy::unprofiled {
       d.queued.store(d.queue.size(), std::memory_order_release);
       wake = d.sleepers > 0;
     }
-    // A sleeper counted itself under the lock before it waited, so it is
-    // waiting now.
+    // A thread counts itself a sleeper under the lock and waits in the same
+    // step (the wait lets the lock go), so while it is counted it waits, or
+    // was woken and wants the lock back to look at the queue again.
     if (wake) d.cv.notify_one();
   }
 
@@ -102,13 +103,15 @@ class SpinThenSleep : public caf::policy::unprofiled {
   caf::resumable* dequeue(Worker* self) {
     auto& d = self->parent()->data();
     if (d.spin.count() > 0) {
+      // The clock at every poll: on a busy machine one yield may give the
+      // core away for a whole time slice.
       const auto until = Clock::now() + d.spin;
-      for (unsigned i = 1;; ++i) {
+      for (;;) {
         if (d.queued.load(std::memory_order_acquire) > 0) {
           std::lock_guard<std::mutex> guard(d.lock);
           if (!d.queue.empty()) return pop(d);
         }
-        if ((i & 15) == 0 && Clock::now() >= until) break;  // (the clock costs more than a poll)
+        if (Clock::now() >= until) break;
         std::this_thread::yield();
       }
     }

@@ -5,9 +5,11 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <thread>
 
@@ -33,9 +35,14 @@ int statusOf(int raw) { return WIFEXITED(raw) ? WEXITSTATUS(raw) : -WTERMSIG(raw
 ChildProcess::ChildProcess(std::vector<std::string> argv, const std::string& logPath) {
   if (argv.empty()) TROUPE_SETUP_ERROR("cannot start a process without a program");
   const pid_t parent = getpid();
-  std::vector<char*> args;  // (made before the fork: the child only makes system calls)
+  // Made before the fork: the child allocates nothing.
+  std::vector<char*> args;
   for (auto& a : argv) args.push_back(a.data());
   args.push_back(nullptr);
+  rlimit files{};
+  const int maxFd = getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY
+                        ? int(std::min<rlim_t>(files.rlim_cur, 1 << 20))
+                        : 65536;
   pid_ = fork();
   if (pid_ < 0) TROUPE_SETUP_ERROR("cannot start '{}': fork failed", argv[0]);
   if (pid_ == 0) {
@@ -46,7 +53,7 @@ ChildProcess::ChildProcess(std::vector<std::string> argv, const std::string& log
       if (fd >= 0) {
         dup2(fd, 1);
         dup2(fd, 2);
-        close(fd);
+        if (fd > 2) close(fd);  // (a parent without stdout gets the log as 1 or 2 itself)
       }
     }
     // Nothing of the parent's but the standard streams: not every library
@@ -56,7 +63,7 @@ ChildProcess::ChildProcess(std::vector<std::string> argv, const std::string& log
     // peers and keeping its listening port open to connections nobody
     // accepts.
     if (close_range(3, ~0u, 0) != 0) {
-      for (int fd = 3; fd < 65536; ++fd) close(fd);
+      for (int fd = 3; fd < maxFd; ++fd) close(fd);
     }
     execvp(args[0], args.data());
     _exit(127);

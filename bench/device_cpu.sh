@@ -3,20 +3,22 @@
 #   1. the host, troupe's BLAS core (chosen at start), PyTorch's version;
 #   2. troupe against PyTorch (the host's, 2.11) on the MLP and the DLRM at 2 and at 16 threads,
 #      with the sgemm and memcpy ceilings of the same run (bench/pytorch/report.py reads each);
-#   3. one process's scaling with threads (1, 2, 4, 8, all), with train.profile on;
+#   3. one process's scaling with threads (1, 2, 4, 8, 12, all), with train.profile on, and the
+#      DLRM at batch 1024 on 2, 8 and all;
 #   4. multi-process jobs on all the cores against one process in the same run, and the same
 #      jobs with their cores split between workers and shards in other ways (cluster.worker_threads);
 #   5. the transport and the parameter server against ucx_perftest;
 #   (6. on request, PARTS=ab: the DLRM on this bundle against an earlier one, thread by thread.)
-# BUDGET (seconds, default 480) bounds the whole: a step that would start after it is skipped and
-# says so, so the device call ends with everything that ran packed.
+# BUDGET (seconds, default 420: leave the call's timeout_s room for the last step) bounds the
+# whole: a step that would start after it is skipped and says so, so the device call ends with
+# everything that ran packed.
 # Built here and carried (the host has none of our Debian packages):
 #   TROUPE_DEVICE_CUDA=OFF TROUPE_DEVICE_MARCH=x86-64-v4 scripts/device_pack.sh troupe troupe_ceilings
 #   mkdir -p .devdata/bin .devdata/lib && cp -r /usr/share/datasets/fashion-mnist .devdata/ &&
 #   cp /usr/bin/ucx_perftest .devdata/bin/ &&
 #   cp -L /lib/x86_64-linux-gnu/lib{gomp.so.1,numa.so.1} .devdata/lib/   (.devdata: add to .git/info/exclude)
 # and run with the device tool:
-#   run  command: "bash bench/device_cpu.sh"  carry: [".gpu", ".devdata"]  timeout_s: 420
+#   run  command: "bash bench/device_cpu.sh"  carry: [".gpu", ".devdata"]  timeout_s: 540
 # Everything lands in $OUT/device.tgz (packed on exit, so a timeout keeps what ran); read it here with bench/device_cpu_report.py DIR.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -27,10 +29,15 @@ out=/tmp/troupe-device-cpu/device
 rm -rf "$out"
 parts=" ${PARTS:-compare scaling jobs bench} "
 want() { [[ $parts == *" $1 "* ]]; }
-pack() { mkdir -p "${OUT:-/tmp/out}" && tar -czf "${OUT:-/tmp/out}/device.tgz" -C "$(dirname "$out")" device; }
+pack() {  # (a new archive, then renamed: a kill while packing keeps the last one)
+  local dest="${OUT:-/tmp/out}"
+  mkdir -p "$dest" && tar -czf "$dest/.device.tgz.part" -C "$(dirname "$out")" device &&
+    mv -f "$dest/.device.tgz.part" "$dest/device.tgz"
+}
 trap pack EXIT
-trap 'echo "stopped by a signal" >>"$out/steps.log"; exit 143' TERM INT
-budget=${BUDGET:-480}
+trap 'echo "stopped by SIGTERM" >>"$out/steps.log"; exit 143' TERM
+trap 'echo "stopped by SIGINT" >>"$out/steps.log"; exit 130' INT
+budget=${BUDGET:-420}
 mkdir -p "$out"/{scaling,jobs}
 rows="${DLRM_ROWS:-400000}"
 all=$(nproc)
@@ -83,8 +90,10 @@ want compare && for t in 2 "$all"; do
   $py bench/pytorch/report.py "$d" 2>&1 | tail -4 | tee -a "$out/steps.log"
 done
 
-want scaling && for t in 1 2 4 8 12 "$all"; do
-  [ "$t" -le "$all" ] || continue
+threadCounts() {  # threadCounts N...: those below the cores, then all the cores, once each
+  local t; for t in "$@"; do [ "$t" -lt "$all" ] && echo "$t"; done; echo "$all"
+}
+want scaling && for t in $(threadCounts 1 2 4 8 12); do
   step "scaling, $t threads (profiled)"
   runlog "scaling/dlrm-t$t" troupe train "${dlrm[@]}" --threads "$t" --set train.profile=true \
     --summary-json "$out/scaling/dlrm-t$t.json"
@@ -93,7 +102,7 @@ want scaling && for t in 1 2 4 8 12 "$all"; do
 done
 # Does a step with more work per call scale further? The DLRM at batch 1024 (its rate only: the
 # quality of a 4x larger batch at the same learning rates is not the point).
-want scaling && for t in 2 8 "$all"; do
+want scaling && for t in $(threadCounts 2 8); do
   step "scaling, batch 1024, $t threads (profiled)"
   runlog "scaling/dlrm1024-t$t" troupe train "${dlrm[@]}" --set train.batch_size=1024 --threads "$t" \
     --set train.profile=true --summary-json "$out/scaling/dlrm1024-t$t.json"
@@ -122,7 +131,10 @@ job() {  # job NAME SETTINGS...: the DLRM on all the cores
   local name=$1; shift
   runlog "jobs/$name" troupe train "${dlrm[@]}" --log-level info "$@" --summary-json "$out/jobs/$name.json"
 }
-split() {  # split W S WORKER_THREADS: a ps job with each worker's compute threads named
+declare -A splitDone=()
+split() {  # split W S WORKER_THREADS: a ps job with each worker's compute threads named (0 and repeats skipped)
+  [ "$3" -ge 1 ] && [ -z "${splitDone[$1-$2-$3]:-}" ] || return 0
+  splitDone[$1-$2-$3]=1
   job "ps-W$1-S$2-wt$3" --set cluster.workers="$1" --set cluster.servers="$2" --set cluster.worker_threads="$3"
 }
 if want jobs; then

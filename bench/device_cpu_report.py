@@ -49,7 +49,7 @@ def main(root):
         base = runs[ts[0]]["samples_per_sec"]
         two = runs.get(2, runs[ts[0]])["samples_per_sec"]
         print(f"\n## {model}: one process, profiled")
-        print("| threads | samples/s | x 1 thread | x 2 threads | in kernels s | train s |")
+        print(f"| threads | samples/s | x {ts[0]} thread{'s' if ts[0] > 1 else ''} | x 2 threads | in kernels s | train s |")
         print("|---:|---:|---:|---:|---:|---:|")
         for t in ts:
             s = runs[t]
@@ -60,7 +60,7 @@ def main(root):
         ph_hi = {e["kernel"]: e["seconds"] for e in hi.get("kernel_profile", [])}
         ph_lo["(not in a kernel)"] = max(0.0, lo["train_seconds"] - sum(ph_lo.values()))
         ph_hi["(not in a kernel)"] = max(0.0, hi["train_seconds"] - sum(ph_hi.values()))
-        print(f"\n| phase | {ts[0]} thread s | {ts[-1]} threads s | speedup | share at {ts[-1]} |")
+        print(f"\n| phase | {ts[0]} thread{'s' if ts[0] > 1 else ''} s | {ts[-1]} threads s | speedup | share at {ts[-1]} |")
         print("|---|---:|---:|---:|---:|")
         for k in sorted(ph_hi, key=lambda k: -ph_hi[k])[:12]:
             a, b = ph_lo.get(k, 0.0), ph_hi[k]
@@ -91,7 +91,7 @@ def main(root):
     ones = [j["samples_per_sec"] for n, j in jobs.items() if j and n in ("one-process", "one-process-again")]
     if jobs and ones:
         one = sum(ones) / len(ones)
-        print(f"\n## DLRM jobs on all the cores (one process: mean of {len(ones)} runs, {one:.0f} samples/s)")
+        print(f"\n## DLRM jobs (one process on all the cores: mean of {len(ones)} runs, {one:.0f} samples/s)")
         print("| job | samples/s | x one process | test AUC |")
         print("|---|---:|---:|---:|")
         for n in sorted(jobs):
