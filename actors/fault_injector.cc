@@ -15,6 +15,7 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
 
+#include "actors/launcher.h"
 #include "common/check.h"
 #include "common/logging.h"
 
@@ -94,6 +95,7 @@ void stopThisProcess(int64_t fault, std::chrono::milliseconds duration) {
                       duration.count() / 1000.0);
   spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& l) { l->flush(); });
   const int64_t ms = std::max<int64_t>(1, duration.count());
+  const int maxFd = descriptorLimit();
   const pid_t waker = ::fork();
   if (waker == 0) {
     // The child, async-signal-safe calls only: it stops its parent (so the
@@ -103,9 +105,7 @@ void stopThisProcess(int64_t fault, std::chrono::milliseconds duration) {
     // every 100 ms and leaves at once).
     // It holds none of its parent's files: a socket it kept open would
     // hide the parent's death from its peers.
-    if (::close_range(3, ~0u, 0) != 0) {
-      for (int fd = 3; fd < 65536; ++fd) ::close(fd);
-    }
+    closeInheritedDescriptors(maxFd);
     ::kill(self, SIGSTOP);
     for (int64_t left = ms; left > 0 && ::getppid() == self;) {
       const int64_t step = left < 100 ? left : 100;

@@ -26,6 +26,18 @@ std::string selfExe() {
   return std::string(buf, size_t(std::max<ssize_t>(n, 0)));
 }
 
+int descriptorLimit() {
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) != 0 || files.rlim_cur == RLIM_INFINITY) return 65536;
+  return int(std::min<rlim_t>(files.rlim_cur, 1 << 20));
+}
+
+void closeInheritedDescriptors(int limit) {
+  if (close_range(3, ~0u, 0) != 0) {
+    for (int fd = 3; fd < limit; ++fd) close(fd);
+  }
+}
+
 namespace {
 
 int statusOf(int raw) { return WIFEXITED(raw) ? WEXITSTATUS(raw) : -WTERMSIG(raw); }
@@ -39,10 +51,7 @@ ChildProcess::ChildProcess(std::vector<std::string> argv, const std::string& log
   std::vector<char*> args;
   for (auto& a : argv) args.push_back(a.data());
   args.push_back(nullptr);
-  rlimit files{};
-  const int maxFd = getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY
-                        ? int(std::min<rlim_t>(files.rlim_cur, 1 << 20))
-                        : 65536;
+  const int maxFd = descriptorLimit();
   pid_ = fork();
   if (pid_ < 0) TROUPE_SETUP_ERROR("cannot start '{}': fork failed", argv[0]);
   if (pid_ == 0) {
@@ -56,15 +65,10 @@ ChildProcess::ChildProcess(std::vector<std::string> argv, const std::string& log
         if (fd > 2) close(fd);  // (a parent without stdout gets the log as 1 or 2 itself)
       }
     }
-    // Nothing of the parent's but the standard streams: not every library
-    // marks its descriptors close-on-exec (the parent's sockets, its log
-    // file), and a socket of the coordinator's held by a replacement it
-    // started would outlive the coordinator, hiding its death from its
-    // peers and keeping its listening port open to connections nobody
-    // accepts.
-    if (close_range(3, ~0u, 0) != 0) {
-      for (int fd = 3; fd < maxFd; ++fd) close(fd);
-    }
+    // A socket of the coordinator's held by a replacement it started would
+    // outlive the coordinator, hiding its death from its peers and keeping
+    // its listening port open to connections nobody accepts.
+    closeInheritedDescriptors(maxFd);
     execvp(args[0], args.data());
     _exit(127);
   }

@@ -25,6 +25,16 @@ namespace troupe::actors {
 // This executable's path (/proc/self/exe).
 std::string selfExe();
 
+// For a child between fork and exec, which holds nothing of its parent's
+// but the standard streams: not every library marks its descriptors
+// close-on-exec, and a socket a child kept open would hide its parent's
+// death from the parent's peers. descriptorLimit() is read in the parent
+// before the fork (the bound of the fallback loop where close_range is
+// refused); closeInheritedDescriptors, in the child, makes system calls
+// only.
+int descriptorLimit();
+void closeInheritedDescriptors(int limit);
+
 // A child process, killed (by PID) when this goes away. The child also gets
 // SIGTERM when this process dies (PR_SET_PDEATHSIG), so no job outlives its
 // launcher.
