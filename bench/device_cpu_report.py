@@ -49,23 +49,35 @@ def main(root):
         base = runs[ts[0]]["samples_per_sec"]
         two = runs.get(2, runs[ts[0]])["samples_per_sec"]
         print(f"\n## {model}: one process, profiled")
-        print(f"| threads | samples/s | x {ts[0]} thread{'s' if ts[0] > 1 else ''} | x 2 threads | in kernels s | train s |")
+        print(f"| threads | samples/s | x {ts[0]} thread{'s' if ts[0] > 1 else ''} | x 2 threads | in kernels s (wall) | train s |")
         print("|---:|---:|---:|---:|---:|---:|")
         for t in ts:
             s = runs[t]
+            inside = s.get("kernel_wall_seconds", s.get("kernel_seconds", 0))
             print(f"| {t} | {s['samples_per_sec']:.0f} | {s['samples_per_sec'] / base:.2f} | "
-                  f"{s['samples_per_sec'] / two:.2f} | {s.get('kernel_seconds', 0):.2f} | {s['train_seconds']:.2f} |")
-        lo, hi = runs[ts[0]], runs[ts[-1]]
-        ph_lo = {e["kernel"]: e["seconds"] for e in lo.get("kernel_profile", [])}
-        ph_hi = {e["kernel"]: e["seconds"] for e in hi.get("kernel_profile", [])}
-        ph_lo["(not in a kernel)"] = max(0.0, lo["train_seconds"] - sum(ph_lo.values()))
-        ph_hi["(not in a kernel)"] = max(0.0, hi["train_seconds"] - sum(ph_hi.values()))
-        print(f"\n| phase | {ts[0]} thread{'s' if ts[0] > 1 else ''} s | {ts[-1]} threads s | speedup | share at {ts[-1]} |")
-        print("|---|---:|---:|---:|---:|")
-        for k in sorted(ph_hi, key=lambda k: -ph_hi[k])[:12]:
-            a, b = ph_lo.get(k, 0.0), ph_hi[k]
-            print(f"| {k} | {a:.3f} | {b:.3f} | {a / b if b else float('nan'):.2f}x | "
-                  f"{100 * b / hi['train_seconds']:.1f}% |")
+                  f"{s['samples_per_sec'] / two:.2f} | {inside:.2f} | {s['train_seconds']:.2f} |")
+
+        def phases(s):
+            # Wall time per phase (calls side by side counted once) where the run has it, else summed.
+            wall = "kernel_wall_seconds" in s
+            ph = {e["kernel"]: e.get("wall_seconds", e["seconds"]) for e in s.get("kernel_profile", [])}
+            if wall and s.get("side_by_side", {}).get("calls"):
+                ph["forEachIndependent (per-table pieces)"] = s["side_by_side"]["wall_seconds"]
+            inside = s["kernel_wall_seconds"] if wall else sum(ph.values())
+            ph["(not in a kernel)"] = max(0.0, s["train_seconds"] - inside)
+            return ph
+
+        per = {t: phases(runs[t]) for t in ts}
+        hi = runs[ts[-1]]
+        wall = "kernel_wall_seconds" in hi
+        print(f"\nPer phase, seconds of {'wall' if wall else 'summed'} time "
+              "(kernels inside forEachIndependent are also in its row):")
+        print("| phase | " + " | ".join(f"{t} thr" for t in ts) + f" | speedup {ts[0]}->{ts[-1]} | share at {ts[-1]} |")
+        print("|---|" + "---:|" * (len(ts) + 2))
+        for k in sorted(per[ts[-1]], key=lambda k: -per[ts[-1]][k]):
+            a, b = per[ts[0]].get(k, 0.0), per[ts[-1]][k]
+            cells = " | ".join(f"{per[t].get(k, 0.0):.3f}" for t in ts)
+            print(f"| {k} | {cells} | {a / b if b else float('nan'):.2f}x | {100 * b / hi['train_seconds']:.1f}% |")
 
     ab = {}
     for p in glob.glob(os.path.join(d, "ab", "dlrm-*-t*.json")):

@@ -17,20 +17,45 @@ constexpr const char* kNames[ProfilingKernels::kCount] = {
 
 ProfilingKernels::ProfilingKernels(std::shared_ptr<Kernels> inner) : inner_(std::move(inner)) {}
 
+// The clock is read under the lock, and the summed times use the same
+// readings: the calls' entries and exits are in one order, so the wall time
+// is exactly the union of the calls and never more than their sum.
+std::chrono::steady_clock::time_point ProfilingKernels::enter(int id) {
+  std::lock_guard lock(flightMu_);
+  const auto now = std::chrono::steady_clock::now();
+  for (int f : {id, int(kAny)}) {
+    if (flight_[size_t(f)].depth++ == 0) flight_[size_t(f)].since = now;
+  }
+  ++flight_[size_t(id)].calls;
+  return now;
+}
+
+std::chrono::steady_clock::time_point ProfilingKernels::leave(int id) {
+  std::lock_guard lock(flightMu_);
+  const auto now = std::chrono::steady_clock::now();
+  for (int f : {id, int(kAny)}) {
+    Flight& flight = flight_[size_t(f)];
+    if (--flight.depth == 0) {
+      flight.nanos += std::chrono::duration_cast<std::chrono::nanoseconds>(now - flight.since).count();
+    }
+  }
+  return now;
+}
+
 template <class F>
 auto ProfilingKernels::timed(Id id, F&& call) -> decltype(call()) {
   if (paused_.load(std::memory_order_relaxed) == std::this_thread::get_id()) return call();
-  const auto start = std::chrono::steady_clock::now();
   struct Count {
     ProfilingKernels* self;
     Id id;
     std::chrono::steady_clock::time_point start;
     ~Count() {
-      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
+      const auto end = self->leave(id);
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end - start);
       self->calls_[id].fetch_add(1, std::memory_order_relaxed);
       self->nanos_[id].fetch_add(ns.count(), std::memory_order_relaxed);
     }
-  } count{this, id, start};
+  } count{this, id, enter(id)};
   return call();
 }
 
@@ -39,7 +64,17 @@ void ProfilingKernels::forEachIndependent(int64_t count, const std::function<voi
     for (int64_t i = 0; i < count; ++i) fn(i);  // on this thread, so that its calls stay uncounted
     return;
   }
+  enter(kSideBySide);
+  struct Leave {
+    ProfilingKernels* self;
+    ~Leave() { self->leave(kSideBySide); }
+  } leave{this};
   inner_->forEachIndependent(count, fn);
+}
+
+ProfilingKernels::Wall ProfilingKernels::wall() const {
+  std::lock_guard lock(flightMu_);
+  return {double(flight_[kAny].nanos) * 1e-9, flight_[kSideBySide].calls, double(flight_[kSideBySide].nanos) * 1e-9};
 }
 
 std::vector<ProfilingKernels::Entry> ProfilingKernels::profile() const {
@@ -47,7 +82,12 @@ std::vector<ProfilingKernels::Entry> ProfilingKernels::profile() const {
   for (int i = 0; i < kCount; ++i) {
     const int64_t calls = calls_[size_t(i)].load();
     if (calls == 0) continue;
-    out.push_back({kNames[i], calls, double(nanos_[size_t(i)].load()) * 1e-9});
+    double wallSeconds = 0;
+    {
+      std::lock_guard lock(flightMu_);
+      wallSeconds = double(flight_[size_t(i)].nanos) * 1e-9;
+    }
+    out.push_back({kNames[i], calls, double(nanos_[size_t(i)].load()) * 1e-9, wallSeconds});
   }
   std::stable_sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) { return a.seconds > b.seconds; });
   return out;

@@ -5,7 +5,9 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,9 +27,24 @@ class ProfilingKernels final : public Kernels {
     // count, and so does a wait for the wrapped kernels' threads (in
     // cpu::Kernels the calls that use its pool take turns for it).
     double seconds = 0;
+    // Wall time with at least one of its calls in flight on any thread:
+    // calls side by side count once, so on many threads this, not `seconds`,
+    // is the kernel's share of a step.
+    double wallSeconds = 0;
   };
-  // The kernels called so far, by time, largest first.
+  // The kernels called so far, by summed time, largest first.
   std::vector<Entry> profile() const;
+  struct Wall {
+    // Wall time with any kernel call or forEachIndependent in flight on any
+    // thread: training time less this is outside the kernels (the tables'
+    // maps, the copies, the messages, the waits).
+    double kernelSeconds = 0;
+    // forEachIndependent: its calls and the wall time inside them (the
+    // per-table pieces; their kernels' calls are counted under their names).
+    int64_t sideBySideCalls = 0;
+    double sideBySideSeconds = 0;
+  };
+  Wall wall() const;
   // Calls made on the calling thread from now on are not counted (its
   // evaluations), until it calls this again with false; other threads'
   // calls (the table actor's work on a push still in flight) still are.
@@ -85,11 +102,25 @@ class ProfilingKernels final : public Kernels {
  private:
   template <class F>
   auto timed(Id id, F&& call) -> decltype(call());
+  // Wall-time bookkeeping: a call enters and leaves its kernel's flight and
+  // the any-kernel flight (kAny); forEachIndependent its own (kSideBySide).
+  static constexpr int kSideBySide = kCount;
+  static constexpr int kAny = kCount + 1;
+  std::chrono::steady_clock::time_point enter(int id);
+  std::chrono::steady_clock::time_point leave(int id);
+  struct Flight {
+    int depth = 0;
+    std::chrono::steady_clock::time_point since{};
+    int64_t nanos = 0;
+    int64_t calls = 0;
+  };
 
   std::shared_ptr<Kernels> inner_;
   std::atomic<std::thread::id> paused_{};
   std::array<std::atomic<int64_t>, kCount> calls_{};  // (value-initialised: zeros)
   std::array<std::atomic<int64_t>, kCount> nanos_{};
+  mutable std::mutex flightMu_;  // guards flight_ (held for the bookkeeping only)
+  std::array<Flight, kCount + 2> flight_{};
 };
 
 }  // namespace troupe::kernels

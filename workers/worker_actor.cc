@@ -150,7 +150,10 @@ void finish(Self* self) {
   st.report->pushesAcknowledged = st.acknowledged->floor() + int64_t(st.acknowledged->early());
   const float* w = st.core->denseWeights();
   st.report->denseWeights.assign(w, w + st.core->denseParameters());
-  if (st.options.profiler) st.report->kernelProfile = st.options.profiler->profile();
+  if (st.options.profiler) {
+    st.report->kernelProfile = st.options.profiler->profile();
+    st.report->kernelWall = st.options.profiler->wall();
+  }
   st.done.deliver(TrainReportPtr(st.report));
   self->quit();
 }

@@ -86,6 +86,7 @@ struct TrainReport {
   std::vector<float> denseWeights;
   // WorkerOptions::profiler's figures at the end (train.profile).
   std::vector<kernels::ProfilingKernels::Entry> kernelProfile;
+  kernels::ProfilingKernels::Wall kernelWall;
 };
 
 struct WorkerOptions {

@@ -39,14 +39,6 @@ using namespace std::chrono_literals;
 using transport::DType;
 using transport::Tensor;
 
-int workerThreads(const Config& c, int requested) {
-  if (requested > 0) return requested;
-  const int64_t t = c.getInt("cluster.worker_threads");
-  if (t > 0) return int(t);
-  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
-  return std::max(1, cores / int(std::max<int64_t>(1, c.getInt("cluster.workers"))));
-}
-
 // Drives the worker actor: starts its run, sends its result to the
 // coordinator, and ends once the coordinator has it. Fails (and so
 // escalates) with the worker's error. Stopped, it stops the worker first:
@@ -205,6 +197,14 @@ actors::ChildSpec existing(std::string name, caf::actor a) {
 
 WorkerRole::WorkerRole(int threads) : threads_(threads) {}
 WorkerRole::~WorkerRole() = default;
+
+int workerThreads(const Config& c, int requested) {
+  if (requested > 0) return requested;
+  const int64_t t = c.getInt("cluster.worker_threads");
+  if (t > 0) return int(t);
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / int(std::max<int64_t>(1, c.getInt("cluster.workers"))));
+}
 
 void WorkerRole::prepare(actors::MemberContext&) {}
 

@@ -22,6 +22,14 @@ class PeerWatch;
 
 namespace troupe::workers {
 
+// A worker's compute threads: `requested` when above 0, else the config's
+// cluster.worker_threads when above 0, else this machine's cores divided
+// among the job's workers (cluster.workers). Measured on 16 cores (bench/
+// RESULTS.md, "Sixteen cores"): cutting the workers' threads so that they and
+// the shards' fit the cores moved no job by more than the run-to-run spread,
+// so the default stays.
+int workerThreads(const Config& c, int requested);
+
 class WorkerRole final : public actors::Role {
  public:
   // threads: compute threads (0: the config's cluster.worker_threads, or

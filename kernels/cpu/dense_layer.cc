@@ -69,39 +69,59 @@ Status denseBackward(ComputePool& pool, const float* x, const float* w, const fl
   if (Status s = checkShape("denseBackward", batch, in, out); !s.isOk()) return s;
   TROUPE_CHECK(batch * out == 0 || dy != nullptr, "denseBackward: null dy");
   const float beta = accumulate ? 1.0f : 0.0f;
-  if (dx != nullptr && batch > 0 && in > 0) {
-    if (out == 0) {
-      std::fill(dx, dx + batch * in, 0.0f);
-    } else {
-      TROUPE_CHECK(w != nullptr, "denseBackward: null w");
-      forBlocks(pool, batch, blocksFor(pool, batch, 2 * batch * in * out), [&](int64_t r0, int64_t r1) {
-        if (r1 == r0) return;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(r1 - r0), int(in), int(out), 1.0f,
-                    dy + r0 * out, int(out), w, int(in), 0.0f, dx + r0 * in, int(in));
-      });
-    }
-  }
-  if (dw != nullptr && out > 0 && in > 0) {
-    if (batch == 0) {
-      if (!accumulate) std::fill(dw, dw + out * in, 0.0f);
-    } else {
-      TROUPE_CHECK(x != nullptr, "denseBackward: null x");
-      // Blocks of output rows: dw[o0:o1, :] = dy[:, o0:o1]^T x.
-      forBlocks(pool, out, blocksFor(pool, out, 2 * batch * in * out), [&](int64_t o0, int64_t o1) {
-        if (o1 == o0) return;
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(o1 - o0), int(in), int(batch), 1.0f, dy + o0,
-                    int(out), x, int(in), beta, dw + o0 * in, int(in));
-      });
-    }
-  }
-  if (dbias != nullptr && out > 0) {
-    if (!accumulate) std::fill(dbias, dbias + out, 0.0f);
+  const int64_t flops = 2 * batch * in * out;
+  // dx = dy w in blocks of batch rows; dw[o0:o1, :] = dy[:, o0:o1]^T x (and
+  // dbias[o0:o1] = the column sums of dy) in blocks of output rows. Both
+  // kinds of block go to the pool in one call: one hand-off per layer, and
+  // the two products balance each other's blocks.
+  const bool gemmDx = dx != nullptr && batch > 0 && in > 0 && out > 0;
+  const bool gemmDw = dw != nullptr && out > 0 && in > 0 && batch > 0;
+  if (dx != nullptr && batch > 0 && in > 0 && out == 0) std::fill(dx, dx + batch * in, 0.0f);
+  if (dw != nullptr && out > 0 && in > 0 && batch == 0 && !accumulate) std::fill(dw, dw + out * in, 0.0f);
+  if (gemmDx) TROUPE_CHECK(w != nullptr, "denseBackward: null w");
+  if (gemmDw) TROUPE_CHECK(x != nullptr, "denseBackward: null x");
+  // Each bias element is summed over the batch in increasing order, as one
+  // thread would: the result does not depend on the blocks.
+  auto biasColumns = [&](int64_t o0, int64_t o1) {
+    if (!accumulate) std::fill(dbias + o0, dbias + o1, 0.0f);
     for (int64_t b = 0; b < batch; ++b) {
       const float* __restrict g = dy + b * out;
       float* __restrict db = dbias;
-      for (int64_t j = 0; j < out; ++j) db[j] += g[j];
+      for (int64_t j = o0; j < o1; ++j) db[j] += g[j];
     }
+  };
+  const bool biasInDw = dbias != nullptr && out > 0 && gemmDw;
+  const int64_t dxBlocks = gemmDx ? blocksFor(pool, batch, flops) : 0;
+  const int64_t dwBlocks = gemmDw ? blocksFor(pool, out, flops) : 0;
+  auto dxBlock = [&](int64_t b) {
+    const int64_t r0 = batch * b / dxBlocks, r1 = batch * (b + 1) / dxBlocks;
+    if (r1 == r0) return;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(r1 - r0), int(in), int(out), 1.0f, dy + r0 * out,
+                int(out), w, int(in), 0.0f, dx + r0 * in, int(in));
+  };
+  auto dwBlock = [&](int64_t b) {
+    const int64_t o0 = out * b / dwBlocks, o1 = out * (b + 1) / dwBlocks;
+    if (o1 == o0) return;
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(o1 - o0), int(in), int(batch), 1.0f, dy + o0, int(out),
+                x, int(in), beta, dw + o0 * in, int(in));
+    if (biasInDw) biasColumns(o0, o1);
+  };
+  auto block = [&](int64_t i) {
+    if (i < dxBlocks) {
+      dxBlock(i);
+    } else {
+      dwBlock(i - dxBlocks);
+    }
+  };
+  const int64_t blocks = dxBlocks + dwBlocks;
+  if (dxBlocks <= 1 && dwBlocks <= 1) {
+    for (int64_t i = 0; i < blocks; ++i) block(i);
+  } else {
+    pool.parallelFor(blocks, 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) block(i);
+    });
   }
+  if (dbias != nullptr && out > 0 && !biasInDw) biasColumns(0, out);
   return Status::ok();
 }
 

@@ -174,7 +174,12 @@ TEST(TrainTest, TheProfileCountsEveryKernelCallOfTrainingAndChangesNothing) {
     calls[e.at("kernel").get<std::string>()] = e.at("calls").get<int64_t>();
     seconds += e.at("seconds").get<double>();
     EXPECT_GE(e.at("seconds").get<double>(), 0) << e;
+    EXPECT_GT(e.at("wall_seconds").get<double>(), 0) << e;
+    EXPECT_LE(e.at("wall_seconds").get<double>(), e.at("seconds").get<double>() + 1e-9) << e;
+    EXPECT_LE(e.at("wall_seconds").get<double>(), summary.at("kernel_wall_seconds").get<double>() + 1e-9) << e;
   }
+  // On one thread the calls never overlap: the wall time is the summed time.
+  EXPECT_NEAR(summary.at("kernel_wall_seconds").get<double>(), seconds, 1e-6 + 1e-3 * seconds) << summary;
   ASSERT_EQ(summary.at("steps").get<int64_t>(), 100) << summary;  // 2 epochs of 6400 rows in batches of 128
   EXPECT_EQ(calls["denseForward"], 100 * 3) << summary.at("kernel_profile");
   EXPECT_EQ(calls["denseBackward"], 100 * 3);

@@ -81,6 +81,37 @@ INSTANTIATE_TEST_SUITE_P(Shapes, DenseLayerTest,
 INSTANTIATE_TEST_SUITE_P(Large, DenseLayerTest,
                          ::testing::Values(Shape{64, 784, 256, 2}, Shape{33, 512, 255, 1}));
 
+// dbias is summed over the batch in increasing order whatever the thread
+// count (the backward pass hands its blocks to the pool together): the same
+// bits as a plain float loop, on 1, 2 and 5 threads, overwritten and added to.
+TEST(DenseLayer, BiasGradientIsThePlainSumOnAnyThreadCount) {
+  const int64_t batch = 96, in = 200, out = 70;  // big enough for blocks on every thread count here
+  const Layer l = randomLayer(batch, in, out);
+  std::vector<float> plain(out, 0.0f);
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t j = 0; j < out; ++j) plain[j] += l.dy[b * out + j];
+  }
+  std::vector<float> twice = plain;
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t j = 0; j < out; ++j) twice[j] += l.dy[b * out + j];
+  }
+  for (int threads : {1, 2, 5}) {
+    auto k = makeKernels(threads);
+    std::vector<float> gx(batch * in), gw(out * in), gb(out, 7.0f);
+    ASSERT_TRUE(k->denseBackward(l.x.data(), l.w.data(), l.dy.data(), batch, in, out, gx.data(), gw.data(),
+                                 gb.data(), false).isOk());
+    for (int64_t j = 0; j < out; ++j) ASSERT_EQ(gb[j], plain[j]) << "column " << j << ", " << threads << " threads";
+    ASSERT_TRUE(k->denseBackward(l.x.data(), l.w.data(), l.dy.data(), batch, in, out, nullptr, gw.data(), gb.data(),
+                                 true).isOk());
+    for (int64_t j = 0; j < out; ++j) ASSERT_EQ(gb[j], twice[j]) << "column " << j << ", " << threads << " threads";
+    // Without dw the bias is summed on its own, the same way.
+    std::vector<float> alone(out, 7.0f);
+    ASSERT_TRUE(k->denseBackward(l.x.data(), l.w.data(), l.dy.data(), batch, in, out, gx.data(), nullptr,
+                                 alone.data(), false).isOk());
+    EXPECT_EQ(alone, plain) << threads << " threads";
+  }
+}
+
 TEST(DenseLayer, NullBiasMeansZero) {
   const Layer l = randomLayer(3, 4, 5);
   auto k = makeKernels(1);

@@ -228,8 +228,50 @@ TEST(KeyDedup, TheProfileCountsThePiecesCalls) {
   profiling->pauseThisThread(false);
   EXPECT_EQ(pieces.load(), 16);
   std::map<std::string, int64_t> calls;
-  for (const auto& e : profiling->profile()) calls[e.kernel] = e.calls;
+  for (const auto& e : profiling->profile()) {
+    calls[e.kernel] = e.calls;
+    // Calls side by side count once in the wall time: never more than summed.
+    EXPECT_GT(e.wallSeconds, 0) << e.kernel;
+    EXPECT_LE(e.wallSeconds, e.seconds + 1e-9) << e.kernel;
+  }
   EXPECT_EQ(calls, (std::map<std::string, int64_t>{{"uniqueKeys", 8}}));
+  const auto wall = profiling->wall();
+  EXPECT_EQ(wall.sideBySideCalls, 1);  // the paused thread's not counted
+  EXPECT_GT(wall.sideBySideSeconds, 0);
+  // The pieces ran inside the forEachIndependent call, which is in the any-kernel time.
+  EXPECT_NEAR(wall.kernelSeconds, wall.sideBySideSeconds, 1e-9);
+  EXPECT_LE(profiling->profile().front().wallSeconds, wall.kernelSeconds + 1e-9);
+}
+
+// Wall time counts overlapping calls once: two threads each making calls
+// back to back for about 100 ms at the same time give about 200 ms summed and
+// about 100 ms of wall (a call preempted by the other thread is still in
+// flight, so the two overlap however the threads are scheduled).
+TEST(KeyDedup, TheProfileWallTimeCountsCallsSideBySideOnce) {
+  auto profiling = std::make_shared<ProfilingKernels>(std::shared_ptr<Kernels>(makeKernels(1)));
+  std::atomic<int> inside{0};
+  auto run = [&] {
+    std::vector<float> x(1 << 16, 1.0f), y(1 << 16);
+    profiling->forEachIndependent(1, [&](int64_t) {});
+    ++inside;
+    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (inside.load() < 2 && std::chrono::steady_clock::now() < limit) std::this_thread::yield();
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+    while (std::chrono::steady_clock::now() < until) profiling->reluForward(x.data(), int64_t(x.size()), y.data());
+  };
+  std::thread a(run), b(run);
+  a.join();
+  b.join();
+  const auto entries = profiling->profile();
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ(inside.load(), 2);
+  // Summed: both threads' calls (about 200 ms); wall: at most the union.
+  EXPECT_GT(entries[0].seconds, 0.15) << entries[0].seconds;
+  EXPECT_LT(entries[0].wallSeconds, entries[0].seconds * 0.8)
+      << "wall " << entries[0].wallSeconds << " s, summed " << entries[0].seconds << " s";
+  EXPECT_GT(entries[0].wallSeconds, 0.05);
+  EXPECT_LE(entries[0].wallSeconds, profiling->wall().kernelSeconds + 1e-9);
+  EXPECT_EQ(profiling->wall().sideBySideCalls, 2);
 }
 
 }  // namespace
