@@ -1055,8 +1055,10 @@ int runTrain(const TrainFlags& flags) {
   if (job.profile && report->trainSeconds > 0) {
     // train.profile: where training's compute went. "summed" adds up calls
     // on every thread; "wall" counts the time with at least one call in
-    // flight, so calls side by side count once and the rest of training
-    // (the tables' maps, the copies and the waits) is outside every kernel.
+    // flight, so calls side by side count once. forEachIndependent's row is
+    // the per-table pieces (key columns, the tables' maps, row copies, and
+    // the kernels they call); the last row is outside every kernel and every
+    // piece (the step's own code, the messages, the waits).
     const double train = report->trainSeconds;
     std::printf("kernel profile (%d threads; %% of %.2f s training, by wall time):\n", threads, train);
     std::printf("  %-24s %15s %10s %10s %7s\n", "kernel", "calls", "summed s", "wall s", "wall %");

@@ -18,8 +18,9 @@ constexpr const char* kNames[ProfilingKernels::kCount] = {
 ProfilingKernels::ProfilingKernels(std::shared_ptr<Kernels> inner) : inner_(std::move(inner)) {}
 
 // The clock is read under the lock, and the summed times use the same
-// readings: the calls' entries and exits are in one order, so the wall time
-// is exactly the union of the calls and never more than their sum.
+// readings and are added under it too: the calls' entries and exits are in
+// one order, so a snapshot taken under the lock has each wall time exactly
+// the union of the finished calls, never more than their sum.
 std::chrono::steady_clock::time_point ProfilingKernels::enter(int id) {
   std::lock_guard lock(flightMu_);
   const auto now = std::chrono::steady_clock::now();
@@ -30,7 +31,7 @@ std::chrono::steady_clock::time_point ProfilingKernels::enter(int id) {
   return now;
 }
 
-std::chrono::steady_clock::time_point ProfilingKernels::leave(int id) {
+void ProfilingKernels::leave(int id, std::chrono::steady_clock::time_point start) {
   std::lock_guard lock(flightMu_);
   const auto now = std::chrono::steady_clock::now();
   for (int f : {id, int(kAny)}) {
@@ -39,7 +40,10 @@ std::chrono::steady_clock::time_point ProfilingKernels::leave(int id) {
       flight.nanos += std::chrono::duration_cast<std::chrono::nanoseconds>(now - flight.since).count();
     }
   }
-  return now;
+  if (id < kCount) {
+    ++calls_[size_t(id)];
+    nanos_[size_t(id)] += std::chrono::duration_cast<std::chrono::nanoseconds>(now - start).count();
+  }
 }
 
 template <class F>
@@ -49,12 +53,7 @@ auto ProfilingKernels::timed(Id id, F&& call) -> decltype(call()) {
     ProfilingKernels* self;
     Id id;
     std::chrono::steady_clock::time_point start;
-    ~Count() {
-      const auto end = self->leave(id);
-      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end - start);
-      self->calls_[id].fetch_add(1, std::memory_order_relaxed);
-      self->nanos_[id].fetch_add(ns.count(), std::memory_order_relaxed);
-    }
+    ~Count() { self->leave(id, start); }
   } count{this, id, enter(id)};
   return call();
 }
@@ -64,11 +63,11 @@ void ProfilingKernels::forEachIndependent(int64_t count, const std::function<voi
     for (int64_t i = 0; i < count; ++i) fn(i);  // on this thread, so that its calls stay uncounted
     return;
   }
-  enter(kSideBySide);
   struct Leave {
     ProfilingKernels* self;
-    ~Leave() { self->leave(kSideBySide); }
-  } leave{this};
+    std::chrono::steady_clock::time_point start;
+    ~Leave() { self->leave(kSideBySide, start); }
+  } leave{this, enter(kSideBySide)};
   inner_->forEachIndependent(count, fn);
 }
 
@@ -79,15 +78,13 @@ ProfilingKernels::Wall ProfilingKernels::wall() const {
 
 std::vector<ProfilingKernels::Entry> ProfilingKernels::profile() const {
   std::vector<Entry> out;
-  for (int i = 0; i < kCount; ++i) {
-    const int64_t calls = calls_[size_t(i)].load();
-    if (calls == 0) continue;
-    double wallSeconds = 0;
-    {
-      std::lock_guard lock(flightMu_);
-      wallSeconds = double(flight_[size_t(i)].nanos) * 1e-9;
+  {
+    std::lock_guard lock(flightMu_);  // one snapshot of every kernel
+    for (int i = 0; i < kCount; ++i) {
+      const int64_t calls = calls_[size_t(i)];
+      if (calls == 0) continue;
+      out.push_back({kNames[i], calls, double(nanos_[size_t(i)]) * 1e-9, double(flight_[size_t(i)].nanos) * 1e-9});
     }
-    out.push_back({kNames[i], calls, double(nanos_[size_t(i)].load()) * 1e-9, wallSeconds});
   }
   std::stable_sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) { return a.seconds > b.seconds; });
   return out;

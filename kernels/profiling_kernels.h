@@ -36,8 +36,8 @@ class ProfilingKernels final : public Kernels {
   std::vector<Entry> profile() const;
   struct Wall {
     // Wall time with any kernel call or forEachIndependent in flight on any
-    // thread: training time less this is outside the kernels (the tables'
-    // maps, the copies, the messages, the waits).
+    // thread: training time less this is outside every kernel and every
+    // forEachIndependent (the step's own code, the messages, the waits).
     double kernelSeconds = 0;
     // forEachIndependent: its calls and the wall time inside them (the
     // per-table pieces; their kernels' calls are counted under their names).
@@ -54,9 +54,10 @@ class ProfilingKernels final : public Kernels {
 
   Device device() const override { return inner_->device(); }
   int threads() const override { return inner_->threads(); }
-  // Not timed itself: the calls its pieces make are, on whichever thread
-  // runs them (so their times add up across threads). From a paused thread
-  // the pieces run in order on it, so that their calls stay uncounted.
+  // Timed as a whole (Wall::sideBySide*), and the calls its pieces make are
+  // too, on whichever thread runs them (so their summed times add up across
+  // threads). From a paused thread the pieces run in order on it, and
+  // neither the whole nor its calls are counted.
   void forEachIndependent(int64_t count, const std::function<void(int64_t)>& fn) override;
   Status embeddingBagForward(const float* rows, int64_t numRows, int64_t dim, const EmbeddingBags& bags,
                              float* out) override;
@@ -107,7 +108,7 @@ class ProfilingKernels final : public Kernels {
   static constexpr int kSideBySide = kCount;
   static constexpr int kAny = kCount + 1;
   std::chrono::steady_clock::time_point enter(int id);
-  std::chrono::steady_clock::time_point leave(int id);
+  void leave(int id, std::chrono::steady_clock::time_point start);
   struct Flight {
     int depth = 0;
     std::chrono::steady_clock::time_point since{};
@@ -117,9 +118,9 @@ class ProfilingKernels final : public Kernels {
 
   std::shared_ptr<Kernels> inner_;
   std::atomic<std::thread::id> paused_{};
-  std::array<std::atomic<int64_t>, kCount> calls_{};  // (value-initialised: zeros)
-  std::array<std::atomic<int64_t>, kCount> nanos_{};
-  mutable std::mutex flightMu_;  // guards flight_ (held for the bookkeeping only)
+  mutable std::mutex flightMu_;  // guards what follows (held for the bookkeeping only)
+  std::array<int64_t, kCount> calls_{};  // summed: (value-initialised: zeros)
+  std::array<int64_t, kCount> nanos_{};
   std::array<Flight, kCount + 2> flight_{};
 };
 

@@ -697,7 +697,10 @@ void applyReadySteps(Self* self) {
         auto& [keys, grads] = at[p++];
         st.counts[t] += n;
         st.keys.insert(st.keys.end(), keys, keys + n);
-        for (uint64_t i = 0; i < n * uint64_t(dim); ++i) st.grads.push_back(grads[i] * scale);
+        const size_t floats = size_t(n) * size_t(dim), from = st.grads.size();
+        st.grads.resize(from + floats);
+        float* __restrict out = st.grads.data() + from;
+        for (size_t i = 0; i < floats; ++i) out[i] = grads[i] * scale;
         keys += n;
         grads += n * uint64_t(dim);
       }
