@@ -36,12 +36,15 @@ def load(t):
         train += s["train_seconds"] / repeats
         sps += s["samples_per_sec"] / repeats
         # Wall time (calls side by side counted once) where the summary has it.
-        # The per-table pieces less the kernels only they call (in one
-        # process uniqueKeys and dedupGradients run inside them), so that the
-        # rows add up to the training time.
+        # The per-table pieces less the wall of the kernels they call (in one
+        # process of the DLRM, whose tables share a shape, uniqueKeys and
+        # dedupGradients run inside them), so that the rows about add up to
+        # the training time. Approximate: the two kernels' walls may overlap
+        # on 2 threads (the worker's pull pieces beside the table actor's
+        # push pieces), and then too much is taken off.
         inside = s.get("kernel_wall_seconds")
         if inside is not None and s.get("side_by_side", {}).get("calls"):
-            k = "per-table pieces (outside their kernels)"
+            k = "per-table pieces less their kernels (approx.)"
             own = s["side_by_side"]["wall_seconds"] - sum(
                 e["wall_seconds"] for e in s["kernel_profile"] if e["kernel"] in ("uniqueKeys", "dedupGradients"))
             phases[k] = phases.get(k, 0.0) + max(0.0, own) / repeats

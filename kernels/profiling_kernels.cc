@@ -71,22 +71,30 @@ void ProfilingKernels::forEachIndependent(int64_t count, const std::function<voi
   inner_->forEachIndependent(count, fn);
 }
 
-ProfilingKernels::Wall ProfilingKernels::wall() const {
-  std::lock_guard lock(flightMu_);
-  return {double(flight_[kAny].nanos) * 1e-9, flight_[kSideBySide].calls, double(flight_[kSideBySide].nanos) * 1e-9};
-}
-
-std::vector<ProfilingKernels::Entry> ProfilingKernels::profile() const {
-  std::vector<Entry> out;
+ProfilingKernels::Snapshot ProfilingKernels::snapshot() const {
+  Snapshot out;
   {
-    std::lock_guard lock(flightMu_);  // one snapshot of every kernel
+    std::lock_guard lock(flightMu_);  // every figure at one moment
+    // A kernel counts its finished calls (so wall <= summed); the totals
+    // count their open stretch up to now too, so that a call still in flight
+    // (the table actor's last push) cannot leave a kernel's wall above them.
+    const auto now = std::chrono::steady_clock::now();
+    auto upToNow = [&](int f) {
+      const Flight& flight = flight_[size_t(f)];
+      int64_t nanos = flight.nanos;
+      if (flight.depth > 0) nanos += std::chrono::duration_cast<std::chrono::nanoseconds>(now - flight.since).count();
+      return double(nanos) * 1e-9;
+    };
+    out.wall = {upToNow(kAny), flight_[kSideBySide].calls, upToNow(kSideBySide)};
     for (int i = 0; i < kCount; ++i) {
       const int64_t calls = calls_[size_t(i)];
       if (calls == 0) continue;
-      out.push_back({kNames[i], calls, double(nanos_[size_t(i)]) * 1e-9, double(flight_[size_t(i)].nanos) * 1e-9});
+      out.entries.push_back(
+          {kNames[i], calls, double(nanos_[size_t(i)]) * 1e-9, double(flight_[size_t(i)].nanos) * 1e-9});
     }
   }
-  std::stable_sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) { return a.seconds > b.seconds; });
+  std::stable_sort(out.entries.begin(), out.entries.end(),
+                   [](const Entry& a, const Entry& b) { return a.seconds > b.seconds; });
   return out;
 }
 

@@ -32,8 +32,6 @@ class ProfilingKernels final : public Kernels {
     // is the kernel's share of a step.
     double wallSeconds = 0;
   };
-  // The kernels called so far, by summed time, largest first.
-  std::vector<Entry> profile() const;
   struct Wall {
     // Wall time with any kernel call or forEachIndependent in flight on any
     // thread: training time less this is outside every kernel and every
@@ -44,7 +42,15 @@ class ProfilingKernels final : public Kernels {
     int64_t sideBySideCalls = 0;
     double sideBySideSeconds = 0;
   };
-  Wall wall() const;
+  // Every figure so far, taken at one moment: the kernels called, by summed
+  // time, largest first, and the wall totals.
+  struct Snapshot {
+    std::vector<Entry> entries;
+    Wall wall;
+  };
+  Snapshot snapshot() const;
+  std::vector<Entry> profile() const { return snapshot().entries; }
+  Wall wall() const { return snapshot().wall; }
   // Calls made on the calling thread from now on are not counted (its
   // evaluations), until it calls this again with false; other threads'
   // calls (the table actor's work on a push still in flight) still are.

@@ -151,8 +151,9 @@ void finish(Self* self) {
   const float* w = st.core->denseWeights();
   st.report->denseWeights.assign(w, w + st.core->denseParameters());
   if (st.options.profiler) {
-    st.report->kernelProfile = st.options.profiler->profile();
-    st.report->kernelWall = st.options.profiler->wall();
+    auto profile = st.options.profiler->snapshot();
+    st.report->kernelProfile = std::move(profile.entries);
+    st.report->kernelWall = profile.wall;
   }
   st.done.deliver(TrainReportPtr(st.report));
   self->quit();
