@@ -32,6 +32,7 @@
 #include "workers/checkpoint.h"
 #include "workers/fault_report.h"
 #include "workers/job_setup.h"
+#include "workers/ps_role.h"
 #include "workers/trainer.h"
 #include "workers/training_job.h"
 #include "workers/worker_role.h"
@@ -348,7 +349,7 @@ workers::JobOutcome runLocalJob(const Config& config, const TrainFlags& flags, c
     log->info("started {} ps and {} worker processes (compute threads: {} per worker, {} per ps, on {} cores; "
               "cluster.worker_threads, cluster.server_threads); their logs are {}/{{ps,worker}}-N.log; dense "
               "kernels: OpenBLAS {}",
-              servers, workers, workers::workerThreads(config, 0), std::max<int64_t>(1, config.getInt("cluster.server_threads")),
+              servers, workers, workers::workerThreads(config, 0), workers::serverThreads(config, 0),
               ComputePool::hardwareThreads(), runDir, kernels::describeBlasCore());
   };
   if (launchHere) {

@@ -27,7 +27,6 @@ std::chrono::steady_clock::time_point ProfilingKernels::enter(int id) {
   for (int f : {id, int(kAny)}) {
     if (flight_[size_t(f)].depth++ == 0) flight_[size_t(f)].since = now;
   }
-  ++flight_[size_t(id)].calls;
   return now;
 }
 
@@ -40,21 +39,15 @@ void ProfilingKernels::leave(int id, std::chrono::steady_clock::time_point start
       flight.nanos += std::chrono::duration_cast<std::chrono::nanoseconds>(now - flight.since).count();
     }
   }
-  if (id < kCount) {
-    ++calls_[size_t(id)];
-    nanos_[size_t(id)] += std::chrono::duration_cast<std::chrono::nanoseconds>(now - start).count();
-  }
+  Flight& own = flight_[size_t(id)];
+  ++own.calls;
+  own.summedNanos += std::chrono::duration_cast<std::chrono::nanoseconds>(now - start).count();
 }
 
 template <class F>
 auto ProfilingKernels::timed(Id id, F&& call) -> decltype(call()) {
   if (paused_.load(std::memory_order_relaxed) == std::this_thread::get_id()) return call();
-  struct Count {
-    ProfilingKernels* self;
-    Id id;
-    std::chrono::steady_clock::time_point start;
-    ~Count() { self->leave(id, start); }
-  } count{this, id, enter(id)};
+  Stretch stretch(this, id);
   return call();
 }
 
@@ -63,11 +56,7 @@ void ProfilingKernels::forEachIndependent(int64_t count, const std::function<voi
     for (int64_t i = 0; i < count; ++i) fn(i);  // on this thread, so that its calls stay uncounted
     return;
   }
-  struct Leave {
-    ProfilingKernels* self;
-    std::chrono::steady_clock::time_point start;
-    ~Leave() { self->leave(kSideBySide, start); }
-  } leave{this, enter(kSideBySide)};
+  Stretch stretch(this, kSideBySide);
   inner_->forEachIndependent(count, fn);
 }
 
@@ -87,10 +76,9 @@ ProfilingKernels::Snapshot ProfilingKernels::snapshot() const {
     };
     out.wall = {upToNow(kAny), flight_[kSideBySide].calls, upToNow(kSideBySide)};
     for (int i = 0; i < kCount; ++i) {
-      const int64_t calls = calls_[size_t(i)];
-      if (calls == 0) continue;
-      out.entries.push_back(
-          {kNames[i], calls, double(nanos_[size_t(i)]) * 1e-9, double(flight_[size_t(i)].nanos) * 1e-9});
+      const Flight& f = flight_[size_t(i)];
+      if (f.calls == 0) continue;
+      out.entries.push_back({kNames[i], f.calls, double(f.summedNanos) * 1e-9, double(f.nanos) * 1e-9});
     }
   }
   std::stable_sort(out.entries.begin(), out.entries.end(),

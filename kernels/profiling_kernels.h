@@ -115,18 +115,28 @@ class ProfilingKernels final : public Kernels {
   static constexpr int kAny = kCount + 1;
   std::chrono::steady_clock::time_point enter(int id);
   void leave(int id, std::chrono::steady_clock::time_point start);
+  // One call (or forEachIndependent) in flight: entered when made, left
+  // when it goes, however the call ends.
+  struct Stretch {
+    Stretch(ProfilingKernels* self, int id) : self(self), id(id), start(self->enter(id)) {}
+    ~Stretch() { self->leave(id, start); }
+    Stretch(const Stretch&) = delete;
+    Stretch& operator=(const Stretch&) = delete;
+    ProfilingKernels* self;
+    int id;
+    std::chrono::steady_clock::time_point start;
+  };
   struct Flight {
     int depth = 0;
     std::chrono::steady_clock::time_point since{};
-    int64_t nanos = 0;
-    int64_t calls = 0;
+    int64_t nanos = 0;         // wall: the union of the calls' stretches
+    int64_t calls = 0;         // finished calls
+    int64_t summedNanos = 0;   // the calls' stretches added up
   };
 
   std::shared_ptr<Kernels> inner_;
   std::atomic<std::thread::id> paused_{};
-  mutable std::mutex flightMu_;  // guards what follows (held for the bookkeeping only)
-  std::array<int64_t, kCount> calls_{};  // summed: (value-initialised: zeros)
-  std::array<int64_t, kCount> nanos_{};
+  mutable std::mutex flightMu_;  // guards flight_ (held for the bookkeeping only)
   std::array<Flight, kCount + 2> flight_{};
 };
 

@@ -19,10 +19,14 @@
 
 namespace troupe::workers {
 
+int serverThreads(const Config& c, int requested) {
+  return requested > 0 ? requested : int(std::max<int64_t>(1, c.getInt("cluster.server_threads")));
+}
+
 void PsRole::prepare(actors::MemberContext& ctx) {
   const Config& config = ctx.config;
   const int64_t rank = ctx.welcome.rank;
-  const int threads = threads_ > 0 ? threads_ : int(std::max<int64_t>(1, config.getInt("cluster.server_threads")));
+  const int threads = serverThreads(config, threads_);
   logger("job")->info("ps {} (pid {}) on {} ({} compute threads)", rank, ::getpid(), ctx.remote.node().address(),
                       threads);
   auto kernels = std::shared_ptr<kernels::Kernels>(kernels::createKernels({kernels::Device::kCpu, threads}));

@@ -15,6 +15,10 @@
 
 namespace troupe::workers {
 
+// A shard process's compute threads: `requested` when above 0, else the
+// config's cluster.server_threads (at least 1).
+int serverThreads(const Config& c, int requested);
+
 class PsRole final : public actors::Role {
  public:
   // threads: compute threads (0: the config's cluster.server_threads).
