@@ -8,7 +8,9 @@
 #include <spdlog/version.h>
 #include <ucp/api/ucp.h>
 
+#include "common/huge_pages.h"
 #include "kernels/cpu/blas_core.h"
+#include "ps/embedding_table.h"
 #include "troupe/config.h"
 
 namespace troupe::apps {
@@ -25,6 +27,8 @@ void addVersionCommand(CLI::App* app, int* result) {
     std::printf("  spdlog       %d.%d.%d\n", SPDLOG_VER_MAJOR, SPDLOG_VER_MINOR, SPDLOG_VER_PATCH);
     std::printf("  OpenBLAS     %s\n", openblas_get_config());
     std::printf("  BLAS core    %s\n", kernels::describeBlasCore().c_str());
+    std::printf("  huge pages   transparent huge pages \"%s\" (an embedding table asks for them from %zu MiB on)\n",
+                transparentHugePages().c_str(), ps::EmbeddingTableOptions{}.hugePagesFromBytes >> 20);
     std::printf("  CUDA         %s\n", TROUPE_HAVE_CUDA ? "built" : "not built");
     *result = 0;
   });

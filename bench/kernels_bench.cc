@@ -5,12 +5,17 @@
 // pct_memcpy (streaming copy), pct_gather (random 64-byte rows of the same
 // table: the latency-bound ceiling of any gather) or pct_sgemm.
 //
-//   troupe_kernels_bench [--threads=N] [--table_mib=1024] [benchmark flags]
+//   troupe_kernels_bench [--threads=N] [--table_mib=1024] [--huge_from_mib=M] [benchmark flags]
+//
+// --huge_from_mib: TablePull's table asks for huge pages from M MiB on
+// (EmbeddingTableOptions::hugePagesFromBytes; the table's default if not
+// given; 0: from its first byte).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +41,7 @@ using kernels::OptimizerKind;
 struct Setup {
   int threads = 0;
   size_t tableBytes = size_t{1} << 30;
+  std::optional<size_t> hugeFromBytes;  // --huge_from_mib
   Ceilings ceilings;
   std::unique_ptr<kernels::Kernels> kernels;
   std::unique_ptr<HugeBuffer> table;
@@ -278,6 +284,7 @@ void tablePull(benchmark::State& state) {
     o.dim = dim;
     o.optimizer.kind = OptimizerKind::kAdagrad;
     o.initialCapacity = numRows;
+    if (setup().hugeFromBytes) o.hugePagesFromBytes = *setup().hugeFromBytes;
     table = std::make_unique<ps::EmbeddingTable>(o);
     for (int64_t r = 0; r < numRows; ++r) table->findOrCreate(mix64(uint64_t(r)));
   }
@@ -328,7 +335,7 @@ void registerAll() {
   }
 }
 
-// Takes --threads=N and --table_mib=M out of argv.
+// Takes --threads=N, --table_mib=M and --huge_from_mib=H out of argv.
 void parseOwnFlags(int& argc, char** argv, Setup& s) {
   int kept = 1;
   for (int i = 1; i < argc; ++i) {
@@ -336,6 +343,8 @@ void parseOwnFlags(int& argc, char** argv, Setup& s) {
       s.threads = std::atoi(argv[i] + 10);
     } else if (std::strncmp(argv[i], "--table_mib=", 12) == 0) {
       s.tableBytes = size_t(std::atoll(argv[i] + 12)) << 20;
+    } else if (std::strncmp(argv[i], "--huge_from_mib=", 16) == 0) {
+      s.hugeFromBytes = size_t(std::atoll(argv[i] + 16)) << 20;
     } else {
       argv[kept++] = argv[i];
     }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include "common/check.h"
 #include "common/logging.h"
@@ -12,24 +13,46 @@
 
 namespace troupe::ps {
 
-void EmbeddingTable::FreeDeleter::operator()(float* p) const { std::free(p); }
-
 EmbeddingTable::EmbeddingTable(const EmbeddingTableOptions& options)
     : options_(options),
       rowFloats_(kernels::optimizerRowFloats(options.optimizer.kind, options.dim)),
-      chunkRows_(std::clamp<int64_t>((int64_t{1} << 20) / std::max<int64_t>(rowFloats_, 1), 1, 4096)),
+      smallRows_(std::clamp<int64_t>((int64_t{1} << 20) / std::max<int64_t>(rowFloats_, 1), 1, 4096)),
+      hugeRows_(std::max<int64_t>((int64_t{1} << 20) / std::max<int64_t>(rowFloats_, 1), 1)),
       initScale_(options.initScale > 0 ? options.initScale : float(1.0 / std::sqrt(double(options.dim)))) {
   if (options.dim < 1) TROUPE_SETUP_ERROR("embedding table {}: dim must be >= 1, got {}", options.tableId, options.dim);
   int64_t capacity = 16;
   while (capacity * 7 / 10 < options.initialCapacity) capacity *= 2;
-  slots_.assign(size_t(capacity), Slot{0, -1});
+  const size_t bytes = size_t(capacity) * sizeof(Slot);
+  slotMemory_ = take(bytes, hugeAt(bytes));
+  slots_ = emptySlots(slotMemory_, uint64_t(capacity));
   mask_ = uint64_t(capacity - 1);
+}
+
+TableMemory EmbeddingTable::take(size_t bytes, bool huge) const {
+  try {
+    return TableMemory(bytes, huge);
+  } catch (const std::bad_alloc&) {
+    TROUPE_CHECK(false, "embedding table {}: out of memory allocating {} bytes", options_.tableId, bytes);
+  }
+  return {};  // (not reached)
+}
+
+EmbeddingTable::Slot* EmbeddingTable::emptySlots(const TableMemory& memory, uint64_t capacity) {
+  auto* slots = static_cast<Slot*>(memory.data());
+  std::fill(slots, slots + capacity, Slot{0, -1});
+  return slots;
 }
 
 EmbeddingTable::~EmbeddingTable() = default;
 
 size_t EmbeddingTable::memoryBytes() const {
-  return slots_.size() * sizeof(Slot) + chunks_.size() * size_t(chunkRows_ * rowFloats_) * sizeof(float);
+  return slotMemory_.bytes() + chunkBytes_;
+}
+
+size_t EmbeddingTable::hugePageBytes() const {
+  size_t bytes = slotMemory_.huge() ? slotMemory_.bytes() : 0;
+  for (const TableMemory& c : chunks_) bytes += c.huge() ? c.bytes() : 0;
+  return bytes;
 }
 
 void EmbeddingTable::initialWeights(uint64_t seed, int tableId, uint64_t key, float scale, float* out,
@@ -40,11 +63,18 @@ void EmbeddingTable::initialWeights(uint64_t seed, int tableId, uint64_t key, fl
 
 int64_t EmbeddingTable::newRow(uint64_t key) {
   const int64_t row = rows_++;
-  if (row / chunkRows_ >= int64_t(chunks_.size())) {
-    const size_t bytes = size_t(chunkRows_ * rowFloats_) * sizeof(float);
-    void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-    TROUPE_CHECK(p != nullptr, "embedding table {}: out of memory allocating {} bytes", options_.tableId, bytes);
-    chunks_.emplace_back(static_cast<float*>(p));
+  // Rows come in order: a row at the start of a chunk is the first in a new one.
+  const bool huge = row >= hugeFromRow_;
+  if (huge ? (row - hugeFromRow_) % hugeRows_ == 0 : row % smallRows_ == 0) {
+    const size_t hugeBytes = size_t(hugeRows_ * rowFloats_) * sizeof(float);
+    if (!huge && hugeAt(memoryBytes() + hugeBytes)) {  // the table is large now: huge pages from here on
+      hugeFromRow_ = row;
+      smallChunks_ = chunks_.size();
+    }
+    const bool next = row >= hugeFromRow_;
+    const size_t bytes = next ? hugeBytes : size_t(smallRows_ * rowFloats_) * sizeof(float);
+    chunks_.push_back(take(bytes, next));
+    chunkBytes_ += bytes;
   }
   float* block = rowAt(row);
   initialWeights(options_.seed, options_.tableId, key, initScale_, block, options_.dim);
@@ -53,20 +83,26 @@ int64_t EmbeddingTable::newRow(uint64_t key) {
 }
 
 void EmbeddingTable::grow() {
-  std::vector<Slot> old;
-  old.swap(slots_);
-  slots_.assign(old.size() * 2, Slot{0, -1});
-  mask_ = slots_.size() - 1;
-  for (const Slot& s : old) {
+  // The new index is made whole before the old one goes (the table stays
+  // as it was if there is no memory for it).
+  const uint64_t capacity = (mask_ + 1) * 2, mask = capacity - 1;
+  const size_t bytes = size_t(capacity) * sizeof(Slot);
+  TableMemory memory = take(bytes, hugeAt(chunkBytes_ + bytes));  // (the rows and this index, once the old one goes)
+  Slot* fresh = emptySlots(memory, capacity);
+  for (uint64_t o = 0; o <= mask_; ++o) {
+    const Slot& s = slots_[o];
     if (s.row < 0) continue;
-    uint64_t i = mix64(s.key) & mask_;
-    while (slots_[i].row >= 0) i = (i + 1) & mask_;
-    slots_[i] = s;
+    uint64_t i = mix64(s.key) & mask;
+    while (fresh[i].row >= 0) i = (i + 1) & mask;
+    fresh[i] = s;
   }
+  slotMemory_ = std::move(memory);
+  slots_ = fresh;
+  mask_ = mask;
 }
 
 float* EmbeddingTable::findOrCreate(uint64_t key) {
-  if ((rows_ + 1) * 10 > int64_t(slots_.size()) * 7) grow();
+  if ((rows_ + 1) * 10 > int64_t(mask_ + 1) * 7) grow();
   uint64_t i = mix64(key) & mask_;
   for (;;) {
     Slot& s = slots_[i];
@@ -87,16 +123,18 @@ TableImage EmbeddingTable::image() const {
   img.rowFloats = rowFloats_;
   img.optimizerKind = int64_t(options_.optimizer.kind);
   img.keys.resize(size_t(rows_));
-  for (const Slot& s : slots_) {
-    if (s.row >= 0) img.keys[size_t(s.row)] = s.key;
+  for (uint64_t i = 0; i <= mask_; ++i) {
+    if (slots_[i].row >= 0) img.keys[size_t(slots_[i].row)] = slots_[i].key;
   }
   // One pass over fresh memory (no zero fill first): a checkpoint's pause
   // is mostly this copy.
   img.rows.reserve(size_t(rows_ * rowFloats_));
-  for (int64_t r = 0; r < rows_; r += chunkRows_) {
-    const int64_t n = std::min(chunkRows_, rows_ - r);
-    const float* from = rowAt(r);
+  int64_t r = 0;
+  for (size_t c = 0; r < rows_; ++c) {
+    const int64_t n = std::min(c < smallChunks_ || hugeFromRow_ == std::numeric_limits<int64_t>::max() ? smallRows_ : hugeRows_, rows_ - r);
+    const float* from = static_cast<const float*>(chunks_[c].data());
     img.rows.insert(img.rows.end(), from, from + n * rowFloats_);
+    r += n;
   }
   return img;
 }
@@ -118,9 +156,12 @@ Status EmbeddingTable::load(const TableImage& img) {
   for (size_t i = 0; i < img.keys.size(); ++i) {
     if (find(img.keys[i]) != nullptr) {
       // A table is whole or empty.
-      std::fill(slots_.begin(), slots_.end(), Slot{0, -1});
+      std::fill(slots_, slots_ + mask_ + 1, Slot{0, -1});
       rows_ = 0;
       chunks_.clear();
+      hugeFromRow_ = std::numeric_limits<int64_t>::max();
+      smallChunks_ = 0;
+      chunkBytes_ = 0;
       return Status::corruption(fmt::format("table {}: key {} twice", img.tableId, img.keys[i]));
     }
     std::memcpy(findOrCreate(img.keys[i]), img.rows.data() + i * size_t(rowFloats_), size_t(rowFloats_) * sizeof(float));

@@ -6,7 +6,8 @@
 // shard, restart or replica makes the same row for the same key. Each row is a
 // block of kernels::optimizerRowFloats(kind, dim) floats, [weights | state], as
 // the row-optimizer kernels expect; row blocks never move once created (they
-// live in fixed-size chunks), so a row pointer stays valid for the table's life.
+// live in chunks that are never reallocated), so a row pointer stays valid
+// for the table's life.
 //
 // The index is an open-addressing hash table (linear probing, power-of-two
 // capacity, at most 70% full) from key to row number: every key has its own
@@ -17,9 +18,11 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <vector>
 
+#include "common/huge_pages.h"
 #include "common/status.h"
 #include "kernels/row_optimizer.h"
 
@@ -49,6 +52,13 @@ struct EmbeddingTableOptions {
   float initScale = 0.0f;
   // Keys the index can hold before it first grows.
   int64_t initialCapacity = 1024;
+  // Memory the table takes once it is this large (row chunks, a grown
+  // index) asks for transparent huge pages (common/huge_pages.h); what it
+  // took before stays on ordinary pages. Measured (bench/RESULTS.md,
+  // troupe_kernels_bench TablePull, 1 thread): a batch's lookups on a
+  // 512 MiB or 1 GiB table 1.4x faster on huge pages, while tables of
+  // 16-256 MiB, within reach of the caches, were no faster or slower.
+  size_t hugePagesFromBytes = size_t{512} << 20;
 };
 
 class EmbeddingTable final {
@@ -67,6 +77,8 @@ class EmbeddingTable final {
   int64_t size() const { return rows_; }
   // Bytes held by rows and index.
   size_t memoryBytes() const;
+  // Of those, the bytes asked to be on huge pages (hugePagesFromBytes).
+  size_t hugePageBytes() const;
 
   // The row block of key, created (and initialised) if absent.
   float* findOrCreate(uint64_t key);
@@ -99,8 +111,8 @@ class EmbeddingTable final {
   // Calls fn(key, rowBlock) for every row, in no particular order.
   template <typename Fn>
   void forEach(Fn&& fn) const {
-    for (const Slot& s : slots_) {
-      if (s.row >= 0) fn(s.key, rowAt(s.row));
+    for (uint64_t i = 0; i <= mask_; ++i) {
+      if (slots_[i].row >= 0) fn(slots_[i].key, rowAt(slots_[i].row));
     }
   }
 
@@ -118,11 +130,22 @@ class EmbeddingTable final {
     uint64_t key;
     int64_t row;  // -1: empty
   };
-  // Rows per chunk: up to 4096, fewer for wide rows (a chunk stays near 4 MiB
-  // unless one row is larger).
+  // Rows live in chunks that never move: chunks of smallRows_ rows (4096,
+  // fewer for rows of more than 256 floats) until the table is
+  // hugePagesFromBytes large; from row hugeFromRow_ on, chunks of hugeRows_
+  // rows (about 4 MiB, or one row where a row is larger) on huge pages.
   float* rowAt(int64_t row) const {
-    return chunks_[size_t(row / chunkRows_)].get() + (row % chunkRows_) * rowFloats_;
+    if (row < hugeFromRow_) return static_cast<float*>(chunks_[size_t(row / smallRows_)].data()) + (row % smallRows_) * rowFloats_;
+    const int64_t r = row - hugeFromRow_;
+    return static_cast<float*>(chunks_[smallChunks_ + size_t(r / hugeRows_)].data()) + (r % hugeRows_) * rowFloats_;
   }
+  // Whether memory that makes the table `tableBytes` large goes on huge pages.
+  bool hugeAt(size_t tableBytes) const { return tableBytes >= options_.hugePagesFromBytes; }
+  // `bytes` of memory; out of memory is fatal (TROUPE_CHECK), as it was for
+  // every allocation of the table.
+  TableMemory take(size_t bytes, bool huge) const;
+  // An index of `capacity` empty slots (a power of two) in `memory`.
+  static Slot* emptySlots(const TableMemory& memory, uint64_t capacity);
   int64_t newRow(uint64_t key);
   void grow();
   // pull and peek run in two passes: every key's slot, then every row, each
@@ -137,15 +160,17 @@ class EmbeddingTable final {
 
   EmbeddingTableOptions options_;
   int64_t rowFloats_;
-  int64_t chunkRows_;
+  int64_t smallRows_;
+  int64_t hugeRows_;
+  int64_t hugeFromRow_ = std::numeric_limits<int64_t>::max();  // the first row in a huge-page chunk (none yet: the largest)
+  size_t smallChunks_ = 0;           // chunks before that row's
+  size_t chunkBytes_ = 0;            // of all chunks
   float initScale_;
-  std::vector<Slot> slots_;
+  TableMemory slotMemory_;
+  Slot* slots_ = nullptr;  // mask_ + 1 of them, in slotMemory_
   uint64_t mask_ = 0;
   int64_t rows_ = 0;
-  struct FreeDeleter {
-    void operator()(float* p) const;
-  };
-  std::vector<std::unique_ptr<float[], FreeDeleter>> chunks_;
+  std::vector<TableMemory> chunks_;
   // Scratch for push (reused between calls).
   std::vector<uint64_t> uniqueKeys_;
   std::vector<float> summed_;

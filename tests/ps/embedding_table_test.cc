@@ -1,7 +1,9 @@
 #include "ps/embedding_table.h"
 
 #include <cmath>
+#include <cstdint>
 #include <map>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -114,6 +116,86 @@ TEST(EmbeddingTableTest, ABatchThatGrowsTheTableCopiesEveryKeysOwnRow) {
     const float* peekWant = i < 6000 && i % 2 == 0 ? init.data() : reference.findOrCreate(mixed[i]);
     for (int d = 0; d < 5; ++d) ASSERT_EQ(peeked[i * 5 + size_t(d)], peekWant[d]) << "peek, key #" << i;
   }
+}
+
+// Rows live in chunks (of up to 4096 rows, or of about 4 MiB on huge
+// pages): every row of a table that spans several chunks is its own
+// (written whole, none overlaps another), and an image of the table and a
+// load of it give every key its row back, bit for bit; the same with the
+// table's memory on huge pages from its first byte, whose row chunks then
+// start on 2 MiB boundaries, and with a table that changes to huge-page
+// chunks as it fills (6 MiB: after a few chunks of the first kind).
+TEST(EmbeddingTableTest, RowsAcrossChunksAreTheirOwnAndSurviveAnImage) {
+  // SGD rows of 2048 floats: 512 to a chunk (4 MiB) either way; Adagrad
+  // rows of 16 + 16 floats: 4096 to a chunk, or 32768 on huge pages. Each
+  // table is filled a few rows into a third chunk or later.
+  for (size_t hugeFrom : {size_t{512} << 20, size_t{0}, size_t{6} << 20}) {
+    for (auto [kind, dim, rows] : {std::tuple{OptimizerKind::kSgd, int64_t{2048}, int64_t{1700}},
+                                   std::tuple{OptimizerKind::kAdagrad, int64_t{16}, int64_t{4096 + 2 * 32768 + 5}}}) {
+      SCOPED_TRACE(testing::Message() << "dim " << dim << ", huge pages from " << hugeFrom << " bytes");
+      auto o = options(kind, dim);
+      o.hugePagesFromBytes = hugeFrom;
+      EmbeddingTable table(o);
+      const int64_t floats = table.rowFloats();
+      std::vector<float*> at;
+      for (int64_t r = 0; r < rows; ++r) {
+        float* row = table.findOrCreate(mix64(uint64_t(r)));
+        for (int64_t f = 0; f < floats; ++f) row[f] = float(r) + float(f) / float(floats);
+        at.push_back(row);
+      }
+      EXPECT_GE(table.memoryBytes(), size_t(rows * floats) * sizeof(float));
+      if (hugeFrom == 6 << 20) {
+        // Both kinds of chunk: the first on ordinary pages, the last on huge ones.
+        EXPECT_GT(table.hugePageBytes(), 0u);
+        EXPECT_LT(table.hugePageBytes(), table.memoryBytes());
+      } else {
+        // Every byte of the table asked for huge pages, or none (these are small).
+        EXPECT_EQ(table.hugePageBytes(), hugeFrom == 0 ? table.memoryBytes() : 0);
+        const int64_t chunkRows = dim == 2048 ? 512 : hugeFrom == 0 ? 32768 : 4096;
+        for (int64_t r : {int64_t{0}, chunkRows, 2 * chunkRows}) {  // the first rows of the first three chunks
+          EXPECT_EQ(reinterpret_cast<uintptr_t>(at[size_t(r)]) % (hugeFrom == 0 ? kHugePageBytes : 64), 0u) << r;
+        }
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        ASSERT_EQ(table.find(mix64(uint64_t(r))), at[size_t(r)]) << r;
+        for (int64_t f = 0; f < floats; ++f) {
+          ASSERT_EQ(at[size_t(r)][f], float(r) + float(f) / float(floats)) << "row " << r << ", float " << f;
+        }
+      }
+      const TableImage image = table.image();
+      ASSERT_EQ(int64_t(image.keys.size()), rows);
+      ASSERT_EQ(int64_t(image.rows.size()), rows * floats);
+      EmbeddingTable loaded(o);
+      ASSERT_TRUE(loaded.load(image).isOk());
+      EXPECT_EQ(loaded.size(), rows);
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* row = loaded.find(mix64(uint64_t(r)));
+        ASSERT_NE(row, nullptr) << r;
+        for (int64_t f = 0; f < floats; ++f) {
+          ASSERT_EQ(row[f], float(r) + float(f) / float(floats)) << "loaded row " << r << ", float " << f;
+        }
+      }
+    }
+  }
+}
+
+// A table goes onto huge pages once it is hugePagesFromBytes large: memory
+// it took before stays where it was; what takes it to that size or beyond
+// (its next row chunks, a grown index) asks for huge pages.
+TEST(EmbeddingTableTest, ATableAsksForHugePagesOnceItIsLarge) {
+  auto o = options(OptimizerKind::kSgd, 2048);  // 8 KiB rows, 4 MiB chunks of 512
+  o.initialCapacity = 4096;                     // an index of 8192 slots (128 KiB) that does not grow here
+  o.hugePagesFromBytes = size_t{13} << 20;
+  EmbeddingTable table(o);
+  int64_t r = 0;
+  for (; r < 3 * 512; ++r) table.findOrCreate(mix64(uint64_t(r)));  // three chunks: 12 MiB + the index
+  EXPECT_EQ(table.memoryBytes(), (size_t{12} << 20) + 8192 * 16);
+  EXPECT_EQ(table.hugePageBytes(), 0u);
+  table.findOrCreate(mix64(uint64_t(r)));  // a fourth: 16 MiB and more with it
+  EXPECT_EQ(table.hugePageBytes(), size_t{4} << 20);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(table.find(mix64(uint64_t(r)))) % kHugePageBytes, 0u);
+  for (++r; r < 5800; ++r) table.findOrCreate(mix64(uint64_t(r)));  // the index grows (past 0.7 x 8192 keys)
+  EXPECT_EQ(table.hugePageBytes(), table.memoryBytes() - (size_t{12} << 20));  // all but the first three chunks
 }
 
 TEST(EmbeddingTableTest, PushSumsRepeatedKeysAndAppliesTheOptimizerOnce) {
