@@ -222,8 +222,19 @@ int runAllReduceBench(const AllReduceBenchOptions& o) {
                    mu = m.count(bytes) ? m[bytes] : 0;
       const double tb = busbw(bytes, n, tu), gb = busbw(bytes, n, gu), mb = busbw(bytes, n, mu);
       const double best = std::max(gb, mb);
-      std::printf("%3d %10llu | %12.1f %12.1f %12.1f | %10.3f %10.3f %10.3f | %7.2fx\n", n, (unsigned long long)bytes,
-                  tu, gu, mu, tb, gb, mb, best > 0 && tb > 0 ? tb / best : 0.0);
+      // "-" where there is no figure (a peer left out or failed), not 0.
+      auto cell = [](double v, int width, int decimals, bool times = false) {
+        char text[48];
+        if (v > 0) {
+          std::snprintf(text, sizeof(text), times ? "%*.*fx" : "%*.*f", width, decimals, v);
+        } else {
+          std::snprintf(text, sizeof(text), "%*s", width + (times ? 1 : 0), "-");
+        }
+        return std::string(text);
+      };
+      std::printf("%3d %10llu | %s %s %s | %s %s %s | %s\n", n, (unsigned long long)bytes, cell(tu, 12, 1).c_str(),
+                  cell(gu, 12, 1).c_str(), cell(mu, 12, 1).c_str(), cell(tb, 10, 3).c_str(), cell(gb, 10, 3).c_str(),
+                  cell(mb, 10, 3).c_str(), cell(best > 0 && tb > 0 ? tb / best : 0.0, 7, 2, true).c_str());
       json.push_back({{"n", n},
                       {"bytes", bytes},
                       {"troupe_busbw_gbps", num(tb)},
