@@ -131,7 +131,7 @@ TableImage EmbeddingTable::image() const {
   img.rows.reserve(size_t(rows_ * rowFloats_));
   int64_t r = 0;
   for (size_t c = 0; r < rows_; ++c) {
-    const int64_t n = std::min(c < smallChunks_ || hugeFromRow_ == std::numeric_limits<int64_t>::max() ? smallRows_ : hugeRows_, rows_ - r);
+    const int64_t n = std::min(chunks_[c].huge() ? hugeRows_ : smallRows_, rows_ - r);
     const float* from = static_cast<const float*>(chunks_[c].data());
     img.rows.insert(img.rows.end(), from, from + n * rowFloats_);
     r += n;

@@ -6,21 +6,22 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/huge_pages.h"
+
 namespace troupe::bench {
 
 class HugeBuffer final {
  public:
   explicit HugeBuffer(size_t bytes);
-  ~HugeBuffer();
   HugeBuffer(const HugeBuffer&) = delete;
   HugeBuffer& operator=(const HugeBuffer&) = delete;
 
-  float* floats() { return static_cast<float*>(data_); }
-  void* data() { return data_; }
+  float* floats() { return static_cast<float*>(memory_.data()); }
+  void* data() { return memory_.data(); }
   size_t bytes() const { return bytes_; }
 
  private:
-  void* data_ = nullptr;
+  TableMemory memory_;  // on huge pages (common/huge_pages.h)
   size_t bytes_ = 0;
 };
 

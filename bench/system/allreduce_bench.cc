@@ -213,6 +213,16 @@ int runAllReduceBench(const AllReduceBenchOptions& o) {
   auto num = [](double v) {
     return v > 0 ? nlohmann::ordered_json(std::round(v * 1000) / 1000) : nlohmann::ordered_json(nullptr);
   };
+  // A table cell: "-" where there is no figure (a peer left out or failed), not 0.
+  auto cell = [](double v, int width, int decimals, bool times = false) {
+    char text[48];
+    if (v > 0) {
+      std::snprintf(text, sizeof(text), times ? "%*.*fx" : "%*.*f", width, decimals, v);
+    } else {
+      std::snprintf(text, sizeof(text), "%*s", width + (times ? 1 : 0), "-");
+    }
+    return std::string(text);
+  };
   for (int n : o.ranks) {
     auto t = measureTroupe(o, n, dir);
     auto g = gloo ? measureGloo(o, n, dir, glooExe) : std::map<uint64_t, double>{};
@@ -222,16 +232,6 @@ int runAllReduceBench(const AllReduceBenchOptions& o) {
                    mu = m.count(bytes) ? m[bytes] : 0;
       const double tb = busbw(bytes, n, tu), gb = busbw(bytes, n, gu), mb = busbw(bytes, n, mu);
       const double best = std::max(gb, mb);
-      // "-" where there is no figure (a peer left out or failed), not 0.
-      auto cell = [](double v, int width, int decimals, bool times = false) {
-        char text[48];
-        if (v > 0) {
-          std::snprintf(text, sizeof(text), times ? "%*.*fx" : "%*.*f", width, decimals, v);
-        } else {
-          std::snprintf(text, sizeof(text), "%*s", width + (times ? 1 : 0), "-");
-        }
-        return std::string(text);
-      };
       std::printf("%3d %10llu | %s %s %s | %s %s %s | %s\n", n, (unsigned long long)bytes, cell(tu, 12, 1).c_str(),
                   cell(gu, 12, 1).c_str(), cell(mu, 12, 1).c_str(), cell(tb, 10, 3).c_str(), cell(gb, 10, 3).c_str(),
                   cell(mb, 10, 3).c_str(), cell(best > 0 && tb > 0 ? tb / best : 0.0, 7, 2, true).c_str());
