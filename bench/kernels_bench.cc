@@ -333,6 +333,10 @@ void registerAll() {
       dense->Args({batch, in, out, 0})->Args({batch, in, out, 1});
     }
   }
+  // The DLRM's top layers at its batch (783 = 16 + 351 + 416 inputs).
+  for (auto [in, out] : {std::pair<int64_t, int64_t>{783, 128}, {128, 64}}) {
+    dense->Args({256, in, out, 0})->Args({256, in, out, 1});
+  }
 }
 
 // Takes --threads=N, --table_mib=M and --huge_from_mib=H out of argv.

@@ -19,25 +19,56 @@ Status checkShape(const char* what, int64_t batch, int64_t in, int64_t out) {
   return Status::ok();
 }
 
-// Row blocks of at least kMinRows rows (and at most one per thread), unless the
-// whole product is too small to be worth waking a thread for.
-constexpr int64_t kMinRows = 16;
-constexpr int64_t kMinFlops = 1 << 18;
+constexpr int64_t kMinSide = 16;         // rows or columns of a tile, at least
+constexpr int64_t kMinTileFlops = 1 << 19;  // about 5 us of one core: less is not worth a hand-off
+constexpr int64_t kLine = 16;            // floats in a cache line: column cuts fall on these
 
-int64_t blocksFor(const ComputePool& pool, int64_t rows, int64_t flops) {
-  if (flops < kMinFlops) return 1;
-  return std::max<int64_t>(1, std::min<int64_t>(pool.threads(), rows / kMinRows));
+// Tile t of `tiles` over C[m x n]: its rows [r0, r1) and columns [c0, c1).
+struct Tile {
+  int64_t r0, r1, c0, c1;
+};
+
+Tile tileAt(const DenseTiles& tiles, int64_t m, int64_t n, int64_t t) {
+  const int64_t r = t / tiles.cols, c = t % tiles.cols;
+  const int64_t lines = (n + kLine - 1) / kLine;
+  return {m * r / tiles.rows, m * (r + 1) / tiles.rows, std::min(n, kLine * (lines * c / tiles.cols)),
+          std::min(n, kLine * (lines * (c + 1) / tiles.cols))};
 }
 
-// Calls fn(begin, end) on `blocks` contiguous parts of [0, rows).
+}  // namespace
+
+DenseTiles denseTiles(int threads, int64_t m, int64_t n, int64_t k) {
+  DenseTiles best;
+  if (threads <= 1 || m <= 0 || n <= 0 || k <= 0) return best;
+  const int64_t flops = 2 * m * n * k;
+  const int64_t most = std::min<int64_t>(threads, flops / kMinTileFlops);
+  if (most <= 1) return best;
+  const int64_t maxRows = std::max<int64_t>(1, m / kMinSide);
+  const int64_t maxCols = std::max<int64_t>(1, std::min(n / kMinSide, (n + kLine - 1) / kLine));
+  int64_t bestPacking = 0;
+  for (int64_t rows = 1; rows <= std::min(most, maxRows); ++rows) {
+    const int64_t cols = std::min(most / rows, maxCols);
+    const DenseTiles cut{rows, cols};
+    const int64_t packing = m * cols + n * rows;  // (times k)
+    if (cut.count() > best.count() || (cut.count() == best.count() && packing < bestPacking)) {
+      best = cut;
+      bestPacking = packing;
+    }
+  }
+  return best;
+}
+
+namespace {
+
+// Runs fn(tile) for every tile of `tiles` on the pool (inline for one).
 template <typename Fn>
-void forBlocks(ComputePool& pool, int64_t rows, int64_t blocks, const Fn& fn) {
-  if (blocks <= 1) {
-    fn(int64_t{0}, rows);
+void forTiles(ComputePool& pool, const DenseTiles& tiles, int64_t m, int64_t n, const Fn& fn) {
+  if (tiles.count() <= 1) {
+    fn(Tile{0, m, 0, n});
     return;
   }
-  pool.parallelFor(blocks, 1, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) fn(rows * b / blocks, rows * (b + 1) / blocks);
+  pool.parallelFor(tiles.count(), 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) fn(tileAt(tiles, m, n, t));
   });
 }
 
@@ -48,18 +79,20 @@ Status denseForward(ComputePool& pool, const float* x, const float* w, const flo
   if (Status s = checkShape("denseForward", batch, in, out); !s.isOk()) return s;
   if (batch == 0 || out == 0) return Status::ok();
   TROUPE_CHECK(y != nullptr && (in == 0 || (x != nullptr && w != nullptr)), "denseForward: null pointer");
-  forBlocks(pool, batch, blocksFor(pool, batch, 2 * batch * in * out), [&](int64_t r0, int64_t r1) {
-    for (int64_t b = r0; b < r1; ++b) {
+  // y[batch x out] = x w^T + bias, tiled over y.
+  forTiles(pool, denseTiles(pool.threads(), batch, out, in), batch, out, [&](const Tile& t) {
+    if (t.r1 == t.r0 || t.c1 == t.c0) return;
+    for (int64_t b = t.r0; b < t.r1; ++b) {
       float* __restrict row = y + b * out;
       if (bias != nullptr) {
-        std::copy(bias, bias + out, row);
+        std::copy(bias + t.c0, bias + t.c1, row + t.c0);
       } else {
-        std::fill(row, row + out, 0.0f);
+        std::fill(row + t.c0, row + t.c1, 0.0f);
       }
     }
-    if (in == 0 || r1 == r0) return;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(r1 - r0), int(out), int(in), 1.0f, x + r0 * in,
-                int(in), w, int(in), 1.0f, y + r0 * out, int(out));
+    if (in == 0) return;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(t.r1 - t.r0), int(t.c1 - t.c0), int(in), 1.0f,
+                x + t.r0 * in, int(in), w + t.c0 * in, int(in), 1.0f, y + t.r0 * out + t.c0, int(out));
   });
   return Status::ok();
 }
@@ -69,11 +102,11 @@ Status denseBackward(ComputePool& pool, const float* x, const float* w, const fl
   if (Status s = checkShape("denseBackward", batch, in, out); !s.isOk()) return s;
   TROUPE_CHECK(batch * out == 0 || dy != nullptr, "denseBackward: null dy");
   const float beta = accumulate ? 1.0f : 0.0f;
-  const int64_t flops = 2 * batch * in * out;
-  // dx = dy w in blocks of batch rows; dw[o0:o1, :] = dy[:, o0:o1]^T x (and
-  // dbias[o0:o1] = the column sums of dy) in blocks of output rows. Both
-  // kinds of block go to the pool in one call: one hand-off per layer, and
-  // the two products balance each other's blocks.
+  // dx[batch x in] = dy w and dw[out x in] = dy^T x, each tiled over its
+  // output; the bias gradient (the column sums of dy) goes with dw's tiles of
+  // the first column block, each summing the bias of its rows. Both products'
+  // tiles go to the pool in one call: one hand-off per layer, and the two
+  // products balance each other's tiles.
   const bool gemmDx = dx != nullptr && batch > 0 && in > 0 && out > 0;
   const bool gemmDw = dw != nullptr && out > 0 && in > 0 && batch > 0;
   if (dx != nullptr && batch > 0 && in > 0 && out == 0) std::fill(dx, dx + batch * in, 0.0f);
@@ -81,7 +114,7 @@ Status denseBackward(ComputePool& pool, const float* x, const float* w, const fl
   if (gemmDx) TROUPE_CHECK(w != nullptr, "denseBackward: null w");
   if (gemmDw) TROUPE_CHECK(x != nullptr, "denseBackward: null x");
   // Each bias element is summed over the batch in increasing order, as one
-  // thread would: the result does not depend on the blocks.
+  // thread would: the result does not depend on the tiles.
   auto biasColumns = [&](int64_t o0, int64_t o1) {
     if (!accumulate) std::fill(dbias + o0, dbias + o1, 0.0f);
     for (int64_t b = 0; b < batch; ++b) {
@@ -91,34 +124,35 @@ Status denseBackward(ComputePool& pool, const float* x, const float* w, const fl
     }
   };
   const bool biasInDw = dbias != nullptr && out > 0 && gemmDw;
-  const int64_t dxBlocks = gemmDx ? blocksFor(pool, batch, flops) : 0;
-  const int64_t dwBlocks = gemmDw ? blocksFor(pool, out, flops) : 0;
-  auto dxBlock = [&](int64_t b) {
-    const int64_t r0 = batch * b / dxBlocks, r1 = batch * (b + 1) / dxBlocks;
-    if (r1 == r0) return;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(r1 - r0), int(in), int(out), 1.0f, dy + r0 * out,
-                int(out), w, int(in), 0.0f, dx + r0 * in, int(in));
+  const DenseTiles dxTiles = gemmDx ? denseTiles(pool.threads(), batch, in, out) : DenseTiles{0, 0};
+  const DenseTiles dwTiles = gemmDw ? denseTiles(pool.threads(), out, in, batch) : DenseTiles{0, 0};
+  auto dxTile = [&](const Tile& t) {
+    if (t.r1 == t.r0 || t.c1 == t.c0) return;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(t.r1 - t.r0), int(t.c1 - t.c0), int(out), 1.0f,
+                dy + t.r0 * out, int(out), w + t.c0, int(in), 0.0f, dx + t.r0 * in + t.c0, int(in));
   };
-  auto dwBlock = [&](int64_t b) {
-    const int64_t o0 = out * b / dwBlocks, o1 = out * (b + 1) / dwBlocks;
-    if (o1 == o0) return;
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(o1 - o0), int(in), int(batch), 1.0f, dy + o0, int(out),
-                x, int(in), beta, dw + o0 * in, int(in));
-    if (biasInDw) biasColumns(o0, o1);
+  auto dwTile = [&](const Tile& t) {
+    if (t.r1 == t.r0) return;
+    if (t.c1 > t.c0) {
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(t.r1 - t.r0), int(t.c1 - t.c0), int(batch), 1.0f,
+                  dy + t.r0, int(out), x + t.c0, int(in), beta, dw + t.r0 * in + t.c0, int(in));
+    }
+    if (biasInDw && t.c0 == 0) biasColumns(t.r0, t.r1);
   };
-  auto block = [&](int64_t i) {
-    if (i < dxBlocks) {
-      dxBlock(i);
+  const int64_t dxCount = dxTiles.count(), dwCount = dwTiles.count();
+  auto tile = [&](int64_t i) {
+    if (i < dxCount) {
+      dxTile(tileAt(dxTiles, batch, in, i));
     } else {
-      dwBlock(i - dxBlocks);
+      dwTile(tileAt(dwTiles, out, in, i - dxCount));
     }
   };
-  const int64_t blocks = dxBlocks + dwBlocks;
-  if (dxBlocks <= 1 && dwBlocks <= 1) {
-    for (int64_t i = 0; i < blocks; ++i) block(i);
+  const int64_t tiles = dxCount + dwCount;
+  if (dxCount <= 1 && dwCount <= 1) {
+    for (int64_t i = 0; i < tiles; ++i) tile(i);
   } else {
-    pool.parallelFor(blocks, 1, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) block(i);
+    pool.parallelFor(tiles, 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) tile(i);
     });
   }
   if (dbias != nullptr && out > 0 && !biasInDw) biasColumns(0, out);

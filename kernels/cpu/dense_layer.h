@@ -1,10 +1,12 @@
 // CPU fully connected layer on OpenBLAS cblas_sgemm (contract in
-// kernels/kernels.h). The GEMMs are split into row blocks over the kernels'
-// compute pool, each block one single-threaded sgemm (cpu::Kernels keeps
-// OpenBLAS at one thread): idle threads then sleep in the pool instead of
-// spinning in OpenBLAS's thread server, which on a small machine steals the
-// cores the rest of a training step needs. Splits never cut the reduction
-// dimension, so every output element is one sgemm's sum.
+// kernels/kernels.h). Each GEMM is split into tiles (blocks of output rows by
+// blocks of output columns) over the kernels' compute pool, each tile one
+// single-threaded sgemm (cpu::Kernels keeps OpenBLAS at one thread): idle
+// threads then sleep in the pool instead of spinning in OpenBLAS's thread
+// server, which on a small machine steals the cores the rest of a training
+// step needs. Splits never cut the reduction dimension, so every output
+// element is one sgemm's sum, and a given thread count always gives the same
+// tiles, so the same bits.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +15,21 @@
 #include "common/status.h"
 
 namespace troupe::kernels::cpu {
+
+// How a product C[m x n] = A[m x k] B[k x n] is cut for `threads` threads:
+// `rows` blocks of C's rows by `cols` blocks of its columns (column blocks
+// start on multiples of 16 floats, so no two tiles write one cache line of a
+// row). Each tile's sgemm packs its rows of A and its columns of B, so the
+// tiles cost k (m cols + n rows) floats of packing between them: among the
+// cuts with the most tiles (at most one a thread, each at least 16 x 16 and
+// 2^19 flops), the one that packs least. A layer of 16 rows a thread packs the
+// whole weight matrix once a thread; a squarer cut packs a fraction of it.
+struct DenseTiles {
+  int64_t rows = 1;
+  int64_t cols = 1;
+  int64_t count() const { return rows * cols; }
+};
+DenseTiles denseTiles(int threads, int64_t m, int64_t n, int64_t k);
 
 Status denseForward(ComputePool& pool, const float* x, const float* w, const float* bias, int64_t batch, int64_t in,
                     int64_t out, float* y);

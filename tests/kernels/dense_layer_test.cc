@@ -2,10 +2,14 @@
 // accumulate flag, degenerate shapes, and gradients by finite differences.
 #include <tuple>
 
+#include "kernels/cpu/dense_layer.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace troupe::kernels::test {
 namespace {
+
+using cpu::DenseTiles;
+using cpu::denseTiles;
 
 struct Layer {
   int64_t batch, in, out;
@@ -80,10 +84,59 @@ INSTANTIATE_TEST_SUITE_P(Shapes, DenseLayerTest,
                                             ::testing::Values(1, 2)));
 INSTANTIATE_TEST_SUITE_P(Large, DenseLayerTest,
                          ::testing::Values(Shape{64, 784, 256, 2}, Shape{33, 512, 255, 1}));
+// Many threads: products cut into tiles of rows by columns, with column cuts
+// on cache lines and widths that are not multiples of 16 (the DLRM's top
+// layers among them; more threads than cores is fine for correctness).
+INSTANTIATE_TEST_SUITE_P(Tiled, DenseLayerTest,
+                         ::testing::Values(Shape{256, 783, 128, 16}, Shape{256, 128, 64, 16}, Shape{256, 13, 64, 16},
+                                           Shape{100, 70, 50, 4}, Shape{37, 300, 200, 8}, Shape{300, 41, 33, 7},
+                                           Shape{64, 1000, 17, 16}));
+
+// The cut of a product over threads, against the cost model worked by hand:
+// the most tiles (one a thread at most, each at least 16 x 16 and 2^19
+// flops), then the least packing, k (m cols + n rows).
+TEST(DenseLayer, TilesAreTheMostThenTheLeastPacking) {
+  auto is = [](DenseTiles t, int64_t rows, int64_t cols) { return t.rows == rows && t.cols == cols; };
+  // One thread, or too little work: one tile.
+  EXPECT_TRUE(is(denseTiles(1, 256, 128, 783), 1, 1));
+  EXPECT_TRUE(is(denseTiles(16, 256, 16, 64), 1, 1));  // 2^19 flops: one tile's worth
+  EXPECT_TRUE(is(denseTiles(16, 256, 64, 1), 1, 1));   // the DLRM's last layer, 32K flops
+  EXPECT_TRUE(is(denseTiles(16, 0, 64, 64), 1, 1));
+  // The DLRM's first top layer (batch 256, 783 in, 128 out) on 16 threads:
+  // forward 256 x 128 (k 783): (16,1) packs 256 + 16 * 128 = 2304, (8,2)
+  // and (4,4) 1536, (2,8) 2304; the first of the least is kept.
+  EXPECT_TRUE(is(denseTiles(16, 256, 128, 783), 4, 4));
+  // dx 256 x 783 (k 128): (1,16) 4096 + 783 = 4879, (2,8) 2048 + 1566 = 3614,
+  // (4,4) 1024 + 3132 = 4156, (8,2) 512 + 6264, (16,1) 256 + 12528.
+  EXPECT_TRUE(is(denseTiles(16, 256, 783, 128), 2, 8));
+  // dw 128 x 783 (k 256): (1,16) 2048 + 783 = 2831, (2,8) 1024 + 1566 = 2590,
+  // (4,4) 512 + 3132, (8,2) 256 + 6264.
+  EXPECT_TRUE(is(denseTiles(16, 128, 783, 256), 2, 8));
+  // Two threads, forward: (2,1) packs 256 + 256 = 512, (1,2) 512 + 128 = 640.
+  EXPECT_TRUE(is(denseTiles(2, 256, 128, 783), 2, 1));
+  // Two threads, dw: (1,2) 256 + 783 = 1039, (2,1) 128 + 1566 = 1694.
+  EXPECT_TRUE(is(denseTiles(2, 128, 783, 256), 1, 2));
+  // Work for 4 tiles of 2^19 flops (2 * 128 * 64 * 128 = 2^21) on 16 threads.
+  EXPECT_EQ(denseTiles(16, 128, 64, 128).count(), 4);
+  // Narrow: 17 columns are 2 cache lines but one 16-wide tile at most; 40 rows are 2 row blocks.
+  EXPECT_TRUE(is(denseTiles(16, 40, 17, 100000), 2, 1));
+  // Never more tiles than threads, never a side under 16 (unless the whole is).
+  for (int threads : {2, 3, 5, 8, 16, 64}) {
+    for (int64_t m : {1, 15, 16, 33, 256, 1000}) {
+      for (int64_t n : {1, 16, 31, 128, 783}) {
+        const DenseTiles t = denseTiles(threads, m, n, 4096);
+        EXPECT_LE(t.count(), threads);
+        EXPECT_GE(t.count(), 1);
+        EXPECT_LE(t.rows, std::max<int64_t>(1, m / 16)) << threads << " " << m << " " << n;
+        EXPECT_LE(t.cols, std::max<int64_t>(1, n / 16)) << threads << " " << m << " " << n;
+      }
+    }
+  }
+}
 
 // dbias is summed over the batch in increasing order whatever the thread
 // count (the backward pass hands its blocks to the pool together): the same
-// bits as a plain float loop, on 1, 2 and 5 threads, overwritten and added to.
+// bits as a plain float loop, on 1, 2, 5 and 16 threads, overwritten and added to.
 TEST(DenseLayer, BiasGradientIsThePlainSumOnAnyThreadCount) {
   const int64_t batch = 96, in = 200, out = 70;  // big enough for blocks on every thread count here
   const Layer l = randomLayer(batch, in, out);
@@ -95,7 +148,7 @@ TEST(DenseLayer, BiasGradientIsThePlainSumOnAnyThreadCount) {
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t j = 0; j < out; ++j) twice[j] += l.dy[b * out + j];
   }
-  for (int threads : {1, 2, 5}) {
+  for (int threads : {1, 2, 5, 16}) {
     auto k = makeKernels(threads);
     std::vector<float> gx(batch * in), gw(out * in), gb(out, 7.0f);
     ASSERT_TRUE(k->denseBackward(l.x.data(), l.w.data(), l.dy.data(), batch, in, out, gx.data(), gw.data(),
