@@ -9,6 +9,9 @@
 #      jobs with their cores split between workers and shards in other ways (cluster.worker_threads);
 #   5. the transport and the parameter server against ucx_perftest;
 #   (6. on request, PARTS=ab: the DLRM on this bundle against an earlier one, thread by thread.)
+# (7. on request, PARTS=cores: on 4, 8 and all the cores, C compute threads against C - 1.)
+# SCALING_THREADS and AB_THREADS name the thread counts below all the cores (all of them always
+# run; defaults "1 2 4 8 12" and "1 2 4 8"); AB_REPEATS runs each A/B pair that many times.
 # BUDGET (seconds, default 420: leave the call's timeout_s room for the last step) bounds the
 # whole: a step that would start after it is skipped and says so, so the device call ends with
 # everything that ran packed.
@@ -93,7 +96,7 @@ done
 threadCounts() {  # threadCounts N...: those below the cores, then all the cores, once each
   local t; for t in "$@"; do [ "$t" -lt "$all" ] && echo "$t"; done; echo "$all"
 }
-want scaling && for t in $(threadCounts 1 2 4 8 12); do
+want scaling && for t in $(threadCounts ${SCALING_THREADS:-1 2 4 8 12}); do
   step "scaling, $t threads (profiled)"
   runlog "scaling/dlrm-t$t" troupe train "${dlrm[@]}" --threads "$t" --set train.profile=true \
     --summary-json "$out/scaling/dlrm-t$t.json"
@@ -112,12 +115,14 @@ done
 # an earlier one in .gpu-old (its run.sh edited to unpack into /tmp/troupe-gpu-old), alternating.
 if want ab; then
   mkdir -p "$out/ab"
-  for t in 1 2 4 8 "$all"; do
-    for v in old new; do
-      b=.gpu; [ "$v" = old ] && b=.gpu-old
-      step "A/B: $v, $t threads"
-      runlog "ab/dlrm-$v-t$t" bash "$b/run.sh" troupe train "${dlrm[@]}" --threads "$t" \
-        --summary-json "$out/ab/dlrm-$v-t$t.json"
+  for t in $(threadCounts ${AB_THREADS:-1 2 4 8}); do
+    for r in $(seq 1 "${AB_REPEATS:-1}"); do
+      for v in old new; do
+        b=.gpu; [ "$v" = old ] && b=.gpu-old
+        n=dlrm-$v-t$t; [ "$r" -gt 1 ] && n=$n-r$r
+        step "A/B: $v, $t threads (round $r)"
+        runlog "ab/$n" bash "$b/run.sh" troupe train "${dlrm[@]}" --threads "$t" --summary-json "$out/ab/$n.json"
+      done
     done
   done
   step "A/B: new, $all threads, profiled"
@@ -125,6 +130,28 @@ if want ab; then
     --summary-json "$out/ab/profile-new.json"
 fi
 
+# PARTS=cores (not in the default): on C of the host's cores (taskset), one process with C compute
+# threads against C - 1, alternating, CORE_ROUNDS rounds (default 3); C is 4, 8 and all of them.
+# What run.threads = 0 takes in one process (workers::oneProcessThreads) comes from this table.
+if want cores; then
+  mkdir -p "$out/cores"
+  command -v taskset >/dev/null || echo "FAILED: no taskset" | tee -a "$out/steps.log"
+  tbin=(bash .gpu/run.sh troupe)
+  [ -n "${LOCAL_BUILD:-}" ] && tbin=("$(find "$LOCAL_BUILD" -name troupe -type f -perm -u+x | head -1)")
+  for c in $(threadCounts 4 8); do
+    for r in $(seq 1 "${CORE_ROUNDS:-3}"); do
+      for t in $((c - 1)) "$c"; do
+        for m in dlrm mlp; do
+          [ "$m" = mlp ] && [ "$c" -ne "$all" ] && continue  # (the MLP on all the cores only)
+          step "cores: $m on $c cores, $t threads (round $r)"
+          if [ "$m" = dlrm ]; then set -- "${dlrm[@]}"; else set -- "${mlp[@]}"; fi
+          runlog "cores/$m-c$c-t$t-r$r" taskset -c "0-$((c - 1))" "${tbin[@]}" train "$@" \
+            --threads "$t" --summary-json "$out/cores/$m-c$c-t$t-r$r.json"
+        done
+      done
+    done
+  done
+fi
 
 job() {  # job NAME SETTINGS...: the DLRM on all the cores
   step "job $1"

@@ -6,6 +6,7 @@ multi-process jobs against one process of the same run.
     python3 bench/device_cpu_report.py DIR
 """
 import glob
+import statistics
 import json
 import os
 import re
@@ -79,19 +80,37 @@ def main(root):
             cells = " | ".join(f"{per[t].get(k, 0.0):.3f}" for t in ts)
             print(f"| {k} | {cells} | {a / b if b else float('nan'):.2f}x | {100 * b / hi['train_seconds']:.1f}% |")
 
-    ab = {}
+    ab = {}  # threads -> old/new -> [samples/s of each round]
     for p in glob.glob(os.path.join(d, "ab", "dlrm-*-t*.json")):
         s = load(p)
         if s:
-            _, v, t = os.path.basename(p)[:-5].split("-")
-            ab.setdefault(int(t[1:]), {})[v] = s["samples_per_sec"]
+            parts = os.path.basename(p)[:-5].split("-")
+            ab.setdefault(int(parts[2][1:]), {}).setdefault(parts[1], []).append(s["samples_per_sec"])
     if ab:
         print("\n## DLRM, one process: this bundle (new) against the earlier one (old), alternating")
-        print("| threads | old samples/s | new samples/s | new / old |")
-        print("|---:|---:|---:|---:|")
+        print("| threads | rounds | old samples/s (median) | new samples/s (median) | new / old |")
+        print("|---:|---:|---:|---:|---:|")
         for t in sorted(ab):
-            o, n = ab[t].get("old"), ab[t].get("new")
-            print(f"| {t} | {o or 0:.0f} | {n or 0:.0f} | {n / o if o and n else float('nan'):.2f} |")
+            o, n = ab[t].get("old", []), ab[t].get("new", [])
+            om, nm = (statistics.median(o) if o else 0), (statistics.median(n) if n else 0)
+            rounds = min(len(o), len(n))
+            print(f"| {t} | {rounds} | {om:.0f} | {nm:.0f} | {nm / om if om and nm else float('nan'):.2f} |")
+
+    cores = {}  # (model, cores) -> threads -> [samples/s of each round]
+    for p in glob.glob(os.path.join(d, "cores", "*-c*-t*-r*.json")):
+        s = load(p)
+        if s:
+            m, c, t, _ = os.path.basename(p)[:-5].split("-")
+            cores.setdefault((m, int(c[1:])), {}).setdefault(int(t[1:]), []).append(s["samples_per_sec"])
+    if cores:
+        print("\n## One process on C cores (taskset): C compute threads against C - 1, alternating")
+        print("| model | cores | rounds | C - 1 threads (median) | C threads (median) | C - 1 / C |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for (m, c) in sorted(cores):
+            less, every = cores[(m, c)].get(c - 1, []), cores[(m, c)].get(c, [])
+            lm, em = (statistics.median(less) if less else 0), (statistics.median(every) if every else 0)
+            print(f"| {m} | {c} | {min(len(less), len(every))} | {lm:.0f} | {em:.0f} | "
+                  f"{lm / em if lm and em else float('nan'):.2f} |")
 
     for name in ("bench-transport", "bench-ps"):
         log = os.path.join(d, name + ".log")
