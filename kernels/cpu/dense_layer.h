@@ -18,11 +18,11 @@ namespace troupe::kernels::cpu {
 
 // How a product C[m x n] = A[m x k] B[k x n] is cut for `threads` threads:
 // `rows` blocks of C's rows by `cols` blocks of its columns (column blocks
-// start on multiples of 16 floats, so no two tiles write one cache line of a
-// row). Each tile's sgemm packs its rows of A and its columns of B, so the
-// tiles cost k (m cols + n rows) floats of packing between them: among the
-// cuts with the most tiles (at most one a thread, each at least 16 x 16 and
-// 2^19 flops), the one that packs least. A layer of 16 rows a thread packs the
+// start on multiples of 16 floats: where a row starts on a cache line, no two
+// tiles write one of its lines). Each tile's sgemm packs its rows of A and its
+// columns of B, so the tiles cost k (m cols + n rows) floats of packing
+// between them: among the cuts with the most tiles (at most one a thread,
+// each at least 16 x 16 and on average 2^19 flops), the one that packs least. A layer of 16 rows a thread packs the
 // whole weight matrix once a thread; a squarer cut packs a fraction of it.
 struct DenseTiles {
   int64_t rows = 1;

@@ -88,8 +88,8 @@ INSTANTIATE_TEST_SUITE_P(Large, DenseLayerTest,
 // on cache lines and widths that are not multiples of 16 (the DLRM's top
 // layers among them; more threads than cores is fine for correctness).
 INSTANTIATE_TEST_SUITE_P(Tiled, DenseLayerTest,
-                         ::testing::Values(Shape{256, 783, 128, 16}, Shape{256, 128, 64, 16}, Shape{256, 13, 64, 16},
-                                           Shape{100, 70, 50, 4}, Shape{37, 300, 200, 8}, Shape{300, 41, 33, 7},
+                         ::testing::Values(Shape{256, 783, 128, 16}, Shape{256, 128, 64, 16}, Shape{256, 130, 64, 16},
+                                           Shape{100, 700, 50, 4}, Shape{37, 300, 200, 8}, Shape{300, 410, 33, 7},
                                            Shape{64, 1000, 17, 16}));
 
 // The cut of a product over threads, against the cost model worked by hand:
@@ -138,30 +138,34 @@ TEST(DenseLayer, TilesAreTheMostThenTheLeastPacking) {
 // count (the backward pass hands its blocks to the pool together): the same
 // bits as a plain float loop, on 1, 2, 5 and 16 threads, overwritten and added to.
 TEST(DenseLayer, BiasGradientIsThePlainSumOnAnyThreadCount) {
-  const int64_t batch = 96, in = 200, out = 70;  // big enough for blocks on every thread count here
-  const Layer l = randomLayer(batch, in, out);
-  std::vector<float> plain(out, 0.0f);
-  for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t j = 0; j < out; ++j) plain[j] += l.dy[b * out + j];
-  }
-  std::vector<float> twice = plain;
-  for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t j = 0; j < out; ++j) twice[j] += l.dy[b * out + j];
-  }
-  for (int threads : {1, 2, 5, 16}) {
-    auto k = makeKernels(threads);
-    std::vector<float> gx(batch * in), gw(out * in), gb(out, 7.0f);
-    ASSERT_TRUE(k->denseBackward(l.x.data(), l.w.data(), l.dy.data(), batch, in, out, gx.data(), gw.data(),
-                                 gb.data(), false).isOk());
-    for (int64_t j = 0; j < out; ++j) ASSERT_EQ(gb[j], plain[j]) << "column " << j << ", " << threads << " threads";
-    ASSERT_TRUE(k->denseBackward(l.x.data(), l.w.data(), l.dy.data(), batch, in, out, nullptr, gw.data(), gb.data(),
-                                 true).isOk());
-    for (int64_t j = 0; j < out; ++j) ASSERT_EQ(gb[j], twice[j]) << "column " << j << ", " << threads << " threads";
-    // Without dw the bias is summed on its own, the same way.
-    std::vector<float> alone(out, 7.0f);
-    ASSERT_TRUE(k->denseBackward(l.x.data(), l.w.data(), l.dy.data(), batch, in, out, gx.data(), nullptr,
-                                 alone.data(), false).isOk());
-    EXPECT_EQ(alone, plain) << threads << " threads";
+  // 96 x 200 x 70: dw in one row block of 2-5 column blocks; 256 x 783 x
+  // 128 (the DLRM's first top layer): dw in 2 row blocks of 8 on 16 threads.
+  for (auto [batch, in, out] : {std::tuple<int64_t, int64_t, int64_t>{96, 200, 70}, {256, 783, 128}}) {
+    const Layer l = randomLayer(batch, in, out);
+    std::vector<float> plain(out, 0.0f);
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t j = 0; j < out; ++j) plain[j] += l.dy[b * out + j];
+    }
+    std::vector<float> twice = plain;
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t j = 0; j < out; ++j) twice[j] += l.dy[b * out + j];
+    }
+    for (int threads : {1, 2, 5, 16}) {
+      SCOPED_TRACE(::testing::Message() << batch << " x " << in << " x " << out << ", " << threads << " threads");
+      auto k = makeKernels(threads);
+      std::vector<float> gx(batch * in), gw(out * in), gb(out, 7.0f);
+      ASSERT_TRUE(k->denseBackward(l.x.data(), l.w.data(), l.dy.data(), batch, in, out, gx.data(), gw.data(),
+                                   gb.data(), false).isOk());
+      for (int64_t j = 0; j < out; ++j) ASSERT_EQ(gb[j], plain[j]) << "column " << j;
+      ASSERT_TRUE(k->denseBackward(l.x.data(), l.w.data(), l.dy.data(), batch, in, out, nullptr, gw.data(),
+                                   gb.data(), true).isOk());
+      for (int64_t j = 0; j < out; ++j) ASSERT_EQ(gb[j], twice[j]) << "column " << j;
+      // Without dw the bias is summed on its own, the same way.
+      std::vector<float> alone(out, 7.0f);
+      ASSERT_TRUE(k->denseBackward(l.x.data(), l.w.data(), l.dy.data(), batch, in, out, gx.data(), nullptr,
+                                   alone.data(), false).isOk());
+      EXPECT_EQ(alone, plain);
+    }
   }
 }
 
