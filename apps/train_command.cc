@@ -508,12 +508,7 @@ int runTrain(const TrainFlags& flags) {
   if (flags.baseline && config.getStringList("faults.plan").empty()) {
     TROUPE_SETUP_ERROR("--baseline goes with a fault plan (--fault SPEC or [[faults]] in the config)");
   }
-  // run.threads = 0 in one process: the machine's cores, less one from 8 on
-  // (workers::oneProcessThreads); a multi-process job's processes choose
-  // their own (cluster.worker_threads, cluster.server_threads).
-  const bool threadsChosen = config.getInt("run.threads") == 0 && config.getInt("cluster.workers") <= 0;
-  const int threads =
-      threadsChosen ? workers::oneProcessThreads(ComputePool::hardwareThreads()) : resolveThreads(config);
+  const int threads = resolveThreads(config);
   workers::WorkerOptions worker;
   worker.core = modelOptions(config, threads);
   worker.epochs = positive(config, "train.epochs");
@@ -547,13 +542,8 @@ int runTrain(const TrainFlags& flags) {
     worker.core.countScale = countScale(config, data.train->rowsPerEpoch());
     worker.lrDecayPerEpoch = 1;  // every update adds its count, in every epoch
   }
-  log->info("train: {} on {}, {} compute threads{}, run directory {}; dense kernels: OpenBLAS {}",
-            config.getString("model.kind"), data.description, threads,
-            threadsChosen && threads < ComputePool::hardwareThreads()
-                ? fmt::format(" (run.threads = 0: {} cores, one left to the loader and the actors)",
-                              ComputePool::hardwareThreads())
-                : std::string(),
-            runDir, kernels::describeBlasCore());
+  log->info("train: {} on {}, {} threads, run directory {}; dense kernels: OpenBLAS {}",
+            config.getString("model.kind"), data.description, threads, runDir, kernels::describeBlasCore());
 
   workers::InProcessJob job;
   job.train = data.train;

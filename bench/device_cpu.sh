@@ -132,7 +132,8 @@ fi
 
 # PARTS=cores (not in the default): on C of the host's cores (taskset), one process with C compute
 # threads against C - 1, alternating, CORE_ROUNDS rounds (default 3); C is 4, 8 and all of them.
-# What run.threads = 0 takes in one process (workers::oneProcessThreads) comes from this table.
+# Does a core left to the loader and the actor threads help? (Measured 2026-11-28: no; RESULTS.md,
+# "A core left free".)
 if want cores; then
   mkdir -p "$out/cores"
   command -v taskset >/dev/null || echo "FAILED: no taskset" | tee -a "$out/steps.log"
@@ -144,8 +145,8 @@ if want cores; then
         for m in dlrm mlp; do
           [ "$m" = mlp ] && [ "$c" -ne "$all" ] && continue  # (the MLP on all the cores only)
           step "cores: $m on $c cores, $t threads (round $r)"
-          if [ "$m" = dlrm ]; then set -- "${dlrm[@]}"; else set -- "${mlp[@]}"; fi
-          runlog "cores/$m-c$c-t$t-r$r" taskset -c "0-$((c - 1))" "${tbin[@]}" train "$@" \
+          if [ "$m" = dlrm ]; then args=("${dlrm[@]}"); else args=("${mlp[@]}"); fi
+          runlog "cores/$m-c$c-t$t-r$r" taskset -c "0-$((c - 1))" "${tbin[@]}" train "${args[@]}" \
             --threads "$t" --summary-json "$out/cores/$m-c$c-t$t-r$r.json"
         done
       done
@@ -153,7 +154,7 @@ if want cores; then
   done
 fi
 
-job() {  # job NAME SETTINGS...: the DLRM on all the cores
+job() {  # job NAME SETTINGS...: the DLRM on all the cores (one-process: as run.threads = 0 runs it)
   step "job $1"
   local name=$1; shift
   runlog "jobs/$name" troupe train "${dlrm[@]}" --log-level info "$@" --summary-json "$out/jobs/$name.json"
@@ -179,6 +180,7 @@ if want jobs; then
   job allreduce-W4 --set cluster.workers=4 --set train.mode=allreduce
   job allreduce-W8 --set cluster.workers=8 --set train.mode=allreduce
   job one-process-8 --threads 8
+  job one-process-all --threads "$all"
   job one-process-again
 fi
 

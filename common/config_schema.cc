@@ -14,7 +14,7 @@ std::vector<Config::Key> troupeConfigSchema() {
   constexpr double kMaxExactInt = 9007199254740992.0;
   return {
       // ---- run ----
-      {"run.threads", T::kInt, int64_t{0}, "compute threads (OpenBLAS and kernels); 0 = the machine's cores (one process on 8 or more: all but one)", closed(0, 4096)},
+      {"run.threads", T::kInt, int64_t{0}, "compute threads (OpenBLAS and kernels); 0 = all cores", closed(0, 4096)},
       {"run.seed", T::kInt, int64_t{1}, "seed for initialisation and shuffling", closed(0, kMaxExactInt)},
       {"run.dir", T::kString, std::string("runs"), "where run directories are made"},
       {"run.name", T::kString, std::string(""), "run directory name; empty = <time>-<model>"},

@@ -13,11 +13,6 @@
 
 namespace troupe::workers {
 
-int oneProcessThreads(int cores) {
-  if (cores < 1) return 1;
-  return cores >= kOneCoreFreeFrom ? cores - 1 : cores;
-}
-
 Expected<TrainReport> runInProcess(const InProcessJob& job) {
   // One compute pool for the process: the worker and the table holder share it.
   std::shared_ptr<kernels::Kernels> plain = kernels::createKernels({kernels::Device::kCpu, job.worker.core.threads});

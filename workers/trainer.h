@@ -19,17 +19,6 @@
 
 namespace troupe::workers {
 
-// The compute threads (the pool, its caller included) of a job in one
-// process when run.threads is 0: every core on a host of fewer than
-// kOneCoreFreeFrom cores, every core but one from there on. The loader parses
-// text, and the table holder and the actor threads run beside the pool; with
-// a pool thread on every core they take turns with it, and each split of a
-// kernel waits for its part whose thread lost its core. On the 16-core host
-// (bench/RESULTS.md, "A core left free") a pool on all 16 trained the DLRM and
-// the MLP slower than one on 15.
-constexpr int kOneCoreFreeFrom = 8;
-int oneProcessThreads(int cores);
-
 struct InProcessJob {
   WorkerOptions worker;
   std::shared_ptr<BatchSource> train;

@@ -9,7 +9,6 @@
 #include "workers/dense_parameters.h"
 #include "workers/dlrm_model.h"
 #include "workers/mlp.h"
-#include "workers/trainer.h"
 
 namespace troupe::workers {
 namespace {
@@ -41,18 +40,6 @@ double numericGrad(float* x, Fn f, float h) {
 
 void expectGradClose(double analytic, double numeric, const char* what, int64_t index) {
   EXPECT_NEAR(analytic, numeric, 2e-3 + 2e-2 * std::fabs(numeric)) << what << " " << index;
-}
-
-// run.threads = 0 in one process: every core below 8 cores, every core but
-// one from 8 on (at least one thread however few cores are reported).
-TEST(OneProcessThreadsTest, EveryCoreBelowEightThenAllButOne) {
-  EXPECT_EQ(oneProcessThreads(0), 1);
-  EXPECT_EQ(oneProcessThreads(1), 1);
-  EXPECT_EQ(oneProcessThreads(2), 2);
-  EXPECT_EQ(oneProcessThreads(7), 7);
-  EXPECT_EQ(oneProcessThreads(8), 7);
-  EXPECT_EQ(oneProcessThreads(16), 15);
-  EXPECT_EQ(oneProcessThreads(128), 127);
 }
 
 TEST(MlpTest, GradientsMatchFiniteDifferences) {
