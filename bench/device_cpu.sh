@@ -11,7 +11,8 @@
 #   (6. on request, PARTS=ab: the DLRM on this bundle against an earlier one, thread by thread.)
 # (7. on request, PARTS=cores: on 4, 8 and all the cores, C compute threads against C - 1.)
 # SCALING_THREADS and AB_THREADS name the thread counts below all the cores (all of them always
-# run; defaults "1 2 4 8 12" and "1 2 4 8"); AB_REPEATS runs each A/B pair that many times.
+# run; defaults "1 2 4 8 12" and "1 2 4 8"); AB_REPEATS runs each A/B pair that many times, and
+# AB_PROFILE=1 runs them with train.profile on (the report then gives the dense layers' wall time).
 # BUDGET (seconds, default 420: leave the call's timeout_s room for the last step) bounds the
 # whole: a step that would start after it is skipped and says so, so the device call ends with
 # everything that ran packed.
@@ -121,7 +122,8 @@ if want ab; then
         b=.gpu; [ "$v" = old ] && b=.gpu-old
         n=dlrm-$v-t$t; [ "$r" -gt 1 ] && n=$n-r$r
         step "A/B: $v, $t threads (round $r)"
-        runlog "ab/$n" bash "$b/run.sh" troupe train "${dlrm[@]}" --threads "$t" --summary-json "$out/ab/$n.json"
+        runlog "ab/$n" bash "$b/run.sh" troupe train "${dlrm[@]}" --threads "$t" --summary-json "$out/ab/$n.json" \
+          ${AB_PROFILE:+--set train.profile=true}
       done
     done
   done

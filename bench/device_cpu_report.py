@@ -81,11 +81,16 @@ def main(root):
             print(f"| {k} | {cells} | {a / b if b else float('nan'):.2f}x | {100 * b / hi['train_seconds']:.1f}% |")
 
     ab = {}  # threads -> old/new -> [samples/s of each round]
+    dense = {}  # threads -> old/new -> [wall seconds of denseForward + denseBackward] (AB_PROFILE runs)
     for p in glob.glob(os.path.join(d, "ab", "dlrm-*-t*.json")):
         s = load(p)
         if s:
             parts = os.path.basename(p)[:-5].split("-")
             ab.setdefault(int(parts[2][1:]), {}).setdefault(parts[1], []).append(s["samples_per_sec"])
+            walls = [k["wall_seconds"] for k in s.get("kernel_profile", [])
+                     if k["kernel"] in ("denseForward", "denseBackward")]
+            if len(walls) == 2:
+                dense.setdefault(int(parts[2][1:]), {}).setdefault(parts[1], []).append(sum(walls))
     if ab:
         print("\n## DLRM, one process: this bundle (new) against the earlier one (old), alternating")
         print("| threads | rounds | old samples/s (median) | new samples/s (median) | new / old |")
@@ -95,6 +100,14 @@ def main(root):
             om, nm = (statistics.median(o) if o else 0), (statistics.median(n) if n else 0)
             rounds = min(len(o), len(n))
             print(f"| {t} | {rounds} | {om:.0f} | {nm:.0f} | {nm / om if om and nm else float('nan'):.2f} |")
+    if dense:
+        print("\n## The dense layers (denseForward + denseBackward, wall seconds, medians), new against old")
+        print("| threads | old s | new s | old / new |")
+        print("|---:|---:|---:|---:|")
+        for t in sorted(dense):
+            o, n = dense[t].get("old", []), dense[t].get("new", [])
+            om, nm = (statistics.median(o) if o else 0), (statistics.median(n) if n else 0)
+            print(f"| {t} | {om:.3f} | {nm:.3f} | {om / nm if om and nm else float('nan'):.2f} |")
 
     cores = {}  # (model, cores) -> threads -> [samples/s of each round]
     for p in glob.glob(os.path.join(d, "cores", "*-c*-t*-r*.json")):
