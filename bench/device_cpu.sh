@@ -12,7 +12,8 @@
 # (7. on request, PARTS=cores: on 4, 8 and all the cores, C compute threads against C - 1.)
 # SCALING_THREADS and AB_THREADS name the thread counts below all the cores (all of them always
 # run; defaults "1 2 4 8 12" and "1 2 4 8"); AB_REPEATS runs each A/B pair that many times, and
-# AB_PROFILE=1 runs them with train.profile on (the report then gives the dense layers' wall time).
+# AB_PROFILE (any non-empty value) runs them with train.profile on (the report then gives the dense
+# layers' wall time).
 # BUDGET (seconds, default 420: leave the call's timeout_s room for the last step) bounds the
 # whole: a step that would start after it is skipped and says so, so the device call ends with
 # everything that ran packed.
@@ -135,7 +136,7 @@ fi
 # PARTS=cores (not in the default): on C of the host's cores (taskset), one process with C compute
 # threads against C - 1, alternating, CORE_ROUNDS rounds (default 3); C is 4, 8 and all of them.
 # Does a core left to the loader and the actor threads help? (Measured 2026-11-28: no; RESULTS.md,
-# "A core left free".)
+# "Dense layers in tiles, and whether a core left free helps".)
 if want cores; then
   mkdir -p "$out/cores"
   command -v taskset >/dev/null || echo "FAILED: no taskset" | tee -a "$out/steps.log"

@@ -135,8 +135,9 @@ def main(root):
     ones = [j["samples_per_sec"] for n, j in jobs.items() if j and n in ("one-process", "one-process-again")]
     if jobs and ones:
         one = sum(ones) / len(ones)
-        threads = sorted({j.get("threads") for n, j in jobs.items() if j and n in ("one-process", "one-process-again")})
-        print(f"\n## DLRM jobs (one process as run.threads = 0 runs it, {threads} compute threads: mean of "
+        threads = sorted({str(j.get("threads", "?")) for n, j in jobs.items()
+                          if j and n in ("one-process", "one-process-again")})
+        print(f"\n## DLRM jobs (one process as run.threads = 0 runs it, {', '.join(threads)} compute threads: mean of "
               f"{len(ones)} runs, {one:.0f} samples/s)")
         print("| job | samples/s | x one process | test AUC |")
         print("|---|---:|---:|---:|")
