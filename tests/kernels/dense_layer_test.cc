@@ -94,7 +94,8 @@ INSTANTIATE_TEST_SUITE_P(Tiled, DenseLayerTest,
 
 // The cut of a product over threads, against the cost model worked by hand:
 // the most tiles (one a thread at most, each at least 16 x 16 and 2^19
-// flops), then the least packing, k (m cols + n rows).
+// flops); blocks of whole rows where they are 64 rows or more; else the
+// least packing, k (m cols + n rows).
 TEST(DenseLayer, TilesAreTheMostThenTheLeastPacking) {
   auto is = [](DenseTiles t, int64_t rows, int64_t cols) { return t.rows == rows && t.cols == cols; };
   // One thread, or too little work: one tile.
@@ -112,10 +113,19 @@ TEST(DenseLayer, TilesAreTheMostThenTheLeastPacking) {
   // dw 128 x 783 (k 256): (1,16) 2048 + 783 = 2831, (2,8) 1024 + 1566 = 2590,
   // (4,4) 512 + 3132, (8,2) 256 + 6264.
   EXPECT_TRUE(is(denseTiles(16, 128, 783, 256), 2, 8));
-  // Two threads, forward: (2,1) packs 256 + 256 = 512, (1,2) 512 + 128 = 640.
+  // Two threads: blocks of 128 and 64 whole rows, though (1,2) would pack
+  // less for dw (256 + 783 = 1039 against 128 + 1566 = 1694) and for dx.
   EXPECT_TRUE(is(denseTiles(2, 256, 128, 783), 2, 1));
-  // Two threads, dw: (1,2) 256 + 783 = 1039, (2,1) 128 + 1566 = 1694.
-  EXPECT_TRUE(is(denseTiles(2, 128, 783, 256), 1, 2));
+  EXPECT_TRUE(is(denseTiles(2, 128, 783, 256), 2, 1));
+  EXPECT_TRUE(is(denseTiles(2, 256, 783, 128), 2, 1));
+  // Four threads: the forward's 256 rows in 4 blocks of 64; dw's 128 rows
+  // would be blocks of 32, so the least packing: (1,4) 512 + 783 = 1295,
+  // (2,2) 256 + 1566 = 1822, (4,1) 128 + 3132 = 3260.
+  EXPECT_TRUE(is(denseTiles(4, 256, 128, 783), 4, 1));
+  EXPECT_TRUE(is(denseTiles(4, 128, 783, 256), 1, 4));
+  // Eight threads, forward: 32-row blocks are too thin; (4,2) packs
+  // 512 + 512 = 1024, (2,4) 1024 + 256 = 1280, (8,1) 256 + 1024 = 1280.
+  EXPECT_TRUE(is(denseTiles(8, 256, 128, 783), 4, 2));
   // Work for 4 tiles of 2^19 flops (2 * 128 * 64 * 128 = 2^21) on 16 threads.
   EXPECT_EQ(denseTiles(16, 128, 64, 128).count(), 4);
   // Narrow: 17 columns are 2 cache lines but one 16-wide tile at most; 40 rows are 2 row blocks.
