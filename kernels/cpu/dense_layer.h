@@ -24,8 +24,9 @@ namespace troupe::kernels::cpu {
 // between them: among the cuts with the most tiles (at most one a thread,
 // each at least 16 x 16 and on average 2^19 flops), the one that packs least;
 // but where blocks of whole rows, each at least 64 tall, give that many tiles,
-// those (their packing is a small part of their work, and on 2 threads they
-// ran faster than the cut that packs least on Zen 3; bench/RESULTS.md). A layer of 16 rows a thread packs the
+// those are kept (their packing is a small part of their work, and on 2
+// threads they ran faster than the cut that packs least on Zen 3;
+// bench/RESULTS.md). A layer of 16 rows a thread packs the
 // whole weight matrix once a thread; a squarer cut packs a fraction of it.
 struct DenseTiles {
   int64_t rows = 1;
