@@ -105,7 +105,8 @@ std::vector<Config::Key> troupeConfigSchema() {
        "removed (kept so that older run directories load): use a slow fault, --fault kind=slow,target=worker:N,...", closed(-1, 256)},
       {"cluster.slow_ms", T::kInt, int64_t{0}, "removed: see cluster.slow_worker", closed(0, 3600000)},
       {"ps.consistency", T::kString, std::string("bsp"),
-       "bsp (every step sees every worker's previous step), ssp (at most ps.staleness steps ahead) or asp"},
+       "bsp (every step sees every worker's previous step), ssp (at most ps.staleness steps ahead) or asp",
+       {}, {"bsp", "ssp", "asp"}},
       {"ps.staleness", T::kInt, int64_t{4}, "ssp: how many steps a worker may run ahead of the slowest", closed(0, 1e+09)},
       {"ps.stale_lr", T::kString, std::string("none"),
        "none, or inverse: an ASP / SSP push's learning rate divided by its staleness + 1 (the updates its gradient "
@@ -148,7 +149,8 @@ std::vector<Config::Key> troupeConfigSchema() {
        "live worker process running the fewest ranks takes the lost rank as well and resumes its share where the "
        "shards left it; in allreduce and hybrid mode with the ring the others form the group without it, redo the "
        "step and divide what is left of the data among themselves, hybrid with BSP shards only, which first undo "
-       "the step the lost rank may have left half pushed) or fail (the job ends, naming the worker)"},
+       "the step the lost rank may have left half pushed) or fail (the job ends, naming the worker)",
+       {}, {"restart", "shrink", "fail"}},
       {"supervision.max_restarts", T::kInt, int64_t{3},
        "restarts of one rank allowed within supervision.restart_window_s; one more fails the job", closed(0, 1000000)},
       {"supervision.restart_window_s", T::kInt, int64_t{300}, "see supervision.max_restarts", closed(1, 31536000)},

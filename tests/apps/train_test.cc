@@ -471,6 +471,9 @@ TEST(TrainTest, BadConfigurationsAreOneLineErrors) {
       {{"pipeline.stages=3", "pipeline.cut=2"}, "pipeline.cut '2' makes 2 stages; pipeline.stages is 3"},
       {{"pipeline.micro_batches=0"}, "pipeline.micro_batches must be in [1, 4096], got 0"},
       {{"ps.stale_lr=half"}, "ps.stale_lr must be none or inverse, got 'half'"},
+      // Refused in one process too, where no shard or worker loss would have read them.
+      {{"ps.consistency=bps"}, "ps.consistency must be one of bsp, ssp, asp, got 'bps'"},
+      {{"supervision.on_worker_loss=retry"}, "supervision.on_worker_loss must be one of restart, shrink, fail, got 'retry'"},
       {{"ps.delay_compensation=-0.5"}, "ps.delay_compensation must be in [0, 1000000], got -0.5"},
       {{"ps.stale_lr=inverse", "ps.replicas=2"}, "ps.stale_lr = inverse with ps.replicas = 2: a backup serves no pulls"},
       {{"train.eval_every_steps=-1"}, "train.eval_every_steps must be in [0, 1000000000000], got -1"},
