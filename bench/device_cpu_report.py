@@ -80,24 +80,28 @@ def main(root):
             cells = " | ".join(f"{per[t].get(k, 0.0):.3f}" for t in ts)
             print(f"| {k} | {cells} | {a / b if b else float('nan'):.2f}x | {100 * b / hi['train_seconds']:.1f}% |")
 
+    def median(xs):  # 0 for none
+        return statistics.median(xs) if xs else 0
+
     ab = {}  # threads -> old/new -> [samples/s of each round]
     dense = {}  # threads -> old/new -> [wall seconds of denseForward + denseBackward] (AB_PROFILE runs)
     for p in glob.glob(os.path.join(d, "ab", "dlrm-*-t*.json")):
         s = load(p)
         if s:
             parts = os.path.basename(p)[:-5].split("-")
-            ab.setdefault(int(parts[2][1:]), {}).setdefault(parts[1], []).append(s["samples_per_sec"])
+            t, v = int(parts[2][1:]), parts[1]
+            ab.setdefault(t, {}).setdefault(v, []).append(s["samples_per_sec"])
             walls = [k["wall_seconds"] for k in s.get("kernel_profile", [])
                      if k["kernel"] in ("denseForward", "denseBackward")]
             if len(walls) == 2:
-                dense.setdefault(int(parts[2][1:]), {}).setdefault(parts[1], []).append(sum(walls))
+                dense.setdefault(t, {}).setdefault(v, []).append(sum(walls))
     if ab:
         print("\n## DLRM, one process: this bundle (new) against the earlier one (old), alternating")
         print("| threads | rounds | old samples/s (median) | new samples/s (median) | new / old |")
         print("|---:|---:|---:|---:|---:|")
         for t in sorted(ab):
             o, n = ab[t].get("old", []), ab[t].get("new", [])
-            om, nm = (statistics.median(o) if o else 0), (statistics.median(n) if n else 0)
+            om, nm = median(o), median(n)
             rounds = min(len(o), len(n))
             print(f"| {t} | {rounds} | {om:.0f} | {nm:.0f} | {nm / om if om and nm else float('nan'):.2f} |")
     if dense:
@@ -106,7 +110,7 @@ def main(root):
         print("|---:|---:|---:|---:|")
         for t in sorted(dense):
             o, n = dense[t].get("old", []), dense[t].get("new", [])
-            om, nm = (statistics.median(o) if o else 0), (statistics.median(n) if n else 0)
+            om, nm = median(o), median(n)
             print(f"| {t} | {om:.3f} | {nm:.3f} | {om / nm if om and nm else float('nan'):.2f} |")
 
     cores = {}  # (model, cores) -> threads -> [samples/s of each round]
@@ -121,7 +125,7 @@ def main(root):
         print("|---|---:|---:|---:|---:|---:|")
         for (m, c) in sorted(cores):
             less, every = cores[(m, c)].get(c - 1, []), cores[(m, c)].get(c, [])
-            lm, em = (statistics.median(less) if less else 0), (statistics.median(every) if every else 0)
+            lm, em = median(less), median(every)
             print(f"| {m} | {c} | {min(len(less), len(every))} | {lm:.0f} | {em:.0f} | "
                   f"{lm / em if lm and em else float('nan'):.2f} |")
 

@@ -24,7 +24,8 @@ constexpr int64_t kWideRows = 64;        // row blocks this tall keep whole rows
 constexpr int64_t kMinTileFlops = 1 << 19;  // about 5 us of one core: less is not worth a hand-off
 constexpr int64_t kLine = 16;            // floats in a cache line: column cuts fall on these
 
-// Tile t of `tiles` over C[m x n]: its rows [r0, r1) and columns [c0, c1).
+// Tile t of `tiles` over C[m x n]: its rows [r0, r1) and columns [c0, c1),
+// never empty for m, n >= 1 (rows <= m / 16 or 1, cols <= the cache lines of n).
 struct Tile {
   int64_t r0, r1, c0, c1;
 };
@@ -48,8 +49,8 @@ DenseTiles denseTiles(int threads, int64_t m, int64_t n, int64_t k) {
   // stay whole rows: each sgemm then packs the other operand once for at
   // least 64 rows of work. (Measured on 2 threads: cutting such a product by
   // columns to pack less ran slower on Zen 3 and no faster on the lent Xeon.)
-  const int64_t maxRows = std::max<int64_t>(1, m / kMinSide);
   if (m / most >= kWideRows) return DenseTiles{most, 1};
+  const int64_t maxRows = std::max<int64_t>(1, m / kMinSide);
   const int64_t maxCols = std::max<int64_t>(1, std::min(n / kMinSide, (n + kLine - 1) / kLine));
   int64_t bestPacking = 0;
   for (int64_t rows = 1; rows <= std::min(most, maxRows); ++rows) {
@@ -87,7 +88,6 @@ Status denseForward(ComputePool& pool, const float* x, const float* w, const flo
   TROUPE_CHECK(y != nullptr && (in == 0 || (x != nullptr && w != nullptr)), "denseForward: null pointer");
   // y[batch x out] = x w^T + bias, tiled over y.
   forTiles(pool, denseTiles(pool.threads(), batch, out, in), batch, out, [&](const Tile& t) {
-    if (t.r1 == t.r0 || t.c1 == t.c0) return;
     for (int64_t b = t.r0; b < t.r1; ++b) {
       float* __restrict row = y + b * out;
       if (bias != nullptr) {
@@ -133,16 +133,12 @@ Status denseBackward(ComputePool& pool, const float* x, const float* w, const fl
   const DenseTiles dxTiles = gemmDx ? denseTiles(pool.threads(), batch, in, out) : DenseTiles{0, 0};
   const DenseTiles dwTiles = gemmDw ? denseTiles(pool.threads(), out, in, batch) : DenseTiles{0, 0};
   auto dxTile = [&](const Tile& t) {
-    if (t.r1 == t.r0 || t.c1 == t.c0) return;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(t.r1 - t.r0), int(t.c1 - t.c0), int(out), 1.0f,
                 dy + t.r0 * out, int(out), w + t.c0, int(in), 0.0f, dx + t.r0 * in + t.c0, int(in));
   };
   auto dwTile = [&](const Tile& t) {
-    if (t.r1 == t.r0) return;
-    if (t.c1 > t.c0) {
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(t.r1 - t.r0), int(t.c1 - t.c0), int(batch), 1.0f,
-                  dy + t.r0, int(out), x + t.c0, int(in), beta, dw + t.r0 * in + t.c0, int(in));
-    }
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(t.r1 - t.r0), int(t.c1 - t.c0), int(batch), 1.0f,
+                dy + t.r0, int(out), x + t.c0, int(in), beta, dw + t.r0 * in + t.c0, int(in));
     if (biasInDw && t.c0 == 0) biasColumns(t.r0, t.r1);
   };
   const int64_t dxCount = dxTiles.count(), dwCount = dwTiles.count();
