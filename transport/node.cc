@@ -1197,6 +1197,7 @@ NodeStats UcxNode::stats() const {
   s.handshakesRefused = k.refused;
   s.handshakesTimedOut = k.handshakesTimedOut;
   s.idleClosed = k.idleClosed;
+  s.framesHandedOver = k.framesHandedOver;
   s.handshakesAbandoned = k.handshakesAbandoned;
   s.connectionRequests = k.connectionRequests;
   s.heartbeatsSent = k.heartbeats;

@@ -151,6 +151,10 @@ struct NodeStats {
                                         // out, abandoned, or through the handshake)
   uint64_t heartbeatsSent = 0;
   uint64_t peersDown = 0;
+  // Frames held for this node's connection to a peer while the peer's own
+  // connection to it was the first one ready (both sides connected at
+  // once), sent over that one before anything after them.
+  uint64_t framesHandedOver = 0;
   // Reliable links (NodeOptions::reliableLinks): frames sent again on
   // request, duplicates suppressed, frames that waited for an earlier one,
   // resend requests; and the message faults injected here.

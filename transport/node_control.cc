@@ -159,10 +159,23 @@ void UcxNode::Impl::becomeReady(Connection* c) {
   if (connecting_.count(c->peerId) && connecting_[c->peerId] == c) connecting_.erase(c->peerId);
   if (!byPeer_.count(c->peerId)) byPeer_[c->peerId] = c;
   Connection* sender = byPeer_[c->peerId];
-  auto outbox = std::move(c->outbox);
-  for (auto& [e, t] : outbox) sendRaw(sender, std::move(e), std::move(t));  // no-op once closed
-  auto rawOutbox = std::move(c->rawOutbox);
-  for (auto& [bytes, flips] : rawOutbox) sendRawBytes(c->peerId, std::move(bytes), &flips);
+  // Every frame to the peer goes over `sender` from now on. Where both
+  // sides connected at once, this node's own connection to the peer may
+  // still be in its handshake, holding what was sent before this one was
+  // ready: that goes first, here, or the frames sent from now on would
+  // overtake it (and CAF's order between two actors would not hold).
+  std::vector<Connection*> waiting;
+  if (auto it = connecting_.find(c->peerId); it != connecting_.end() && it->second != c) waiting.push_back(it->second);
+  waiting.push_back(c);
+  for (Connection* w : waiting) {
+    if (w != c) counters_.framesHandedOver += w->outbox.size() + w->rawOutbox.size();
+    auto outbox = std::move(w->outbox);
+    w->outbox.clear();
+    for (auto& [e, t] : outbox) sendRaw(sender, std::move(e), std::move(t));  // no-op once closed
+    auto rawOutbox = std::move(w->rawOutbox);
+    w->rawOutbox.clear();
+    for (auto& [bytes, flips] : rawOutbox) sendRawBytes(c->peerId, std::move(bytes), &flips);
+  }
   if (c->state == State::kClosed) return;
   if (c->outgoing && !options_.isCoordinator && isCoordinatorAddress(c->address)) {
     sendControl(c, kJoin, encodeJoin(Member{options_.nodeId, options_.role, options_.listenHost, port_}));

@@ -93,6 +93,18 @@ caf::behavior echoActor(caf::stateful_actor<EchoState>* self, RemoteActors* remo
             .then([=](int64_t sum) mutable { rp.deliver(sum); }, [=](caf::error& e) mutable { rp.deliver(e); });
         return rp;
       },
+      [=](burst_atom, uint64_t peer, int64_t n) {
+        // seq 0 .. n-1 to the peer's echo, 50 every millisecond or so: the
+        // first opens this node's connection to it, and the rest go on
+        // while the handshakes of both sides' connections finish.
+        auto dest = remote->remoteActor(peer, "echo");
+        for (int64_t i = 0; i < n; ++i) {
+          self->send(dest, seq_atom::value, i);
+          if (i % 50 == 49) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        return n;
+      },
+      [=](handed_atom) { return int64_t(remote->node().stats().framesHandedOver); },
       [=](garbage_atom, uint64_t peer) {
         auto frames = garbageFrames(selfId);
         const int64_t n = int64_t(frames.size());

@@ -33,6 +33,8 @@ using relay_atom = caf::atom_constant<caf::atom("relay")>;
 using garbage_atom = caf::atom_constant<caf::atom("garbage")>;
 using quit_atom = caf::atom_constant<caf::atom("quit")>;
 using whoami_atom = caf::atom_constant<caf::atom("whoami")>;
+using burst_atom = caf::atom_constant<caf::atom("burst")>;
+using handed_atom = caf::atom_constant<caf::atom("handed")>;
 
 // A request from a fresh scoped actor: the reply, or the error, as a message.
 // (CAF 0.17 hands a reply of a type the handler did not name to the error

@@ -204,7 +204,7 @@ class UcxNode::Impl {
     std::atomic<uint64_t> framesSent{0}, framesReceived{0}, bytesSent{0}, bytesReceived{0}, malformed{0},
         unauthenticated{0}, refused{0}, heartbeats{0}, peersDown{0}, handshakesTimedOut{0}, idleClosed{0},
         handshakesAbandoned{0}, connectionRequests{0}, sealsRefused{0},
-        unsealedRefused{0};
+        unsealedRefused{0}, framesHandedOver{0};
     std::array<std::atomic<uint64_t>, kTrafficLabels> trafficFrames{}, trafficBytes{};
   } counters_;
 
