@@ -1,5 +1,6 @@
 #include "actors/fault_injector.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -89,47 +90,113 @@ void killActor(int64_t fault, const std::string& name, const caf::actor& actor) 
   caf::anon_send_exit(actor, caf::exit_reason::kill);
 }
 
-void stopThisProcess(int64_t fault, std::chrono::milliseconds duration) {
+namespace {
+
+// How often a stop fault's waker looks at the stopped process.
+constexpr int64_t kStopCheckMs = 20;
+
+// Whether the process whose /proc/PID/stat is `statPath` is stopped (state
+// T or t); async-signal-safe (open, read, close). Unreadable counts as
+// stopped (nothing to do about it).
+bool processStopped(const char* statPath) {
+  const int fd = ::open(statPath, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return true;
+  char buf[512];
+  ssize_t n = 0;
+  while ((n = ::read(fd, buf, sizeof buf - 1)) == -1 && errno == EINTR) {
+  }
+  ::close(fd);
+  if (n <= 0) return true;
+  buf[n] = '\0';
+  // "pid (comm) S ...": the state follows the last ')' (comm may hold one).
+  const char* close = nullptr;
+  for (const char* p = buf; *p; ++p) {
+    if (*p == ')') close = p;
+  }
+  if (close == nullptr || close[1] != ' ') return true;
+  return close[2] == 'T' || close[2] == 't';
+}
+
+}  // namespace
+
+int stopThisProcess(int64_t fault, std::chrono::milliseconds duration) {
   const pid_t self = ::getpid();
   logger("job")->warn("fault {}: stop: SIGSTOP to this process (pid {}) for {:.3f} s", fault, self,
                       duration.count() / 1000.0);
   spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& l) { l->flush(); });
   const int64_t ms = std::max<int64_t>(1, duration.count());
   const int maxFd = descriptorLimit();
+  // The kernel's SIGCONT to an orphaned process group comes after a SIGHUP,
+  // whose default action ends the process: while stopped, a hang-up is
+  // this fault's own doing. It is ignored until the stop is over, then
+  // handled as before.
+  struct sigaction ignore = {}, hangup = {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  const bool hangupSaved = ::sigaction(SIGHUP, &ignore, &hangup) == 0;
+  const std::string statPath = fmt::format("/proc/{}/stat", self);  // (made before the fork)
   const pid_t waker = ::fork();
   if (waker == 0) {
     // The child, async-signal-safe calls only: it stops its parent (so the
     // SIGCONT cannot come before the SIGSTOP), and wakes it after the
     // duration, unless the parent is gone (killed while stopped: the child
     // has another parent then, and the PID may be someone else's; it looks
-    // every 100 ms and leaves at once).
+    // every kStopCheckMs and leaves at once).
+    // Stopped means stopped for the whole duration: a parent found running
+    // before then was continued from outside (the kernel sends SIGCONT to
+    // every process of a process group that became orphaned while one of
+    // them was stopped, as when a CI runner's shell has gone and another
+    // process of the job exits), and is stopped again. The exit status
+    // counts those times (at most 255).
     // It holds none of its parent's files: a socket it kept open would
     // hide the parent's death from its peers.
     closeInheritedDescriptors(maxFd);
     ::kill(self, SIGSTOP);
+    int again = 0;
+    bool seenStopped = false;  // since the last SIGSTOP (one takes a moment on a busy machine)
     for (int64_t left = ms; left > 0 && ::getppid() == self;) {
-      const int64_t step = left < 100 ? left : 100;
+      const int64_t step = left < kStopCheckMs ? left : kStopCheckMs;
       struct timespec t;
       t.tv_sec = 0;
       t.tv_nsec = long(step) * 1000000L;
       while (::nanosleep(&t, &t) == -1 && errno == EINTR) {
       }
       left -= step;
+      if (left <= 0 || ::getppid() != self) break;
+      if (processStopped(statPath.c_str())) {
+        seenStopped = true;
+      } else {
+        // Continued from outside (counted), or not stopped yet: a SIGCONT
+        // may have undone a SIGSTOP that had not taken effect.
+        ::kill(self, SIGSTOP);
+        if (seenStopped && again < 255) ++again;
+        seenStopped = false;
+      }
     }
     if (::getppid() == self) ::kill(self, SIGCONT);
-    ::_exit(0);
+    ::_exit(again);
   }
   if (waker < 0) {
     logger("job")->error("fault {}: stop: cannot fork the process that would stop and continue this one ({}); not "
                          "stopped",
                          fault, std::strerror(errno));
-    return;
+    if (hangupSaved) ::sigaction(SIGHUP, &hangup, nullptr);
+    return 0;
   }
   // Stopped in here, then continued; the waker ends right after.
   int status = 0;
   while (::waitpid(waker, &status, 0) == -1 && errno == EINTR) {
   }
-  logger("job")->warn("fault {}: stop: continued", fault);
+  if (hangupSaved) ::sigaction(SIGHUP, &hangup, nullptr);
+  const int again = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+  if (again > 0) {
+    logger("job")->warn("fault {}: stop: continued (something else sent SIGCONT before the duration was up; stopped "
+                        "again {} time{})",
+                        fault, again, again == 1 ? "" : "s");
+  } else {
+    logger("job")->warn("fault {}: stop: continued", fault);
+  }
+  return again;
 }
 
 void FaultInjector::checkpointWritten(JobContext& job, int64_t written) {

@@ -53,8 +53,10 @@ LinkCounts linkCountsOf(const transport::NodeStats& stats, const std::string& ro
 // actor that dies, which its supervisor finds and handles as any failure.
 void killActor(int64_t fault, const std::string& name, const caf::actor& actor);
 // SIGSTOP to this process; returns once it is continued (SIGCONT after
-// `duration`, from a child it forks).
-void stopThisProcess(int64_t fault, std::chrono::milliseconds duration);
+// `duration`, from a child it forks; SIGHUP is ignored meanwhile). A
+// SIGCONT from elsewhere before then is undone within 20 ms (stopped
+// again) and said in the log; returns how many times that happened.
+int stopThisProcess(int64_t fault, std::chrono::milliseconds duration);
 
 // One fault that hit (or was to hit) a process.
 struct Injection {

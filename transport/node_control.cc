@@ -164,8 +164,14 @@ void UcxNode::Impl::becomeReady(Connection* c) {
   // still be in its handshake, holding what was sent before this one was
   // ready: that goes first, here, or the frames sent from now on would
   // overtake it (and CAF's order between two actors would not hold).
+  // That connection then carries nothing and stands for nothing: it
+  // finishes its handshake (or fails to) as a spare, and its failure no
+  // longer takes the peer down while this one serves.
   std::vector<Connection*> waiting;
-  if (auto it = connecting_.find(c->peerId); it != connecting_.end() && it->second != c) waiting.push_back(it->second);
+  if (auto it = connecting_.find(c->peerId); it != connecting_.end() && it->second != c) {
+    waiting.push_back(it->second);
+    connecting_.erase(it);
+  }
   waiting.push_back(c);
   for (Connection* w : waiting) {
     if (w != c) counters_.framesHandedOver += w->outbox.size() + w->rawOutbox.size();

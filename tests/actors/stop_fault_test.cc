@@ -1,0 +1,118 @@
+// A stop fault (actors::stopThisProcess) holds its process stopped for the
+// whole duration, also when something else sends it SIGCONT before then:
+// the kernel does so to every process of a process group that becomes
+// orphaned while one of them is stopped (a CI runner's shell gone, and any
+// process of the job exiting), and replica_cluster_test once saw a shard
+// stopped for 5 s run on after 0.4 s, found by nobody. Real processes and
+// signals: a child of this test stops itself, the test continues it from
+// outside (SIGHUP and SIGCONT, as the kernel does), and the child must
+// live, be stopped again and stay so to the end.
+#include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "actors/fault_injector.h"
+
+namespace troupe::actors {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+// The state letter of /proc/PID/stat ('T': stopped), or '?'.
+char stateOf(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t close = all.rfind(')');
+  return close == std::string::npos || close + 2 >= all.size() ? '?' : all[close + 2];
+}
+
+// Waits (bounded) until the state of `pid` is or is not 'T'.
+bool waitState(pid_t pid, bool stopped, std::chrono::milliseconds bound) {
+  const auto deadline = Clock::now() + bound;
+  while (Clock::now() < deadline) {
+    if ((stateOf(pid) == 'T') == stopped) return true;
+    std::this_thread::sleep_for(2ms);
+  }
+  return false;
+}
+
+TEST(StopFault, AProcessContinuedFromOutsideIsStoppedAgainForTheWholeDuration) {
+  constexpr auto kDuration = 2000ms;
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // A group of its own, whose parent (this test) is in another group of
+    // the session: not orphaned, so no SIGCONT comes but the test's.
+    ::setpgid(0, 0);
+    const auto start = Clock::now();
+    const int again = stopThisProcess(1, kDuration);
+    const auto stoppedFor = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+    // Exit status: how many times it was stopped again, or 200 when it
+    // came back before the duration was up.
+    ::_exit(stoppedFor >= kDuration ? std::min(again, 100) : 200);
+  }
+  struct Reap {
+    pid_t pid;
+    ~Reap() {
+      if (::kill(pid, SIGKILL) == 0) ::waitpid(pid, nullptr, 0);  // (fails once it was waited for)
+    }
+  } reap{child};
+  ASSERT_TRUE(waitState(child, true, 5s)) << "the child never stopped";
+  std::this_thread::sleep_for(500ms);  // (its waker has seen it stopped)
+  // As the kernel does to an orphaned group: SIGHUP, then SIGCONT (the
+  // child has SIGHUP's default action, which would end it).
+  ASSERT_EQ(::kill(child, SIGHUP), 0);
+  ASSERT_EQ(::kill(child, SIGCONT), 0);
+  // Running for a moment at most (its waker looks every 20 ms), then stopped again.
+  EXPECT_TRUE(waitState(child, true, 1s)) << "continued from outside and left running";
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(stateOf(child), 'T') << "not stopped 0.8 s into a 2 s stop";
+  // It comes back once the duration is up, saying it was stopped again once.
+  int status = 0;
+  const auto deadline = Clock::now() + 20s;
+  pid_t done = 0;
+  while ((done = ::waitpid(child, &status, WNOHANG)) == 0 && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(done, child) << "the child did not come back within 20 s";
+  ASSERT_TRUE(WIFEXITED(status)) << "ended by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 1) << "200: it came back early; else how many times it was stopped again";
+}
+
+// Without interference it is stopped once and continued once, after the duration.
+TEST(StopFault, AStopLastsItsDurationAndIsStoppedOnce) {
+  constexpr auto kDuration = 400ms;
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::setpgid(0, 0);  // (as above)
+    const auto start = Clock::now();
+    const int again = stopThisProcess(2, kDuration);
+    const auto stoppedFor = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+    ::_exit(stoppedFor >= kDuration ? std::min(again, 100) : 200);
+  }
+  struct Reap {
+    pid_t pid;
+    ~Reap() {
+      if (::kill(pid, SIGKILL) == 0) ::waitpid(pid, nullptr, 0);
+    }
+  } reap{child};
+  int status = 0;
+  const auto deadline = Clock::now() + 20s;
+  pid_t done = 0;
+  while ((done = ::waitpid(child, &status, WNOHANG)) == 0 && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(done, child) << "the child did not come back within 20 s";
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+}  // namespace
+}  // namespace troupe::actors
