@@ -47,7 +47,7 @@ bool waitState(pid_t pid, bool stopped, std::chrono::milliseconds bound) {
 }
 
 TEST(StopFault, AProcessContinuedFromOutsideIsStoppedAgainForTheWholeDuration) {
-  constexpr auto kDuration = 2000ms;
+  constexpr auto kDuration = 3000ms;
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
@@ -76,7 +76,7 @@ TEST(StopFault, AProcessContinuedFromOutsideIsStoppedAgainForTheWholeDuration) {
   // Running for a moment at most (its waker looks every 20 ms), then stopped again.
   EXPECT_TRUE(waitState(child, true, 1s)) << "continued from outside and left running";
   std::this_thread::sleep_for(300ms);
-  EXPECT_EQ(stateOf(child), 'T') << "not stopped 0.8 s into a 2 s stop";
+  EXPECT_EQ(stateOf(child), 'T') << "not stopped 0.8 s into a 3 s stop";
   // It comes back once the duration is up, saying it was stopped again once.
   int status = 0;
   const auto deadline = Clock::now() + 20s;

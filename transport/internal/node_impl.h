@@ -368,7 +368,10 @@ class UcxNode::Impl {
   // Progress-thread state.
   std::unordered_map<ucp_ep_h, std::unique_ptr<Connection>> connections_;
   std::unordered_map<uint64_t, Connection*> byPeer_;      // the connection used to send to a peer
-  std::unordered_map<uint64_t, Connection*> connecting_;  // outgoing, handshake in flight
+  // Outgoing, handshake in flight, holding what is sent to the peer
+  // meanwhile; while no connection to the peer is ready (becomeReady: one
+  // still in its handshake once another is ready is a spare, in neither map).
+  std::unordered_map<uint64_t, Connection*> connecting_;
   std::unordered_map<uint64_t, Departure> downPeers_;  // and how each went
   // A peer was lost to silence (a partition, a stopped process): its
   // endpoint may hold requests UCX never finishes, and UCX 1.13 aborts
