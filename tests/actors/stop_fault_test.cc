@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -46,72 +47,73 @@ bool waitState(pid_t pid, bool stopped, std::chrono::milliseconds bound) {
   return false;
 }
 
-TEST(StopFault, AProcessContinuedFromOutsideIsStoppedAgainForTheWholeDuration) {
-  constexpr auto kDuration = 3000ms;
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
+// A child of this test, forked, that stops itself for `duration`
+// (stopThisProcess) and exits with how many times it was stopped again, or
+// 200 when it came back before the duration was up. Killed and reaped if
+// the test ends first.
+class StoppingChild {
+ public:
+  StoppingChild(int64_t fault, std::chrono::milliseconds duration) : pid_(::fork()) {
+    if (pid_ != 0) return;
     // A group of its own, whose parent (this test) is in another group of
     // the session: not orphaned, so no SIGCONT comes but the test's.
     ::setpgid(0, 0);
     const auto start = Clock::now();
-    const int again = stopThisProcess(1, kDuration);
+    const int again = stopThisProcess(fault, duration);
     const auto stoppedFor = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
-    // Exit status: how many times it was stopped again, or 200 when it
-    // came back before the duration was up.
-    ::_exit(stoppedFor >= kDuration ? std::min(again, 100) : 200);
+    ::_exit(stoppedFor >= duration ? std::min(again, 100) : 200);
   }
-  struct Reap {
-    pid_t pid;
-    ~Reap() {
-      if (::kill(pid, SIGKILL) == 0) ::waitpid(pid, nullptr, 0);  // (fails once it was waited for)
+  ~StoppingChild() {
+    if (pid_ > 0 && ::kill(pid_, SIGKILL) == 0) ::waitpid(pid_, nullptr, 0);  // (fails once it was waited for)
+  }
+  StoppingChild(const StoppingChild&) = delete;
+  StoppingChild& operator=(const StoppingChild&) = delete;
+
+  pid_t pid() const { return pid_; }
+  // Its wait status once it ended within `bound`; nothing otherwise.
+  std::optional<int> ended(std::chrono::milliseconds bound) {
+    int status = 0;
+    const auto deadline = Clock::now() + bound;
+    pid_t done = 0;
+    while ((done = ::waitpid(pid_, &status, WNOHANG)) == 0 && Clock::now() < deadline) {
+      std::this_thread::sleep_for(10ms);
     }
-  } reap{child};
-  ASSERT_TRUE(waitState(child, true, 5s)) << "the child never stopped";
+    if (done != pid_) return std::nullopt;
+    return status;
+  }
+
+ private:
+  pid_t pid_;
+};
+
+TEST(StopFault, AProcessContinuedFromOutsideIsStoppedAgainForTheWholeDuration) {
+  StoppingChild child(1, 3000ms);
+  ASSERT_GE(child.pid(), 0);
+  ASSERT_TRUE(waitState(child.pid(), true, 5s)) << "the child never stopped";
   std::this_thread::sleep_for(500ms);  // (its waker has seen it stopped)
   // As the kernel does to an orphaned group: SIGHUP, then SIGCONT (the
   // child has SIGHUP's default action, which would end it).
-  ASSERT_EQ(::kill(child, SIGHUP), 0);
-  ASSERT_EQ(::kill(child, SIGCONT), 0);
+  ASSERT_EQ(::kill(child.pid(), SIGHUP), 0);
+  ASSERT_EQ(::kill(child.pid(), SIGCONT), 0);
   // Running for a moment at most (its waker looks every 20 ms), then stopped again.
-  EXPECT_TRUE(waitState(child, true, 1s)) << "continued from outside and left running";
+  EXPECT_TRUE(waitState(child.pid(), true, 1s)) << "continued from outside and left running";
   std::this_thread::sleep_for(300ms);
-  EXPECT_EQ(stateOf(child), 'T') << "not stopped 0.8 s into a 3 s stop";
+  EXPECT_EQ(stateOf(child.pid()), 'T') << "not stopped 0.8 s into a 3 s stop";
   // It comes back once the duration is up, saying it was stopped again once.
-  int status = 0;
-  const auto deadline = Clock::now() + 20s;
-  pid_t done = 0;
-  while ((done = ::waitpid(child, &status, WNOHANG)) == 0 && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
-  ASSERT_EQ(done, child) << "the child did not come back within 20 s";
-  ASSERT_TRUE(WIFEXITED(status)) << "ended by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-  EXPECT_EQ(WEXITSTATUS(status), 1) << "200: it came back early; else how many times it was stopped again";
+  const auto status = child.ended(20s);
+  ASSERT_TRUE(status.has_value()) << "the child did not come back within 20 s";
+  ASSERT_TRUE(WIFEXITED(*status)) << "ended by signal " << (WIFSIGNALED(*status) ? WTERMSIG(*status) : 0);
+  EXPECT_EQ(WEXITSTATUS(*status), 1) << "200: it came back early; else how many times it was stopped again";
 }
 
 // Without interference it is stopped once and continued once, after the duration.
 TEST(StopFault, AStopLastsItsDurationAndIsStoppedOnce) {
-  constexpr auto kDuration = 400ms;
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    ::setpgid(0, 0);  // (as above)
-    const auto start = Clock::now();
-    const int again = stopThisProcess(2, kDuration);
-    const auto stoppedFor = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
-    ::_exit(stoppedFor >= kDuration ? std::min(again, 100) : 200);
-  }
-  struct Reap {
-    pid_t pid;
-    ~Reap() {
-      if (::kill(pid, SIGKILL) == 0) ::waitpid(pid, nullptr, 0);
-    }
-  } reap{child};
-  int status = 0;
-  const auto deadline = Clock::now() + 20s;
-  pid_t done = 0;
-  while ((done = ::waitpid(child, &status, WNOHANG)) == 0 && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
-  ASSERT_EQ(done, child) << "the child did not come back within 20 s";
-  ASSERT_TRUE(WIFEXITED(status)) << status;
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+  StoppingChild child(2, 400ms);
+  ASSERT_GE(child.pid(), 0);
+  const auto status = child.ended(20s);
+  ASSERT_TRUE(status.has_value()) << "the child did not come back within 20 s";
+  ASSERT_TRUE(WIFEXITED(*status)) << *status;
+  EXPECT_EQ(WEXITSTATUS(*status), 0);
 }
 
 }  // namespace

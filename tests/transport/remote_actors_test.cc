@@ -167,8 +167,8 @@ TEST_F(TransportJob, MessagesFromOneSenderArriveInOrder) {
 // backup took a BSP step before the one its primary took first). Pairs of
 // fresh nodes, both bursting numbered messages at once: every message
 // arrives, in order. Pairs are added until one of them sent frames held
-// for its other connection (the case itself; 650-1050 of them in every
-// run of 4 pairs here), at least 2 and at most 8.
+// for its other connection (the case itself; every run here needed only
+// the first 2 pairs, with 214-500 such frames), at least 2 and at most 8.
 TEST_F(TransportJob, NodesThatConnectToEachOtherAtOnceKeepTheOrderOfTheirMessages) {
   constexpr int kMinPairs = 2, kMaxPairs = 8;
   constexpr int64_t kMessages = 2000;
