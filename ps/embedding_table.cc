@@ -224,32 +224,43 @@ void EmbeddingTable::peek(const uint64_t* keys, int64_t n, float* out) const {
 }
 
 Expected<int64_t> EmbeddingTable::preparePush(const uint64_t* keys, const float* grads, int64_t n,
-                                              kernels::Kernels& kernels) {
+                                              kernels::Kernels& kernels, bool keysUnique) {
   const int64_t dim = options_.dim;
-  uniqueKeys_.resize(size_t(n));
-  summed_.resize(size_t(n * dim));
-  inverse_.resize(size_t(n));
   rowPtrs_.clear();
+  preparedGrads_ = nullptr;
+  if (n < 0) return Status::invalidArgument(fmt::format("push of {} keys", n));
   if (n == 0) return int64_t{0};
-  auto unique = kernels.dedupGradients(keys, grads, n, dim, uniqueKeys_.data(), summed_.data(), inverse_.data());
-  if (!unique.hasValue()) return unique.status();
-  rowPtrs_.resize(size_t(*unique));
-  for (int64_t u = 0; u < *unique; ++u) {
-    prefetchSlot(uniqueKeys_.data(), u, *unique);
-    rowPtrs_[u] = findOrCreate(uniqueKeys_[u]);
+  const uint64_t* rowKeys = keys;
+  int64_t unique = n;
+  if (keysUnique) {
+    preparedGrads_ = grads;  // dedupGradients would copy each (first and only) row as it is
+  } else {
+    uniqueKeys_.resize(size_t(n));
+    summed_.resize(size_t(n * dim));
+    inverse_.resize(size_t(n));
+    auto counted = kernels.dedupGradients(keys, grads, n, dim, uniqueKeys_.data(), summed_.data(), inverse_.data());
+    if (!counted.hasValue()) return counted.status();
+    rowKeys = uniqueKeys_.data();
+    unique = *counted;
+    preparedGrads_ = summed_.data();
   }
-  return *unique;
+  rowPtrs_.resize(size_t(unique));
+  for (int64_t u = 0; u < unique; ++u) {
+    prefetchSlot(rowKeys, u, unique);
+    rowPtrs_[u] = findOrCreate(rowKeys[u]);
+  }
+  return unique;
 }
 
 Status EmbeddingTable::push(const uint64_t* keys, const float* grads, int64_t n, int64_t step,
-                            kernels::Kernels& kernels, float lrScale) {
-  auto unique = preparePush(keys, grads, n, kernels);
+                            kernels::Kernels& kernels, float lrScale, bool keysUnique) {
+  auto unique = preparePush(keys, grads, n, kernels, keysUnique);
   if (!unique.hasValue()) return unique.status();
   if (*unique == 0) return Status::ok();
   kernels::OptimizerConfig config = options_.optimizer;
   config.step = step;
   config.learningRate *= lrScale;
-  return kernels.applyRowOptimizer(config, rowPtrs_.data(), *unique, options_.dim, summed_.data());
+  return kernels.applyRowOptimizer(config, rowPtrs_.data(), *unique, options_.dim, preparedGrads_);
 }
 
 }  // namespace troupe::ps

@@ -97,16 +97,23 @@ class EmbeddingTable final {
   // gets one update. step is the optimizer's global step (Adam's bias
   // correction). Fails only on a kernel error.
   Status push(const uint64_t* keys, const float* grads, int64_t n, int64_t step, kernels::Kernels& kernels,
-              float lrScale = 1.0f);
+              float lrScale = 1.0f, bool keysUnique = false);
 
   // The first half of push, for callers that update several tables with one
   // optimizer call: sums repeated keys and finds (or creates) their rows.
   // Afterwards preparedRows() holds the unique rows' blocks and
   // preparedGrads() their summed gradients [count x dim], valid until the
-  // next call. Returns the count.
-  Expected<int64_t> preparePush(const uint64_t* keys, const float* grads, int64_t n, kernels::Kernels& kernels);
+  // next call (and, with keysUnique, while `grads` lives). Returns the count.
+  //
+  // keysUnique: the caller vouches that no key repeats (a worker's push of
+  // the keys it made unique for its pull), so nothing is summed and the
+  // gradients are used where they are: the same rows and bits as the sum of
+  // one gradient. Only for callers in this process; a push from the network
+  // is never taken on its word (a repeated key would get two updates at once).
+  Expected<int64_t> preparePush(const uint64_t* keys, const float* grads, int64_t n, kernels::Kernels& kernels,
+                                bool keysUnique = false);
   float* const* preparedRows() const { return rowPtrs_.data(); }
-  const float* preparedGrads() const { return summed_.data(); }
+  const float* preparedGrads() const { return preparedGrads_; }
 
   // Calls fn(key, rowBlock) for every row, in no particular order.
   template <typename Fn>
@@ -176,6 +183,7 @@ class EmbeddingTable final {
   std::vector<float> summed_;
   std::vector<int64_t> inverse_;
   std::vector<float*> rowPtrs_;
+  const float* preparedGrads_ = nullptr;  // summed_, or a push's own gradients (keysUnique)
   std::vector<const float*> pullRows_;  // scratch of pull
 };
 

@@ -40,6 +40,10 @@ struct PushRequest {
   std::vector<float> denseGrads;          // PS mode: every dense gradient
   int64_t clock = 0;                      // the worker's step (0-based) this push ends
   double lrScale = 1;                     // PS mode: the dense learning rate's scale (train.lr_decay), in (0, 1]
+  // No key repeats within a table: the worker made them unique. Trusted by
+  // the table holder in the same process only; never on the wire (ps/wire.h),
+  // so a shard sums repeated keys whatever a peer sends.
+  bool keysUnique = false;
 };
 
 using PullRequestPtr = std::shared_ptr<const PullRequest>;

@@ -78,7 +78,8 @@ caf::behavior tableHolder(caf::stateful_actor<TableHolderState>* self, TableHold
           st.keys.insert(st.keys.end(), req->keys[t].begin(), req->keys[t].end());
           st.grads.insert(st.grads.end(), req->grads[t].begin(), req->grads[t].end());
         }
-        Status s = tables.push(st.counts.data(), st.keys.data(), st.grads.data(), req->step, *st.kernels);
+        Status s = tables.push(st.counts.data(), st.keys.data(), st.grads.data(), req->step, *st.kernels, 1.0f,
+                               req->keysUnique);
         if (!s.isOk()) return caf::make_error(caf::sec::runtime_error, s.toString());
         applied.insert(req->sequence);
         return req->sequence;

@@ -58,11 +58,11 @@ void TableSet::pull(const uint64_t* counts, const uint64_t* keys, bool create, f
 }
 
 Status TableSet::push(const uint64_t* counts, const uint64_t* keys, const float* grads, int64_t step,
-                      kernels::Kernels& kernels, float lrScale) {
+                      kernels::Kernels& kernels, float lrScale, bool keysUnique) {
   if (!uniform_) {
     for (size_t t = 0; t < tables_.size(); ++t) {
       const int64_t n = int64_t(counts[t]);
-      Status s = tables_[t]->push(keys, grads, n, step, kernels, lrScale);
+      Status s = tables_[t]->push(keys, grads, n, step, kernels, lrScale, keysUnique);
       if (!s.isOk()) return s;
       keys += n;
       grads += n * dims_[t];
@@ -85,7 +85,8 @@ Status TableSet::push(const uint64_t* counts, const uint64_t* keys, const float*
   }
   kernels.forEachIndependent(int64_t(count), [&](int64_t i) {
     const size_t t = size_t(i);
-    auto unique = tables_[t]->preparePush(keys + firstKey_[t], grads + firstKey_[t] * dim, int64_t(counts[t]), kernels);
+    auto unique = tables_[t]->preparePush(keys + firstKey_[t], grads + firstKey_[t] * dim, int64_t(counts[t]), kernels,
+                                          keysUnique);
     if (unique.hasValue()) {
       unique_[t] = *unique;
     } else {
@@ -94,14 +95,18 @@ Status TableSet::push(const uint64_t* counts, const uint64_t* keys, const float*
   });
   for (size_t t = 0; t < count; ++t) {
     if (!status_[t].isOk()) return status_[t];
-    const float* g = tables_[t]->preparedGrads();
     rows_.insert(rows_.end(), tables_[t]->preparedRows(), tables_[t]->preparedRows() + unique_[t]);
-    grads_.insert(grads_.end(), g, g + unique_[t] * dim);
+    if (!keysUnique) {
+      const float* g = tables_[t]->preparedGrads();
+      grads_.insert(grads_.end(), g, g + unique_[t] * dim);
+    }
   }
   kernels::OptimizerConfig config = tables_.front()->options().optimizer;
   config.step = step;
   config.learningRate *= lrScale;
-  return kernels.applyRowOptimizer(config, rows_.data(), int64_t(rows_.size()), dim, grads_.data());
+  // Unique keys: every table's gradients, back to back, are the push's own.
+  return kernels.applyRowOptimizer(config, rows_.data(), int64_t(rows_.size()), dim,
+                                   keysUnique ? grads : grads_.data());
 }
 
 std::vector<TableImage> TableSet::image() const {

@@ -42,8 +42,10 @@ class TableSet final {
   // One optimizer step (global step `step`) for the rows of the keys with
   // the gradients (same layout as pull's out); repeated keys are summed.
   // lrScale multiplies every table's learning rate for this step.
+  // keysUnique: no key repeats within a table, on the caller's word
+  // (EmbeddingTable::preparePush: only for callers in this process).
   Status push(const uint64_t* counts, const uint64_t* keys, const float* grads, int64_t step,
-              kernels::Kernels& kernels, float lrScale = 1.0f);
+              kernels::Kernels& kernels, float lrScale = 1.0f, bool keysUnique = false);
 
  private:
   std::vector<std::unique_ptr<EmbeddingTable>> tables_;

@@ -233,7 +233,7 @@ Status WorkerCore::mergePushes(ps::PushRequest* push) {
       at[size_t(r)] += need;
     }
     for (float& v : grads) v *= scale;
-    push->keys[size_t(t)] = std::move(keys);
+    push->keys[size_t(t)] = std::move(keys);  // (unique: one entry per key of `index`)
     push->grads[size_t(t)] = std::move(grads);
   }
   return Status::ok();
@@ -480,6 +480,7 @@ Expected<std::shared_ptr<ps::PushRequest>> WorkerCore::embeddingPush(const Batch
     push->grads[size_t(t)].assign(gradRows_.begin() + rowOffset_[size_t(t)] * dim,
                                   gradRows_.begin() + rowOffset_[size_t(t) + 1] * dim);
   }
+  push->keysUnique = true;  // the keys of the pull, made unique per table
   return push;
 }
 
@@ -625,6 +626,7 @@ Expected<ps::PushRequestPtr> WorkerCore::countStep(const Batch& batch) {
     push->keys[size_t(t)] = unique;
     push->grads[size_t(t)] = std::move(grads);
   }
+  push->keysUnique = true;
   if (options_.replicatedTables) {
     s = mergePushes(push.get());
     if (!s.isOk()) return s;

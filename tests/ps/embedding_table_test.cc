@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <tuple>
 #include <vector>
@@ -10,6 +11,7 @@
 
 #include "common/hash.h"
 #include "kernels/kernels.h"
+#include "ps/table_set.h"
 
 namespace troupe::ps {
 namespace {
@@ -249,6 +251,81 @@ TEST(EmbeddingTableTest, ManyPushesMatchAReferenceMap) {
     for (int d = 0; d < 8; ++d) ASSERT_NEAR(row[d], ref.at(key)[d], 1e-4) << key << " " << d;
   });
   EXPECT_EQ(seen, t.size());
+}
+
+// A worker's push names each key of a table once (the keys it made unique
+// for its pull); on its word (keysUnique) nothing is summed. The rows must be
+// those of a reference map, and the very bits of a push that sums.
+TEST(EmbeddingTableTest, APushOfUniqueKeysOnTheCallersWordUpdatesEveryRowAsASumWould) {
+  auto k = kernels::createKernels({kernels::Device::kCpu, 2});
+  for (const bool uniform : {true, false}) {
+    SCOPED_TRACE(uniform ? "one optimizer call for all tables" : "a call per table");
+    std::vector<EmbeddingTableOptions> tables;
+    for (int t = 0; t < 3; ++t) {
+      auto o = options(OptimizerKind::kAdagrad, uniform || t != 1 ? 4 : 8);
+      o.tableId = t;
+      tables.push_back(o);
+    }
+    TableSet summing(tables), trusting(tables);
+    std::vector<std::map<uint64_t, std::vector<double>>> ref(tables.size());
+    Rng rng(uniform ? 21 : 22);
+    for (int step = 1; step <= 30; ++step) {
+      std::vector<uint64_t> counts, keys;
+      std::vector<float> grads;
+      for (size_t t = 0; t < tables.size(); ++t) {
+        const int64_t dim = tables[t].dim;
+        std::map<uint64_t, bool> seen;
+        while (seen.size() < 40) seen[rng.below(300)] = true;  // 40 distinct keys of 300
+        counts.push_back(seen.size());
+        for (const auto& [key, unused] : seen) {
+          keys.push_back(key);
+          auto& r = ref[t][key];
+          if (r.empty()) {
+            std::vector<float> w(static_cast<size_t>(dim));
+            EmbeddingTable::initialWeights(11, t, key, float(1.0 / std::sqrt(double(dim))), w.data(), dim);
+            r.assign(w.begin(), w.end());
+            r.resize(size_t(2 * dim), 0.1);
+          }
+          for (int64_t d = 0; d < dim; ++d) {
+            const float g = float(rng.normal());
+            grads.push_back(g);
+            r[size_t(dim + d)] += double(g) * g;
+            r[size_t(d)] -= 0.1 * g / (std::sqrt(r[size_t(dim + d)]) + 1e-8);
+          }
+        }
+      }
+      ASSERT_TRUE(summing.push(counts.data(), keys.data(), grads.data(), step, *k).isOk());
+      ASSERT_TRUE(trusting.push(counts.data(), keys.data(), grads.data(), step, *k, 1.0f, true).isOk());
+    }
+    for (size_t t = 0; t < tables.size(); ++t) {
+      const int64_t dim = tables[t].dim;
+      ASSERT_EQ(trusting.table(t).size(), int64_t(ref[t].size()));
+      ASSERT_EQ(summing.table(t).size(), int64_t(ref[t].size()));
+      int checked = 0;
+      trusting.table(t).forEach([&](uint64_t key, const float* row) {
+        const float* other = summing.table(t).find(key);
+        ASSERT_NE(other, nullptr) << key;
+        for (int64_t d = 0; d < 2 * dim; ++d) {
+          ASSERT_NEAR(row[d], ref[t].at(key)[size_t(d)], 1e-4) << "table " << t << " key " << key << " " << d;
+          ASSERT_EQ(std::memcmp(&row[d], &other[d], sizeof(float)), 0) << "table " << t << " key " << key << " " << d;
+        }
+        ++checked;
+      });
+      EXPECT_EQ(checked, int64_t(ref[t].size()));
+    }
+  }
+}
+
+TEST(EmbeddingTableTest, APushOfANegativeCountIsRefused) {
+  auto k = kernels::createKernels({kernels::Device::kCpu, 1});
+  EmbeddingTable t(options(OptimizerKind::kSgd, 3));
+  uint64_t key = 1;
+  float grads[3] = {1, 2, 3};
+  for (const bool unique : {false, true}) {
+    Status s = t.push(&key, grads, -1, 1, *k, 1.0f, unique);
+    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << s.toString();
+    EXPECT_EQ(t.size(), 0);
+  }
 }
 
 TEST(EmbeddingTableTest, RejectsZeroDim) {
