@@ -54,9 +54,17 @@ ChildProcess::ChildProcess(std::vector<std::string> argv, const std::string& log
   const int maxFd = descriptorLimit();
   pid_ = fork();
   if (pid_ < 0) TROUPE_SETUP_ERROR("cannot start '{}': fork failed", argv[0]);
+  if (pid_ > 0) setpgid(pid_, pid_);  // (the child does it too: whichever runs first)
   if (pid_ == 0) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(127);  // the parent is already gone
+    setpgid(0, 0);  // a group of its own (the header says why)
+    // Not in the terminal's foreground group any more: a read from it would
+    // stop the process (SIGTTIN). Nothing of a job reads its input.
+    if (const int in = open("/dev/null", O_RDONLY); in >= 0 && in != 0) {
+      dup2(in, 0);
+      close(in);
+    }
     if (!logPath.empty()) {
       const int fd = open(logPath.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       if (fd >= 0) {

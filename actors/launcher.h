@@ -38,6 +38,19 @@ void closeInheritedDescriptors(int limit);
 // A child process, killed (by PID) when this goes away. The child also gets
 // SIGTERM when this process dies (PR_SET_PDEATHSIG), so no job outlives its
 // launcher.
+//
+// Each child leads a process group of its own, its standard input
+// /dev/null. Signals meant for the launcher's group stay there:
+// - Ctrl-C reaches the launcher alone, which ends the job in order (every
+//   process told to stop), instead of every process dying at once and the
+//   supervisor replacing the "crashed" ones while the job ends;
+// - a process held stopped (a stop fault) is alone in its group with its
+//   waker, so the kernel's SIGHUP and SIGCONT to an orphaned group that has
+//   a stopped member (when a member exits after the group lost its parent
+//   in the session: under a runner whose shell has gone) reach nobody
+//   else: the other processes of the job would die of the SIGHUP.
+// A terminal's other signals to the launcher (Ctrl-Z, a hang-up) reach the
+// launcher only, too; its death reaches the children (PR_SET_PDEATHSIG).
 class ChildProcess final {
  public:
   // stdout and stderr go to `logPath` ("" keeps ours, "/dev/null" drops

@@ -13,7 +13,9 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "tests/common/temp_dir.h"
@@ -81,6 +83,36 @@ TEST(ChildProcessTest, AChildStartsWithItsStandardStreamsAlone) {
   ASSERT_FALSE(fds.empty());
   EXPECT_LE(*fds.rbegin(), 3) << "the child holds descriptors it did not open itself";
   EXPECT_EQ(fds.count(1) + fds.count(2), 2u);  // its log
+}
+
+// Signals for the launcher's group (Ctrl-C, the kernel's SIGHUP to an
+// orphaned group with a stopped member) must not reach the job's processes,
+// and a process outside the terminal's foreground group must not read it.
+TEST(ChildProcessTest, AChildLeadsAProcessGroupOfItsOwnWithNoInput) {
+  // Our input a pipe while the child starts (whatever this test's input is).
+  InheritablePipe pipe;
+  const int savedInput = ::dup(0);
+  ASSERT_EQ(::dup2(pipe.read, 0), 0);
+  ChildProcess child({"sleep", "30"}, "/dev/null");
+  ASSERT_EQ(::dup2(savedInput, 0), 0);
+  ::close(savedInput);
+  ASSERT_GT(child.pid(), 0);
+  // (setpgid runs in the parent before the constructor returns, too)
+  EXPECT_EQ(::getpgid(child.pid()), child.pid());
+  EXPECT_NE(::getpgid(child.pid()), ::getpgrp());
+  // Once it runs sleep (2 s at most), its input is /dev/null, not our pipe.
+  std::string comm;
+  for (int i = 0; i < 200 && comm != "sleep\n"; ++i) {
+    comm = troupe::testing::readFile(fmt::format("/proc/{}/comm", child.pid()));
+    if (comm != "sleep\n") std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_EQ(comm, "sleep\n");
+  char buf[256];
+  const ssize_t n = ::readlink(fmt::format("/proc/{}/fd/0", child.pid()).c_str(), buf, sizeof buf - 1);
+  ASSERT_GT(n, 0);
+  EXPECT_EQ(std::string(buf, size_t(n)), "/dev/null");
+  child.kill();
+  EXPECT_EQ(child.poll(), -9);
 }
 
 TEST(ChildProcessTest, AProgramThatCannotStartEndsWithStatus127) {

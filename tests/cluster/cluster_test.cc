@@ -694,6 +694,49 @@ std::string textOf(const std::string& json, const std::string& key) {
   return value.is_null() ? "" : value.dump(2);
 }
 
+// Ctrl-C in a terminal sends SIGINT to the whole foreground process group.
+// The launcher alone gets it: each process of the job leads a group of its
+// own (actors::ChildProcess). So the job ends in order, every process told
+// to stop and exiting with status 0, and nobody is taken for crashed and
+// replaced (before, every process died of the SIGINT at once and the
+// supervisor started a replacement while the job ended).
+TEST_F(ClusterTest, CtrlCEndsTheJobInOrderAndReplacesNobody) {
+  TempDir dir;
+  // setsid: the launcher leads a session and group of its own, as a job in a
+  // terminal leads the foreground group (and this test's group is spared).
+  const auto job = plus(slowJob(dir, "ctrlc", "bsp"), {"--set", "cluster.workers=2", "--set", "cluster.servers=2"});
+  const std::string log = dir.file("ctrlc.log");
+  Child train(plus({"setsid", TROUPE_BINARY, "train"}, job), log);
+  ASSERT_TRUE(waitForStep(log, 40, 120s)) << readFile(log);
+  const std::vector<std::string> who = {"ps-0", "ps-1", "worker-0", "worker-1"};
+  std::vector<int> pids;
+  for (const auto& w : who) {
+    std::string name = w;
+    name[name.find('-')] = ' ';
+    pids.push_back(pidIn(readFile(dir.file("runs/ctrlc/" + w + ".log")), name));
+    ASSERT_GT(pids.back(), 0) << w;
+    EXPECT_EQ(::getpgid(pids.back()), pids.back()) << w << " leads a process group of its own";
+  }
+  ASSERT_EQ(::getpgid(train.pid()), train.pid());
+  ASSERT_EQ(::kill(-train.pid(), SIGINT), 0);  // what the terminal does
+  const ProcessResult r = train.wait(60s);
+  ASSERT_FALSE(r.timedOut) << readFile(log);
+  EXPECT_EQ(r.signal, 0) << "the launcher ends by itself";
+  EXPECT_EQ(r.exitCode, 1);
+  const std::string text = readFile(log);
+  EXPECT_NE(text.find("job failed: interrupted (Ctrl-C)"), std::string::npos) << text;
+  EXPECT_EQ(text.find("crashed"), std::string::npos) << text;
+  EXPECT_EQ(text.find("starting a new process"), std::string::npos) << text;
+  for (size_t i = 0; i < who.size(); ++i) {
+    std::string name = who[i];
+    name[name.find('-')] = ' ';
+    EXPECT_NE(readFile(dir.file("runs/ctrlc/" + who[i] + ".log")).find(name + " exits (0)"), std::string::npos)
+        << who[i] << " stopped when told to, not by the signal";
+    // Gone (reaped by the launcher before it returned).
+    EXPECT_EQ(::kill(pids[i], 0), -1) << who[i];
+  }
+}
+
 // The fault-free run of `job` for `mode` (free-<mode>.tsv / .json), once
 // per mode; its summary ("" when it failed, reported as a failure).
 std::string faultFreeRun(const TempDir& dir, const std::vector<std::string>& job, const std::string& mode,
