@@ -60,11 +60,16 @@ ChildProcess::ChildProcess(std::vector<std::string> argv, const std::string& log
     if (getppid() != parent) _exit(127);  // the parent is already gone
     setpgid(0, 0);  // a group of its own (the header says why)
     // Not in the terminal's foreground group any more: a read from it would
-    // stop the process (SIGTTIN). Nothing of a job reads its input.
+    // stop the process (SIGTTIN). Nothing of a job reads its input. And a
+    // write to it (no log file given) would stop it under `stty tostop`
+    // (SIGTTOU): ignored (which outlives the exec).
     if (const int in = open("/dev/null", O_RDONLY); in >= 0 && in != 0) {
       dup2(in, 0);
       close(in);
     }
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigaction(SIGTTOU, &ignore, nullptr);
     if (!logPath.empty()) {
       const int fd = open(logPath.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       if (fd >= 0) {

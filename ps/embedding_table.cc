@@ -260,7 +260,9 @@ Status EmbeddingTable::push(const uint64_t* keys, const float* grads, int64_t n,
   kernels::OptimizerConfig config = options_.optimizer;
   config.step = step;
   config.learningRate *= lrScale;
-  return kernels.applyRowOptimizer(config, rowPtrs_.data(), *unique, options_.dim, preparedGrads_);
+  Status applied = kernels.applyRowOptimizer(config, rowPtrs_.data(), *unique, options_.dim, preparedGrads_);
+  preparedGrads_ = nullptr;  // (it may point into the caller's gradients)
+  return applied;
 }
 
 }  // namespace troupe::ps

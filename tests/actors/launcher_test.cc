@@ -69,9 +69,8 @@ TEST(ChildProcessTest, AChildStartsWithItsStandardStreamsAlone) {
   const int file = ::open(dir.file("held").c_str(), O_WRONLY | O_CREAT, 0600);
   ASSERT_GE(file, 0);
   {
-    // ls lists its own descriptors: the standard ones and the one it reads
-    // the directory through (the lowest free one: 3, or 0 where this test
-    // runs with no standard input).
+    // ls lists its own descriptors: the standard ones (its input /dev/null)
+    // and the one it reads the directory through (the lowest free one: 3).
     ChildProcess child({"ls", "/proc/self/fd"}, dir.file("fds.log"));
     ASSERT_TRUE(child.wait(20s));
   }
@@ -91,18 +90,22 @@ TEST(ChildProcessTest, AChildStartsWithItsStandardStreamsAlone) {
 TEST(ChildProcessTest, AChildLeadsAProcessGroupOfItsOwnWithNoInput) {
   // Our input a pipe while the child starts (whatever this test's input is).
   InheritablePipe pipe;
-  const int savedInput = ::dup(0);
+  const int savedInput = ::dup(0);  // (-1 where this test runs with no input)
   ASSERT_EQ(::dup2(pipe.read, 0), 0);
   ChildProcess child({"sleep", "30"}, "/dev/null");
-  ASSERT_EQ(::dup2(savedInput, 0), 0);
-  ::close(savedInput);
+  if (savedInput >= 0) {
+    ASSERT_EQ(::dup2(savedInput, 0), 0);
+    ::close(savedInput);
+  } else {
+    ::close(0);
+  }
   ASSERT_GT(child.pid(), 0);
   // (setpgid runs in the parent before the constructor returns, too)
   EXPECT_EQ(::getpgid(child.pid()), child.pid());
   EXPECT_NE(::getpgid(child.pid()), ::getpgrp());
-  // Once it runs sleep (2 s at most), its input is /dev/null, not our pipe.
+  // Once it runs sleep (20 s at most), its input is /dev/null, not our pipe.
   std::string comm;
-  for (int i = 0; i < 200 && comm != "sleep\n"; ++i) {
+  for (int i = 0; i < 2000 && comm != "sleep\n"; ++i) {
     comm = troupe::testing::readFile(fmt::format("/proc/{}/comm", child.pid()));
     if (comm != "sleep\n") std::this_thread::sleep_for(10ms);
   }

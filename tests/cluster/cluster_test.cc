@@ -704,12 +704,27 @@ TEST_F(ClusterTest, CtrlCEndsTheJobInOrderAndReplacesNobody) {
   TempDir dir;
   // setsid: the launcher leads a session and group of its own, as a job in a
   // terminal leads the foreground group (and this test's group is spared).
-  const auto job = plus(slowJob(dir, "ctrlc", "bsp"), {"--set", "cluster.workers=2", "--set", "cluster.servers=2"});
+  // Worker 0 slowed 40 ms a step: about 6 s of training, 1.6 s of it
+  // before the signal.
+  const auto job =
+      plus(slowJob(dir, "ctrlc", "bsp", 0, 40), {"--set", "cluster.workers=2", "--set", "cluster.servers=2"});
   const std::string log = dir.file("ctrlc.log");
   Child train(plus({"setsid", TROUPE_BINARY, "train"}, job), log);
   ASSERT_TRUE(waitForStep(log, 40, 120s)) << readFile(log);
   const std::vector<std::string> who = {"ps-0", "ps-1", "worker-0", "worker-1"};
   std::vector<int> pids;
+  // Until the launcher has ended, a failed assertion leaves the job's
+  // processes to their launcher's death (PR_SET_PDEATHSIG): killed here by
+  // PID too. (Not after: their PIDs may then be another's.)
+  struct KillTheJob {
+    const std::vector<int>& pids;
+    bool armed = true;
+    ~KillTheJob() {
+      for (const int pid : pids) {
+        if (armed && pid > 0) ::kill(pid, SIGKILL);
+      }
+    }
+  } killTheJob{pids};
   for (const auto& w : who) {
     std::string name = w;
     name[name.find('-')] = ' ';
@@ -721,6 +736,14 @@ TEST_F(ClusterTest, CtrlCEndsTheJobInOrderAndReplacesNobody) {
   ASSERT_EQ(::kill(-train.pid(), SIGINT), 0);  // what the terminal does
   const ProcessResult r = train.wait(60s);
   ASSERT_FALSE(r.timedOut) << readFile(log);
+  // The launcher reaped every process it started before it returned: a
+  // process still alive now is an orphan (the check below fails), killed.
+  std::vector<bool> alive;
+  for (const int pid : pids) {
+    alive.push_back(::kill(pid, 0) == 0);
+    if (alive.back()) ::kill(pid, SIGKILL);
+  }
+  killTheJob.armed = false;
   EXPECT_EQ(r.signal, 0) << "the launcher ends by itself";
   EXPECT_EQ(r.exitCode, 1);
   const std::string text = readFile(log);
@@ -732,8 +755,7 @@ TEST_F(ClusterTest, CtrlCEndsTheJobInOrderAndReplacesNobody) {
     name[name.find('-')] = ' ';
     EXPECT_NE(readFile(dir.file("runs/ctrlc/" + who[i] + ".log")).find(name + " exits (0)"), std::string::npos)
         << who[i] << " stopped when told to, not by the signal";
-    // Gone (reaped by the launcher before it returned).
-    EXPECT_EQ(::kill(pids[i], 0), -1) << who[i];
+    EXPECT_FALSE(alive[i]) << who[i] << " outlived the launcher";
   }
 }
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -11,6 +12,7 @@
 
 #include "common/hash.h"
 #include "kernels/kernels.h"
+#include "kernels/profiling_kernels.h"
 #include "ps/table_set.h"
 
 namespace troupe::ps {
@@ -257,9 +259,10 @@ TEST(EmbeddingTableTest, ManyPushesMatchAReferenceMap) {
 // for its pull); on its word (keysUnique) nothing is summed. The rows must be
 // those of a reference map, and the very bits of a push that sums.
 TEST(EmbeddingTableTest, APushOfUniqueKeysOnTheCallersWordUpdatesEveryRowAsASumWould) {
-  auto k = kernels::createKernels({kernels::Device::kCpu, 2});
+  std::shared_ptr<kernels::Kernels> k = kernels::createKernels({kernels::Device::kCpu, 2});
   for (const bool uniform : {true, false}) {
     SCOPED_TRACE(uniform ? "one optimizer call for all tables" : "a call per table");
+    kernels::ProfilingKernels counted(k);  // the trusting pushes' kernels: no dedupGradients call
     std::vector<EmbeddingTableOptions> tables;
     for (int t = 0; t < 3; ++t) {
       auto o = options(OptimizerKind::kAdagrad, uniform || t != 1 ? 4 : 8);
@@ -295,8 +298,12 @@ TEST(EmbeddingTableTest, APushOfUniqueKeysOnTheCallersWordUpdatesEveryRowAsASumW
         }
       }
       ASSERT_TRUE(summing.push(counts.data(), keys.data(), grads.data(), step, *k).isOk());
-      ASSERT_TRUE(trusting.push(counts.data(), keys.data(), grads.data(), step, *k, 1.0f, true).isOk());
+      ASSERT_TRUE(trusting.push(counts.data(), keys.data(), grads.data(), step, counted, 1.0f, true).isOk());
     }
+    std::map<std::string, int64_t> calls;
+    for (const auto& e : counted.profile()) calls[e.kernel] = e.calls;
+    EXPECT_EQ(calls["dedupGradients"], 0);
+    EXPECT_EQ(calls["applyRowOptimizer"], uniform ? 30 : 90);  // one a push, or one a table
     for (size_t t = 0; t < tables.size(); ++t) {
       const int64_t dim = tables[t].dim;
       ASSERT_EQ(trusting.table(t).size(), int64_t(ref[t].size()));

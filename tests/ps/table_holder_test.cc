@@ -6,10 +6,12 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <vector>
 
 #include <caf/all.hpp>
 #include <gtest/gtest.h>
 
+#include "kernels/profiling_kernels.h"
 #include "ps/messages.h"
 
 namespace troupe::ps {
@@ -133,6 +135,69 @@ TEST_F(TableHolderTest, MalformedRequestsAreRefusedAndChangeNothing) {
   EXPECT_EQ(after->rows[1], before->rows[1]);
   // A refused push does not use up its sequence number.
   EXPECT_EQ(push(0, 0, {{9}, {}}, {{1, 1, 1, 1}, {}}), 0);
+}
+
+// A worker's push whose keys it made unique says so (keysUnique): the
+// holder then sums nothing (no dedupGradients call) and every row gets its
+// one gradient, as SGD by hand says; a push that does not say so is summed.
+TEST(TableHolderUniformTest, APushOfUniqueKeysIsAppliedWithoutSumming) {
+  caf::actor_system_config cfg;
+  caf::actor_system system{cfg};
+  caf::scoped_actor self{system};
+  TableHolderOptions o;
+  for (int t = 0; t < 2; ++t) {
+    EmbeddingTableOptions table;
+    table.tableId = t;
+    table.dim = 2;
+    table.seed = 5;
+    table.optimizer.kind = kernels::OptimizerKind::kSgd;
+    table.optimizer.learningRate = 0.25f;
+    o.tables.push_back(table);
+  }
+  auto profiler = std::make_shared<kernels::ProfilingKernels>(kernels::createKernels({kernels::Device::kCpu, 2}));
+  o.kernels = profiler;
+  auto holder = spawnTableHolder(system, o);
+  auto dedups = [&] {
+    for (const auto& e : profiler->profile()) {
+      if (e.kernel == "dedupGradients") return e.calls;
+    }
+    return int64_t{0};
+  };
+  auto push = [&](int64_t seq, bool unique) {
+    auto req = std::make_shared<PushRequest>();
+    req->sequence = seq;
+    req->keys = {{3, 1, 2}, {8}};
+    req->grads = {{1, 2, 3, 4, 5, 6}, {-2, 2}};
+    req->keysUnique = unique;
+    int64_t ack = -1;
+    self->request(holder, kTimeout, push_atom::value, PushRequestPtr(req))
+        .receive([&](int64_t a) { ack = a; }, [](caf::error&) {});
+    return ack;
+  };
+  EXPECT_EQ(push(0, true), 0);
+  EXPECT_EQ(dedups(), 0);
+  EXPECT_EQ(push(1, false), 1);
+  EXPECT_EQ(dedups(), 2);  // one a table
+  auto req = std::make_shared<PullRequest>();
+  req->keys = {{3, 1, 2}, {8}};
+  PullReplyPtr rows;
+  self->request(holder, kTimeout, pull_atom::value, PullRequestPtr(req))
+      .receive([&](PullReplyPtr r) { rows = r; }, [](caf::error&) {});
+  ASSERT_TRUE(rows);
+  const float scale = float(1.0 / std::sqrt(2.0));
+  const std::vector<std::vector<uint64_t>> keys = {{3, 1, 2}, {8}};
+  const std::vector<std::vector<float>> grads = {{1, 2, 3, 4, 5, 6}, {-2, 2}};
+  for (size_t t = 0; t < 2; ++t) {
+    for (size_t i = 0; i < keys[t].size(); ++i) {
+      float w[2];
+      EmbeddingTable::initialWeights(5, int(t), keys[t][i], scale, w, 2);
+      for (int d = 0; d < 2; ++d) {  // two pushes of the same gradient
+        EXPECT_FLOAT_EQ(rows->rows[t][i * 2 + size_t(d)], w[d] - 2 * 0.25f * grads[t][i * 2 + size_t(d)])
+            << "table " << t << " key " << keys[t][i];
+      }
+    }
+  }
+  self->send_exit(holder, caf::exit_reason::user_shutdown);
 }
 
 TEST(TableHolderUniformTest, OneOptimizerCallUpdatesEveryTableExactly) {
