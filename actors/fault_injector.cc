@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <mutex>
 
 #include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
@@ -120,6 +121,10 @@ bool processStopped(const char* statPath) {
 }  // namespace
 
 int stopThisProcess(int64_t fault, std::chrono::milliseconds duration) {
+  // One stop at a time: two at once would each save SIGHUP's handling, the
+  // second saving the first's "ignored", and could leave it ignored for good.
+  static std::mutex oneAtATime;
+  std::lock_guard<std::mutex> turn(oneAtATime);
   const pid_t self = ::getpid();
   logger("job")->warn("fault {}: stop: SIGSTOP to this process (pid {}) for {:.3f} s", fault, self,
                       duration.count() / 1000.0);

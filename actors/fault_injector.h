@@ -55,7 +55,10 @@ void killActor(int64_t fault, const std::string& name, const caf::actor& actor);
 // SIGSTOP to this process; returns once it is continued (SIGCONT after
 // `duration`, from a child it forks; SIGHUP is ignored meanwhile). A
 // SIGCONT from elsewhere before then is undone within 20 ms (stopped
-// again) and said in the log; returns how many times that happened.
+// again) and said in the log; returns how many times that happened. Two
+// stops asked for at once (a time fault from the agent, a step fault from
+// the worker) take turns: the second begins when the first has ended, and
+// SIGHUP is handled as before once both are over.
 int stopThisProcess(int64_t fault, std::chrono::milliseconds duration);
 
 // One fault that hit (or was to hit) a process.

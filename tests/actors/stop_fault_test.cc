@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <optional>
@@ -114,6 +115,47 @@ TEST(StopFault, AStopLastsItsDurationAndIsStoppedOnce) {
   ASSERT_TRUE(status.has_value()) << "the child did not come back within 20 s";
   ASSERT_TRUE(WIFEXITED(*status)) << *status;
   EXPECT_EQ(WEXITSTATUS(*status), 0);
+}
+
+// Two stops asked for at once, from two threads: they take turns (the
+// process stopped for both durations, one after the other), and SIGHUP's
+// handling is what it was before either (each stop ignores it while it
+// lasts: two at once could leave it ignored for good).
+TEST(StopFault, TwoStopsAtOnceTakeTurnsAndLeaveSIGHUPAsItWas) {
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::setpgid(0, 0);  // (as above: no SIGCONT but its own)
+    std::atomic<int> ready{0};
+    const auto start = Clock::now();
+    auto stop = [&](int64_t fault) {
+      ++ready;
+      while (ready.load() < 2) {
+      }
+      stopThisProcess(fault, 300ms);
+    };
+    std::thread a(stop, 3), b(stop, 4);
+    a.join();
+    b.join();
+    const auto stoppedFor = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+    struct sigaction now = {};
+    ::sigaction(SIGHUP, nullptr, &now);
+    if (now.sa_handler != SIG_DFL) ::_exit(3);  // left ignored
+    ::_exit(stoppedFor >= 600ms ? 0 : 4);       // 4: the two overlapped
+  }
+  int status = 0;
+  pid_t done = 0;
+  const auto deadline = Clock::now() + 20s;
+  while ((done = ::waitpid(pid, &status, WNOHANG)) == 0 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  if (done != pid) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    FAIL() << "the child did not come back within 20 s";
+  }
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "3: SIGHUP left ignored; 4: stopped less than both durations";
 }
 
 }  // namespace
