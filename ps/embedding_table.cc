@@ -204,6 +204,7 @@ void EmbeddingTable::pull(const uint64_t* keys, int64_t n, float* out) {
     if (i + kRowAhead < n) prefetchRow(pullRows_[size_t(i + kRowAhead)], rowBytes);
     std::memcpy(out + i * options_.dim, pullRows_[size_t(i)], rowBytes);
   }
+  pulledKeys_.assign(keys, keys + n);
 }
 
 void EmbeddingTable::peek(const uint64_t* keys, int64_t n, float* out) const {
@@ -234,6 +235,10 @@ Expected<int64_t> EmbeddingTable::preparePush(const uint64_t* keys, const float*
   int64_t unique = n;
   if (keysUnique) {
     preparedGrads_ = grads;  // dedupGradients would copy each (first and only) row as it is
+    if (pulledLast(keys, n)) {
+      rowPtrs_.assign(pullRows_.begin(), pullRows_.end());  // the rows the pull of these keys found
+      return n;
+    }
   } else {
     uniqueKeys_.resize(size_t(n));
     summed_.resize(size_t(n * dim));

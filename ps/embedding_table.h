@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -112,6 +113,12 @@ class EmbeddingTable final {
   // is never taken on its word (a repeated key would get two updates at once).
   Expected<int64_t> preparePush(const uint64_t* keys, const float* grads, int64_t n, kernels::Kernels& kernels,
                                 bool keysUnique = false);
+  // Whether the last pull (with create) was of these n keys, in this order:
+  // a push of them (keysUnique) then finds its rows without a lookup.
+  bool pulledLast(const uint64_t* keys, int64_t n) const {
+    return n >= 0 && size_t(n) == pulledKeys_.size() &&
+           (n == 0 || std::memcmp(keys, pulledKeys_.data(), size_t(n) * sizeof(uint64_t)) == 0);
+  }
   float* const* preparedRows() const { return rowPtrs_.data(); }
   const float* preparedGrads() const { return preparedGrads_; }
 
@@ -184,7 +191,11 @@ class EmbeddingTable final {
   std::vector<int64_t> inverse_;
   std::vector<float*> rowPtrs_;
   const float* preparedGrads_ = nullptr;  // summed_, or a push's own gradients (keysUnique)
-  std::vector<const float*> pullRows_;  // scratch of pull
+  // The rows of the last pull, and its keys: a push of the same keys in the
+  // same order (a worker's, on its word that they are unique) updates these
+  // rows without looking them up again. (Rows never move or go.)
+  std::vector<float*> pullRows_;
+  std::vector<uint64_t> pulledKeys_;
 };
 
 }  // namespace troupe::ps

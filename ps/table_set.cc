@@ -83,7 +83,7 @@ Status TableSet::push(const uint64_t* counts, const uint64_t* keys, const float*
     firstKey_[t] = first;
     first += int64_t(counts[t]);
   }
-  kernels.forEachIndependent(int64_t(count), [&](int64_t i) {
+  auto prepare = [&](int64_t i) {
     const size_t t = size_t(i);
     auto unique = tables_[t]->preparePush(keys + firstKey_[t], grads + firstKey_[t] * dim, int64_t(counts[t]), kernels,
                                           keysUnique);
@@ -92,7 +92,16 @@ Status TableSet::push(const uint64_t* counts, const uint64_t* keys, const float*
     } else {
       status_[t] = unique.status();
     }
-  });
+  };
+  // A worker's push of the keys it just pulled: every table has its rows
+  // from the pull, and a hand-off to the pool would cost more than that.
+  bool pulled = keysUnique;
+  for (size_t t = 0; t < count && pulled; ++t) pulled = tables_[t]->pulledLast(keys + firstKey_[t], int64_t(counts[t]));
+  if (pulled) {
+    for (size_t t = 0; t < count; ++t) prepare(int64_t(t));
+  } else {
+    kernels.forEachIndependent(int64_t(count), prepare);
+  }
   for (size_t t = 0; t < count; ++t) {
     if (!status_[t].isOk()) return status_[t];
     rows_.insert(rows_.end(), tables_[t]->preparedRows(), tables_[t]->preparedRows() + unique_[t]);

@@ -1,5 +1,6 @@
 #include "ps/embedding_table.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -320,6 +321,69 @@ TEST(EmbeddingTableTest, APushOfUniqueKeysOnTheCallersWordUpdatesEveryRowAsASumW
       });
       EXPECT_EQ(checked, int64_t(ref[t].size()));
     }
+  }
+}
+
+// A worker pulls its keys, then pushes the same keys in the same order: the
+// push updates the rows the pull found, with no lookup and no hand-off to
+// the pool (forEachIndependent). A push of other keys, or of the same keys
+// in another order, looks its rows up. Rows as a reference map says, in
+// both cases.
+TEST(EmbeddingTableTest, APushOfTheKeysJustPulledUpdatesThePulledRows) {
+  std::shared_ptr<kernels::Kernels> k = kernels::createKernels({kernels::Device::kCpu, 2});
+  kernels::ProfilingKernels counted(k);
+  std::vector<EmbeddingTableOptions> tables;
+  for (int t = 0; t < 3; ++t) {
+    auto o = options(OptimizerKind::kAdagrad, 4);
+    o.tableId = t;
+    tables.push_back(o);
+  }
+  TableSet set(tables);
+  std::vector<std::map<uint64_t, std::vector<double>>> ref(tables.size());
+  Rng rng(31);
+  int lookedUp = 0;
+  for (int step = 1; step <= 20; ++step) {
+    std::vector<uint64_t> counts, keys;
+    for (size_t t = 0; t < tables.size(); ++t) {
+      std::map<uint64_t, bool> seen;
+      while (seen.size() < 30) seen[rng.below(100)] = true;
+      counts.push_back(seen.size());
+      for (const auto& [key, unused] : seen) keys.push_back(key);
+    }
+    std::vector<float> pulled(keys.size() * 4);
+    set.pull(counts.data(), keys.data(), true, pulled.data());
+    // Every fifth step pushes table 1's keys in another order (not the pull's).
+    const bool other = step % 5 == 0;
+    if (other) std::reverse(keys.begin() + 30, keys.begin() + 60);
+    std::vector<float> grads;
+    size_t at = 0;
+    for (size_t t = 0; t < tables.size(); ++t) {
+      for (size_t i = 0; i < 30; ++i, ++at) {
+        auto& r = ref[t][keys[at]];
+        if (r.empty()) {
+          std::vector<float> w(4);
+          EmbeddingTable::initialWeights(11, int(t), keys[at], 0.5f, w.data(), 4);
+          r = {w[0], w[1], w[2], w[3], 0.1, 0.1, 0.1, 0.1};
+        }
+        for (int d = 0; d < 4; ++d) {
+          const float g = float(rng.normal());
+          grads.push_back(g);
+          r[size_t(4 + d)] += double(g) * g;
+          r[size_t(d)] -= 0.1 * g / (std::sqrt(r[size_t(4 + d)]) + 1e-8);
+        }
+      }
+    }
+    const int64_t before = counted.wall().sideBySideCalls;
+    ASSERT_TRUE(set.push(counts.data(), keys.data(), grads.data(), step, counted, 1.0f, true).isOk());
+    EXPECT_EQ(counted.wall().sideBySideCalls - before, other ? 1 : 0) << "step " << step;
+    lookedUp += other ? 1 : 0;
+  }
+  EXPECT_EQ(lookedUp, 4);
+  for (size_t t = 0; t < tables.size(); ++t) {
+    ASSERT_EQ(set.table(t).size(), int64_t(ref[t].size()));
+    set.table(t).forEach([&](uint64_t key, const float* row) {
+      for (int d = 0; d < 8; ++d) ASSERT_NEAR(row[d], ref[t].at(key)[size_t(d)], 1e-4) << t << " " << key << " " << d;
+    });
   }
 }
 
