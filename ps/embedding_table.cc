@@ -193,7 +193,8 @@ void EmbeddingTable::prefetchSlot(const uint64_t* keys, int64_t i, int64_t n) co
   if (i + kSlotAhead < n) __builtin_prefetch(&slots_[mix64(keys[i + kSlotAhead]) & mask_]);
 }
 
-void EmbeddingTable::pull(const uint64_t* keys, int64_t n, float* out) {
+void EmbeddingTable::pull(const uint64_t* keys, int64_t n, float* out, bool remember) {
+  pulledKeys_.clear();  // (first: pullRows_ changes below)
   const size_t rowBytes = size_t(options_.dim) * sizeof(float);
   pullRows_.resize(size_t(n));
   for (int64_t i = 0; i < n; ++i) {
@@ -204,7 +205,7 @@ void EmbeddingTable::pull(const uint64_t* keys, int64_t n, float* out) {
     if (i + kRowAhead < n) prefetchRow(pullRows_[size_t(i + kRowAhead)], rowBytes);
     std::memcpy(out + i * options_.dim, pullRows_[size_t(i)], rowBytes);
   }
-  pulledKeys_.assign(keys, keys + n);
+  if (remember) pulledKeys_.assign(keys, keys + n);
 }
 
 void EmbeddingTable::peek(const uint64_t* keys, int64_t n, float* out) const {

@@ -87,8 +87,10 @@ class EmbeddingTable final {
   const float* find(uint64_t key) const;
 
   // Copies the weights of keys[0..n) into out [n x dim], creating missing rows.
-  // Keys may repeat.
-  void pull(const uint64_t* keys, int64_t n, float* out);
+  // Keys may repeat. remember: the keys and their rows are kept for the
+  // push of the same keys that follows (pulledLast; the in-process table
+  // holder's pulls), at the cost of a copy of the keys.
+  void pull(const uint64_t* keys, int64_t n, float* out, bool remember = false);
   // Like pull, but a key never touched gets its initial weights without
   // being inserted (evaluation must not grow the table).
   void peek(const uint64_t* keys, int64_t n, float* out) const;
@@ -113,8 +115,8 @@ class EmbeddingTable final {
   // is never taken on its word (a repeated key would get two updates at once).
   Expected<int64_t> preparePush(const uint64_t* keys, const float* grads, int64_t n, kernels::Kernels& kernels,
                                 bool keysUnique = false);
-  // Whether the last pull (with create) was of these n keys, in this order:
-  // a push of them (keysUnique) then finds its rows without a lookup.
+  // Whether the last pull (with create, remembered) was of these n keys, in
+  // this order: a push of them (keysUnique) then finds its rows without a lookup.
   bool pulledLast(const uint64_t* keys, int64_t n) const {
     return n >= 0 && size_t(n) == pulledKeys_.size() &&
            (n == 0 || std::memcmp(keys, pulledKeys_.data(), size_t(n) * sizeof(uint64_t)) == 0);
@@ -191,9 +193,10 @@ class EmbeddingTable final {
   std::vector<int64_t> inverse_;
   std::vector<float*> rowPtrs_;
   const float* preparedGrads_ = nullptr;  // summed_, or a push's own gradients (keysUnique)
-  // The rows of the last pull, and its keys: a push of the same keys in the
-  // same order (a worker's, on its word that they are unique) updates these
-  // rows without looking them up again. (Rows never move or go.)
+  // The rows of the last pull, and its keys when it was to be remembered
+  // (empty otherwise): a push of the same keys in the same order (a
+  // worker's, on its word that they are unique) updates these rows without
+  // looking them up again. (Rows never move or go.)
   std::vector<float*> pullRows_;
   std::vector<uint64_t> pulledKeys_;
 };

@@ -48,7 +48,8 @@ caf::behavior tableHolder(caf::stateful_actor<TableHolderState>* self, TableHold
         self->state.kernels->forEachIndependent(int64_t(tables.size()), [&](int64_t i) {
           const size_t t = size_t(i);
           const auto& keys = req->keys[t];
-          tables.pullTable(t, keys.data(), int64_t(keys.size()), req->create, reply->rows[t].data());
+          // (remembered: the worker's push of these keys finds their rows)
+          tables.pullTable(t, keys.data(), int64_t(keys.size()), req->create, reply->rows[t].data(), true);
         });
         return PullReplyPtr(std::move(reply));
       },

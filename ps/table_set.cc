@@ -40,18 +40,18 @@ int64_t TableSet::rows() const {
   return n;
 }
 
-void TableSet::pullTable(size_t t, const uint64_t* keys, int64_t n, bool create, float* out) {
+void TableSet::pullTable(size_t t, const uint64_t* keys, int64_t n, bool create, float* out, bool remember) {
   if (create) {
-    tables_[t]->pull(keys, n, out);
+    tables_[t]->pull(keys, n, out, remember);
   } else {
     tables_[t]->peek(keys, n, out);
   }
 }
 
-void TableSet::pull(const uint64_t* counts, const uint64_t* keys, bool create, float* out) {
+void TableSet::pull(const uint64_t* counts, const uint64_t* keys, bool create, float* out, bool remember) {
   for (size_t t = 0; t < tables_.size(); ++t) {
     const int64_t n = int64_t(counts[t]);
-    pullTable(t, keys, n, create, out);
+    pullTable(t, keys, n, create, out, remember);
     keys += n;
     out += n * dims_[t];
   }

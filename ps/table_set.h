@@ -30,9 +30,11 @@ class TableSet final {
 
   // Writes the weights of the keys into out (sum_t counts[t] x dim_t floats).
   // create == false: unseen keys get their initial weights, uninserted.
-  void pull(const uint64_t* counts, const uint64_t* keys, bool create, float* out);
+  // remember (with create): each table keeps the keys and their rows for a
+  // push of the same keys (EmbeddingTable::pull).
+  void pull(const uint64_t* counts, const uint64_t* keys, bool create, float* out, bool remember = false);
   // The same for n keys of table t only.
-  void pullTable(size_t t, const uint64_t* keys, int64_t n, bool create, float* out);
+  void pullTable(size_t t, const uint64_t* keys, int64_t n, bool create, float* out, bool remember = false);
 
   // Every table's rows (a checkpoint), and a set filled from them: whole,
   // or not at all when any image does not match its table.
