@@ -116,7 +116,8 @@ class EmbeddingTable final {
   Expected<int64_t> preparePush(const uint64_t* keys, const float* grads, int64_t n, kernels::Kernels& kernels,
                                 bool keysUnique = false);
   // Whether the last pull (with create, remembered) was of these n keys, in
-  // this order: a push of them (keysUnique) then finds its rows without a lookup.
+  // this order: a push of them (keysUnique) then finds its rows without a
+  // lookup. (n == 0: true whenever nothing is remembered; nothing to find.)
   bool pulledLast(const uint64_t* keys, int64_t n) const {
     return n >= 0 && size_t(n) == pulledKeys_.size() &&
            (n == 0 || std::memcmp(keys, pulledKeys_.data(), size_t(n) * sizeof(uint64_t)) == 0);
@@ -196,7 +197,8 @@ class EmbeddingTable final {
   // The rows of the last pull, and its keys when it was to be remembered
   // (empty otherwise): a push of the same keys in the same order (a
   // worker's, on its word that they are unique) updates these rows without
-  // looking them up again. (Rows never move or go.)
+  // looking them up again. (Rows never move or go while the table holds
+  // them: chunks are only added, and load() fills an empty table only.)
   std::vector<float*> pullRows_;
   std::vector<uint64_t> pulledKeys_;
 };

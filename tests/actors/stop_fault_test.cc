@@ -120,16 +120,18 @@ TEST(StopFault, AStopLastsItsDurationAndIsStoppedOnce) {
 // Two stops asked for at once, from two threads: they take turns (the
 // process stopped for both durations, one after the other), and SIGHUP's
 // handling is what it was before either (each stop ignores it while it
-// lasts: two at once could leave it ignored for good). (The test is
-// meaningful where SIGHUP is not ignored already, as under ctest; under
-// nohup both ways leave it ignored.)
+// lasts: two at once could leave it ignored for good).
 TEST(StopFault, TwoStopsAtOnceTakeTurnsAndLeaveSIGHUPAsItWas) {
   const pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     ::setpgid(0, 0);  // (as above: no SIGCONT but its own)
+    // SIGHUP's default handling to begin with (it is ignored already under
+    // nohup, where a stop that left it ignored could not be told apart).
     struct sigaction before = {};
-    ::sigaction(SIGHUP, nullptr, &before);  // (ignored already under nohup)
+    before.sa_handler = SIG_DFL;
+    sigemptyset(&before.sa_mask);
+    ::sigaction(SIGHUP, &before, nullptr);
     std::atomic<int> ready{0};
     const auto start = Clock::now();
     auto stop = [&](int64_t fault) {
@@ -144,7 +146,7 @@ TEST(StopFault, TwoStopsAtOnceTakeTurnsAndLeaveSIGHUPAsItWas) {
     const auto stoppedFor = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
     struct sigaction now = {};
     ::sigaction(SIGHUP, nullptr, &now);
-    if (now.sa_handler != before.sa_handler) ::_exit(3);  // left ignored
+    if (now.sa_handler != before.sa_handler) ::_exit(3);  // changed (left ignored)
     ::_exit(stoppedFor >= 600ms ? 0 : 4);       // 4: the two overlapped
   }
   int status = 0;

@@ -369,8 +369,20 @@ TEST(EmbeddingTableTest, APushOfTheKeysJustPulledUpdatesThePulledRows) {
       }
     }
     // Every fifth step pushes table 1's keys in another order (not the pull's).
-    const bool other = step % 5 == 0;
+    bool other = step % 5 == 0;
     if (other) std::reverse(keys.begin() + 30, keys.begin() + 60);
+    if (step % 7 == 0) {
+      // A pull not remembered comes between (the same keys: no new rows):
+      // the push looks its rows up.
+      set.pull(counts.data(), keys.data(), true, pulled.data());
+      other = true;
+    } else if (step % 3 == 0) {
+      // A pull that creates nothing (an evaluation's) keeps what was remembered.
+      std::vector<uint64_t> unseen(keys.size(), 0);
+      for (size_t i = 0; i < unseen.size(); ++i) unseen[i] = 5000000 + i;
+      std::vector<float> out(unseen.size() * 4);
+      set.pull(counts.data(), unseen.data(), false, out.data());
+    }
     std::vector<float> grads;
     size_t at = 0;
     for (size_t t = 0; t < tables.size(); ++t) {
