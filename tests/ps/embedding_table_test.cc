@@ -32,6 +32,23 @@ EmbeddingTableOptions options(OptimizerKind kind, int64_t dim = 8) {
   return o;
 }
 
+// A row of the Adagrad reference, in double: the initial weights of
+// (seed 11, table, key) at the default scale 1/sqrt(dim), then the
+// accumulators at 0.1 (the default initial accumulator).
+std::vector<double> referenceRow(int tableId, uint64_t key, int64_t dim) {
+  std::vector<float> w(static_cast<size_t>(dim));
+  EmbeddingTable::initialWeights(11, tableId, key, float(1.0 / std::sqrt(double(dim))), w.data(), dim);
+  std::vector<double> r(w.begin(), w.end());
+  r.resize(size_t(2 * dim), 0.1);
+  return r;
+}
+
+// Adagrad at learning rate 0.1 (options()) on element d of a reference row.
+void adagradReference(std::vector<double>& r, int64_t dim, int64_t d, double g) {
+  r[size_t(dim + d)] += g * g;
+  r[size_t(d)] -= 0.1 * g / (std::sqrt(r[size_t(dim + d)]) + 1e-8);
+}
+
 TEST(EmbeddingTableTest, RowsAreCreatedOnceAndDeterministically) {
   EmbeddingTable a(options(OptimizerKind::kAdagrad)), b(options(OptimizerKind::kAdagrad));
   std::vector<float*> first;
@@ -232,18 +249,10 @@ TEST(EmbeddingTableTest, ManyPushesMatchAReferenceMap) {
       auto& s = sum[keys[i]];
       s.resize(4);
       for (int d = 0; d < 4; ++d) s[d] += grads[i * 4 + d];
-      if (!ref.count(keys[i])) {
-        std::vector<float> w(4);
-        EmbeddingTable::initialWeights(11, 3, keys[i], 0.5f, w.data(), 4);
-        ref[keys[i]] = {w[0], w[1], w[2], w[3], 0.1, 0.1, 0.1, 0.1};
-      }
+      if (!ref.count(keys[i])) ref[keys[i]] = referenceRow(3, keys[i], 4);
     }
     for (auto& [key, g] : sum) {
-      auto& r = ref[key];
-      for (int d = 0; d < 4; ++d) {
-        r[4 + d] += g[d] * g[d];
-        r[d] -= 0.1 * g[d] / (std::sqrt(r[4 + d]) + 1e-8);
-      }
+      for (int d = 0; d < 4; ++d) adagradReference(ref[key], 4, d, g[size_t(d)]);
     }
     ASSERT_TRUE(t.push(keys.data(), grads.data(), 64, step, *k).isOk());
   }
@@ -284,17 +293,11 @@ TEST(EmbeddingTableTest, APushOfUniqueKeysOnTheCallersWordUpdatesEveryRowAsASumW
         for (const auto& [key, unused] : seen) {
           keys.push_back(key);
           auto& r = ref[t][key];
-          if (r.empty()) {
-            std::vector<float> w(static_cast<size_t>(dim));
-            EmbeddingTable::initialWeights(11, t, key, float(1.0 / std::sqrt(double(dim))), w.data(), dim);
-            r.assign(w.begin(), w.end());
-            r.resize(size_t(2 * dim), 0.1);
-          }
+          if (r.empty()) r = referenceRow(t, key, dim);
           for (int64_t d = 0; d < dim; ++d) {
             const float g = float(rng.normal());
             grads.push_back(g);
-            r[size_t(dim + d)] += double(g) * g;
-            r[size_t(d)] -= 0.1 * g / (std::sqrt(r[size_t(dim + d)]) + 1e-8);
+            adagradReference(r, dim, d, g);
           }
         }
       }
@@ -362,9 +365,7 @@ TEST(EmbeddingTableTest, APushOfTheKeysJustPulledUpdatesThePulledRows) {
       ASSERT_TRUE(set.push(moreCounts.data(), moreKeys.data(), zeros.data(), step, *k).isOk());
       for (size_t t = 0; t < tables.size(); ++t) {
         for (uint64_t i = 0; i < 5000; ++i) {
-          std::vector<float> w(4);
-          EmbeddingTable::initialWeights(11, int(t), 1000000 * uint64_t(step) + i, 0.5f, w.data(), 4);
-          ref[t][1000000 * uint64_t(step) + i] = {w[0], w[1], w[2], w[3], 0.1, 0.1, 0.1, 0.1};
+          ref[t][1000000 * uint64_t(step) + i] = referenceRow(int(t), 1000000 * uint64_t(step) + i, 4);
         }
       }
     }
@@ -388,16 +389,11 @@ TEST(EmbeddingTableTest, APushOfTheKeysJustPulledUpdatesThePulledRows) {
     for (size_t t = 0; t < tables.size(); ++t) {
       for (size_t i = 0; i < 30; ++i, ++at) {
         auto& r = ref[t][keys[at]];
-        if (r.empty()) {
-          std::vector<float> w(4);
-          EmbeddingTable::initialWeights(11, int(t), keys[at], 0.5f, w.data(), 4);
-          r = {w[0], w[1], w[2], w[3], 0.1, 0.1, 0.1, 0.1};
-        }
+        if (r.empty()) r = referenceRow(int(t), keys[at], 4);
         for (int d = 0; d < 4; ++d) {
           const float g = float(rng.normal());
           grads.push_back(g);
-          r[size_t(4 + d)] += double(g) * g;
-          r[size_t(d)] -= 0.1 * g / (std::sqrt(r[size_t(4 + d)]) + 1e-8);
+          adagradReference(r, 4, d, g);
         }
       }
     }

@@ -137,6 +137,20 @@ TEST_F(TableHolderTest, MalformedRequestsAreRefusedAndChangeNothing) {
   EXPECT_EQ(push(0, 0, {{9}, {}}, {{1, 1, 1, 1}, {}}), 0);
 }
 
+// `count` tables of one dim and optimizer (the single-call path).
+TableHolderOptions uniformTables(int count, int64_t dim, kernels::OptimizerKind kind, float learningRate) {
+  TableHolderOptions o;
+  for (int t = 0; t < count; ++t) {
+    EmbeddingTableOptions table;
+    table.tableId = t;
+    table.dim = dim;
+    table.optimizer.kind = kind;
+    table.optimizer.learningRate = learningRate;
+    o.tables.push_back(table);
+  }
+  return o;
+}
+
 // A worker's push whose keys it made unique says so (keysUnique): the
 // holder then sums nothing (no dedupGradients call) and every row gets its
 // one gradient, as SGD by hand says; a push that does not say so is summed.
@@ -144,16 +158,10 @@ TEST(TableHolderUniformTest, APushOfUniqueKeysIsAppliedWithoutSumming) {
   caf::actor_system_config cfg;
   caf::actor_system system{cfg};
   caf::scoped_actor self{system};
-  TableHolderOptions o;
-  for (int t = 0; t < 2; ++t) {
-    EmbeddingTableOptions table;
-    table.tableId = t;
-    table.dim = 2;
-    table.seed = 5;
-    table.optimizer.kind = kernels::OptimizerKind::kSgd;
-    table.optimizer.learningRate = 0.25f;
-    o.tables.push_back(table);
-  }
+  TableHolderOptions o = uniformTables(2, 2, kernels::OptimizerKind::kSgd, 0.25f);
+  for (auto& table : o.tables) table.seed = 5;
+  const std::vector<std::vector<uint64_t>> keys = {{3, 1, 2}, {8}};
+  const std::vector<std::vector<float>> grads = {{1, 2, 3, 4, 5, 6}, {-2, 2}};
   auto profiler = std::make_shared<kernels::ProfilingKernels>(kernels::createKernels({kernels::Device::kCpu, 2}));
   o.kernels = profiler;
   auto holder = spawnTableHolder(system, o);
@@ -166,8 +174,8 @@ TEST(TableHolderUniformTest, APushOfUniqueKeysIsAppliedWithoutSumming) {
   auto push = [&](int64_t seq, bool unique) {
     auto req = std::make_shared<PushRequest>();
     req->sequence = seq;
-    req->keys = {{3, 1, 2}, {8}};
-    req->grads = {{1, 2, 3, 4, 5, 6}, {-2, 2}};
+    req->keys = keys;
+    req->grads = grads;
     req->keysUnique = unique;
     int64_t ack = -1;
     self->request(holder, kTimeout, push_atom::value, PushRequestPtr(req))
@@ -179,14 +187,12 @@ TEST(TableHolderUniformTest, APushOfUniqueKeysIsAppliedWithoutSumming) {
   EXPECT_EQ(push(1, false), 1);
   EXPECT_EQ(dedups(), 2);  // one a table
   auto req = std::make_shared<PullRequest>();
-  req->keys = {{3, 1, 2}, {8}};
+  req->keys = keys;
   PullReplyPtr rows;
   self->request(holder, kTimeout, pull_atom::value, PullRequestPtr(req))
       .receive([&](PullReplyPtr r) { rows = r; }, [](caf::error&) {});
   ASSERT_TRUE(rows);
   const float scale = float(1.0 / std::sqrt(2.0));
-  const std::vector<std::vector<uint64_t>> keys = {{3, 1, 2}, {8}};
-  const std::vector<std::vector<float>> grads = {{1, 2, 3, 4, 5, 6}, {-2, 2}};
   for (size_t t = 0; t < 2; ++t) {
     for (size_t i = 0; i < keys[t].size(); ++i) {
       float w[2];
@@ -206,16 +212,8 @@ TEST(TableHolderUniformTest, OneOptimizerCallUpdatesEveryTableExactly) {
   caf::actor_system_config cfg;
   caf::actor_system system{cfg};
   caf::scoped_actor self{system};
-  TableHolderOptions o;
-  for (int t = 0; t < 3; ++t) {
-    EmbeddingTableOptions table;
-    table.tableId = t;
-    table.dim = 4;
-    table.optimizer.kind = kernels::OptimizerKind::kAdagrad;
-    table.optimizer.learningRate = 0.1f;
-    table.optimizer.initialAccumulator = 0.0f;
-    o.tables.push_back(table);
-  }
+  TableHolderOptions o = uniformTables(3, 4, kernels::OptimizerKind::kAdagrad, 0.1f);
+  for (auto& table : o.tables) table.optimizer.initialAccumulator = 0.0f;
   auto holder = spawnTableHolder(system, o);
   auto pull = [&] {
     auto req = std::make_shared<PullRequest>();
