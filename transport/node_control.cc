@@ -116,7 +116,12 @@ void UcxNode::Impl::handleControl(Connection* c, const DecodedFrame& frame) {
     }
     case kGoodbye:
       if (c->state != State::kReady) return;
-      c->left = true;
+      c->left = true;  // (first: a send that fails closes the connection, as a departure then)
+      // Answered in kind, once every frame before it has been read: the
+      // leaving node waits for the answer (or for this side to close)
+      // before its process exits, since its sockets closing could reach
+      // this node before frames still queued for it (shutdown).
+      if (!c->saidGoodbye) sendControl(c, kGoodbye, encodeEmpty());
       return closeConnection(c, Status::unavailable(fmt::format("node {:x} left the job", c->peerId)), true);
     case kHeartbeat:
       if (c->state == State::kReady) c->lastReceived = Clock::now();

@@ -332,6 +332,13 @@ void RemoteActors::Core::onFrame(uint64_t peer, DecodedFrame frame, std::shared_
     }
     if (env.kind == kPeerWatchKind) return;  // carries nothing; the connection was the point
     counters_.undeliverable++;
+    if (env.kind == kCollectiveKind) {
+      // Expected: a peer's hello before this process formed the group (it
+      // is repeated until answered, and no chunk is sent before the
+      // answer), or a frame of a group this process has let go.
+      log()->debug("dropped a collective frame from node {:x}: no group here takes it", peer);
+      return;
+    }
     log()->warn("dropped a message of unknown kind {} from node {:x}", env.kind, peer);
     return;
   }

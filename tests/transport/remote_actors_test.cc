@@ -331,6 +331,103 @@ TEST_F(TransportJob, APeerThatQuitsIsSeenToLeave) {
   EXPECT_EQ(departureOf(reason), Departure::kLeft) << caf::to_string(reason);
 }
 
+// A node that sends and then leaves (its process exits) while the receiver
+// is not running: on one host the frames wait in the receiver's
+// shared-memory queue, and the leaver's sockets close when it exits. The
+// receiver must read every frame and the goodbye before it sees those
+// sockets close (once, a rank that finished its last collective and exited
+// failed a slower rank's wait for its last chunk: "connection reset").
+TEST_F(TransportJob, FramesSentJustBeforeAPeerLeavesAllArrive) {
+  constexpr int64_t kMessages = 20;  // fewer than UCX's shared-memory queue holds
+  Child& sender = spawnPeer("echo", 2);
+  Child& receiver = spawnPeer("echo", 3);
+  ASSERT_TRUE(remote_->node().waitForMembers(3, 20s).isOk());
+  auto echoA = remote_->remoteActor(2, "echo"), echoB = remote_->remoteActor(3, "echo");
+  // The sender's connection to the receiver, ready before the receiver stops.
+  ASSERT_EQ(caf::to_string(ask(echoA, caf::make_message(burst_atom::value, uint64_t(3), kMessages))), "(20)");
+  caf::message reply;
+  for (int tries = 0; tries < 100; ++tries) {
+    reply = ask(echoB, caf::make_message(seqcheck_atom::value));
+    if (!reply.match_elements<int64_t, bool>() || reply.get_as<int64_t>(0) >= kMessages) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_EQ(caf::to_string(reply), "(20, true)");
+  receiver.kill(SIGSTOP);
+  ASSERT_EQ(caf::to_string(ask(echoA, caf::make_message(burst_atom::value, uint64_t(3), kMessages, kMessages))),
+            "(20)");
+  ASSERT_EQ(caf::to_string(ask(echoA, caf::make_message(quit_atom::value))), "(true)");
+  std::this_thread::sleep_for(400ms);  // the sender is leaving meanwhile (its 100 ms, then its goodbye)
+  receiver.kill(SIGCONT);
+  EXPECT_EQ(sender.wait(10s).exitCode, 0);
+  reply = ask(echoB, caf::make_message(seqcheck_atom::value));
+  EXPECT_EQ(caf::to_string(reply), "(40, true)");
+  // And the receiver took it for gone in order, not crashed.
+  ASSERT_EQ(caf::to_string(ask(echoB, caf::make_message(quit_atom::value))), "(true)");
+  EXPECT_EQ(receiver.wait(10s).exitCode, 0);
+  const std::string log = troupe::testing::readFile(dir_.file("peer-3.log"));
+  EXPECT_NE(log.find("node 2 left the job"), std::string::npos) << log;
+  EXPECT_EQ(log.find("node 2 is down"), std::string::npos) << log;
+  // The sender left on the answers to its goodbye, not at the end of its wait.
+  const std::string senderLog = troupe::testing::readFile(dir_.file("peer-2.log"));
+  EXPECT_EQ(senderLog.find("after this node's goodbye; leaving anyway"), std::string::npos) << senderLog;
+}
+
+// A leaving node waits for a stopped peer's answer to its goodbye only so
+// long (1 s), then exits all the same.
+TEST_F(TransportJob, ALeavingNodeWaitsForAStoppedPeerOnlySoLong) {
+  // (Its heartbeat timeout longer than the wait: the stopped peer is not
+  // declared down before the wait is over.)
+  Child& sender = spawnPeer("echo", 2, {"--heartbeat-timeout-ms", "5000"});
+  Child& receiver = spawnPeer("echo", 3);
+  ASSERT_TRUE(remote_->node().waitForMembers(3, 20s).isOk());
+  auto echoA = remote_->remoteActor(2, "echo"), echoB = remote_->remoteActor(3, "echo");
+  // The sender's connection to the receiver, ready (its 5 frames came).
+  ASSERT_EQ(caf::to_string(ask(echoA, caf::make_message(burst_atom::value, uint64_t(3), int64_t(5)))), "(5)");
+  caf::message reply;
+  for (int tries = 0; tries < 100; ++tries) {
+    reply = ask(echoB, caf::make_message(seqcheck_atom::value));
+    if (!reply.match_elements<int64_t, bool>() || reply.get_as<int64_t>(0) >= 5) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_EQ(caf::to_string(reply), "(5, true)");
+  receiver.kill(SIGSTOP);
+  const auto quitAt = std::chrono::steady_clock::now();
+  ASSERT_EQ(caf::to_string(ask(echoA, caf::make_message(quit_atom::value))), "(true)");
+  const auto done = sender.wait(10s);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - quitAt).count();
+  receiver.kill(SIGCONT);
+  EXPECT_EQ(done.exitCode, 0) << "signal " << done.signal << "\n" << troupe::testing::readFile(dir_.file("peer-2.log"));
+  EXPECT_GE(took, 1.0);  // its 100 ms, then the whole wait
+  EXPECT_LT(took, 5.0);
+  const std::string log = troupe::testing::readFile(dir_.file("peer-2.log"));
+  EXPECT_NE(log.find("1 peer connection(s) still open 1000 ms after this node's goodbye; leaving anyway"),
+            std::string::npos)
+      << log;
+}
+
+// A node that leaves while its connection to a stopped peer is still being
+// wired up (its hello waits in UCX) exits in order: before, UCX aborted the
+// process as the node destroyed its worker ("pending request ... should
+// have been flushed", SIGABRT).
+TEST_F(TransportJob, ANodeLeavingMidHandshakeWithAStoppedPeerExitsInOrder) {
+  Child& sender = spawnPeer("echo", 2);
+  Child& receiver = spawnPeer("echo", 3);
+  ASSERT_TRUE(remote_->node().waitForMembers(3, 20s).isOk());
+  auto echoA = remote_->remoteActor(2, "echo");
+  receiver.kill(SIGSTOP);
+  // The first frame opens the sender's connection; the stopped receiver
+  // never answers its hello.
+  ASSERT_EQ(caf::to_string(ask(echoA, caf::make_message(burst_atom::value, uint64_t(3), int64_t(5)))), "(5)");
+  ASSERT_EQ(caf::to_string(ask(echoA, caf::make_message(quit_atom::value))), "(true)");
+  const auto done = sender.wait(10s);
+  receiver.kill(SIGCONT);
+  const std::string log = troupe::testing::readFile(dir_.file("peer-2.log"));
+  EXPECT_EQ(done.exitCode, 0) << "signal " << done.signal << "\n" << log;
+  EXPECT_NE(log.find("sends to a peer never finished, so its UCX worker is left to the process's exit"),
+            std::string::npos)
+      << log;
+}
+
 TEST_F(TransportJob, WrongTokenIsRefusedAndTheCoordinatorKeepsServing) {
   Child& bad = spawnPeer("badtoken", 5, {"--token", "not-the-token"});
   auto r = bad.wait(20s);

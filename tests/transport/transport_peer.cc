@@ -69,6 +69,13 @@ std::vector<std::vector<std::byte>> garbageFrames(uint64_t self) {
   return out;
 }
 
+void sendBurst(caf::stateful_actor<EchoState>* self, const caf::actor& dest, int64_t first, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    self->send(dest, seq_atom::value, first + i);
+    if (i % 50 == 49) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 caf::behavior echoActor(caf::stateful_actor<EchoState>* self, RemoteActors* remote, uint64_t selfId) {
   return {
       [=](echo_atom, const Tensor& t) { return t; },
@@ -97,11 +104,11 @@ caf::behavior echoActor(caf::stateful_actor<EchoState>* self, RemoteActors* remo
         // seq 0 .. n-1 to the peer's echo, 50 every millisecond or so: the
         // first opens this node's connection to it, and the rest go on
         // while the handshakes of both sides' connections finish.
-        auto dest = remote->remoteActor(peer, "echo");
-        for (int64_t i = 0; i < n; ++i) {
-          self->send(dest, seq_atom::value, i);
-          if (i % 50 == 49) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        }
+        sendBurst(self, remote->remoteActor(peer, "echo"), 0, n);
+        return n;
+      },
+      [=](burst_atom, uint64_t peer, int64_t first, int64_t n) {  // seq first .. first + n - 1
+        sendBurst(self, remote->remoteActor(peer, "echo"), first, n);
         return n;
       },
       [=](handed_atom) { return int64_t(remote->node().stats().framesHandedOver); },

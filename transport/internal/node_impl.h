@@ -227,6 +227,7 @@ class UcxNode::Impl {
     bool refused = false;   // a handshake refusal, either way: no retry
     bool sameHost = false;  // the far side is on this machine
     bool left = false;      // the far side said goodbye
+    bool saidGoodbye = false;  // this side said goodbye (it is leaving)
     uint64_t serial = 0;    // unique per connection of this node
     std::optional<Clock::time_point> closeAt;  // a refusal: force-close then
     Status closeWhy;  // what closing then says (ok: nothing; a refusal this side made as a client: why)
@@ -340,6 +341,7 @@ class UcxNode::Impl {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> pendingSends_{0};  // sends UCX has not finished
+  std::atomic<int64_t> farewellsOpen_{0};  // connections this node said goodbye on that are still open
   // Their requests: at shutdown those that never finish (a peer cut off:
   // TCP holds them) are cancelled before the worker goes, which UCX
   // requires of every endpoint it destroys.
