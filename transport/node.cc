@@ -197,6 +197,16 @@ Status UcxNode::Impl::init() {
   return Status::ok();
 }
 
+void UcxNode::Impl::sayGoodbye(Connection* c) {
+  // (A peer declared down answers nothing: its stale connection, if one
+  // stays, is not waited for.)
+  if (!downPeers_.count(c->peerId)) {
+    c->saidGoodbye = true;  // (first: a send that fails closes the connection)
+    farewellsOpen_++;
+  }
+  sendControl(c, kGoodbye, encodeEmpty());
+}
+
 void UcxNode::Impl::shutdown() {
   bool cancelledSends = false;
   if (thread_.joinable()) {
@@ -215,15 +225,9 @@ void UcxNode::Impl::shutdown() {
       // connections_.)
       std::vector<Connection*> all;
       for (auto& [ep, c] : connections_) all.push_back(c.get());
+      leaving_ = true;  // (a connection ready from now on gets its goodbye in becomeReady)
       for (Connection* c : all) {
-        if (c->state != State::kReady) continue;
-        // (A peer declared down answers nothing: its stale connection, if
-        // one stays, is not waited for.)
-        if (!downPeers_.count(c->peerId)) {
-          c->saidGoodbye = true;  // (first: a send that fails closes the connection)
-          farewellsOpen_++;
-        }
-        sendControl(c, kGoodbye, encodeEmpty());
+        if (c->state == State::kReady) sayGoodbye(c);
       }
       said = true;
     });
@@ -238,9 +242,10 @@ void UcxNode::Impl::shutdown() {
     // close before it has read the queue takes us for crashed and drops
     // what it had not read (measured: 20 frames sent to a peer held
     // stopped for 400 ms, 4 to 19 of the second 20 lost in 5 runs of 5).
-    // A peer reads our goodbye after every frame we sent it and answers
-    // with a goodbye of its own (or its side closes); a stopped or silent
-    // one is not waited for longer than kFarewellWait.
+    // A peer reads our goodbye after the frames we sent before it on the
+    // same connection (eager ones; a rendezvous transfer may still be
+    // running) and answers with a goodbye of its own, or its side closes;
+    // a stopped or silent one is not waited for longer than kFarewellWait.
     const auto farewellDeadline = Clock::now() + kFarewellWait;
     while (farewellsOpen_.load() > 0 && Clock::now() < farewellDeadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -269,11 +274,6 @@ void UcxNode::Impl::shutdown() {
       left.assign(inflight_.begin(), inflight_.end());
     }
     if (!left.empty()) log()->info("{} send(s) that never finished cancelled as the node goes", left.size());
-    // A cancelled send on an endpoint still being wired up (to a peer held
-    // stopped while this node connected to it) stays in UCX's pending queue,
-    // and ucp_worker_destroy aborts the process on it (UCX 1.13: "pending
-    // request ... should have been flushed"): the worker is left then.
-    cancelledSends = !left.empty();
     for (void* r : left) ucp_request_cancel(worker_, r);
     for (int i = 0; i < 1000; ++i) {
       {
@@ -282,6 +282,13 @@ void UcxNode::Impl::shutdown() {
       }
       ucp_worker_progress(worker_);
     }
+    // A send that did not finish even so (one on an endpoint still being
+    // wired up, to a peer held stopped while this node connected to it,
+    // stays in UCX's pending queue) makes ucp_worker_destroy abort the
+    // process (UCX 1.13: "pending request ... should have been flushed"):
+    // the worker is left then.
+    std::lock_guard<std::mutex> lock(inflightMutex_);
+    cancelledSends = !inflight_.empty();
   }
   closeEndpoints();  // (the progress thread has stopped: nothing is in progress)
   for (void* r : closing_) ucp_request_free(r);
@@ -450,7 +457,8 @@ void UcxNode::Impl::onTimer(Clock::time_point now) {
         dead.emplace_back(c, Status::timeout(fmt::format(
                                  "no message or heartbeat from node {:x} ({}) for {} ms", c->peerId, c->address,
                                  std::chrono::duration_cast<std::chrono::milliseconds>(now - c->lastReceived).count())));
-      } else if (now - c->lastSent >= options_.heartbeatInterval) {
+      } else if (now - c->lastSent >= options_.heartbeatInterval && !c->saidGoodbye) {
+        // (None after this node's goodbye: the peer closes its side on it.)
         sendControl(c, kHeartbeat, encodeEmpty());
         counters_.heartbeats++;
       }
@@ -719,12 +727,13 @@ void UcxNode::Impl::closeConnection(Connection* c, const Status& why, bool peerD
   if (peerDown && peer != 0 && wasSender) {
     // How it went: a goodbye or a refusal was recorded on the connection;
     // a timeout is a Status of its own; anything else is a failed endpoint.
-    // (This node leaving: the far side's closing answers its goodbye, but
-    // a silence is still one.)
+    // (This node leaving: whatever closes a connection it said goodbye on
+    // is its own leaving to those waiting on the peer, as RemoteActors
+    // reports it; but a silence is still one.)
     const Departure how = kept->left                          ? Departure::kLeft
                           : kept->refused                     ? Departure::kRefused
                           : why.code() == Status::Code::kTimeout ? Departure::kTimedOut
-                          : kept->saidGoodbye                 ? Departure::kLeft
+                          : kept->saidGoodbye                 ? Departure::kShutdown
                                                               : Departure::kCrashed;
     downPeers_[peer] = how;
     if (how == Departure::kTimedOut) silentPeer_ = true;
@@ -733,9 +742,9 @@ void UcxNode::Impl::closeConnection(Connection* c, const Status& why, bool peerD
     // has aborted in tcp_iface.c. Frames from a peer that is down are
     // dropped before the links see them.)
     if (links_) links_->forget(peer);
-    counters_.peersDown++;
-    if (kept->saidGoodbye && how == Departure::kLeft) {
-      log()->debug("node {:x} answered this node's goodbye", peer);
+    if (how != Departure::kShutdown) counters_.peersDown++;
+    if (how == Departure::kShutdown) {
+      log()->debug("connection to node {:x} closed after this node's goodbye ({})", peer, why.message());
     } else if (kept->left) {
       log()->info("node {:x} left the job", peer);
     } else {
@@ -1137,7 +1146,13 @@ void UcxNode::Impl::handleFrame(Connection* c, const std::shared_ptr<Incoming>& 
     dropMalformed(c, fmt::format("claims to come from node {:x}", frame.envelope.sourceNode));
     return;
   }
-  if (links_ && downPeers_.count(c->peerId)) return;  // a late frame of a peer given up
+  if (links_ && downPeers_.count(c->peerId)) {
+    // A late frame of a peer given up; but a goodbye on its other
+    // connection (both sides connected at once) still closes that one, and
+    // is answered (a leaving node waits for it).
+    if (kind == kGoodbye) handleControl(c, frame);
+    return;
+  }
   frame.wireBytes = in->bytes;
   if (!links_) {
     counters_.framesReceived++;

@@ -116,12 +116,15 @@ void UcxNode::Impl::handleControl(Connection* c, const DecodedFrame& frame) {
     }
     case kGoodbye:
       if (c->state != State::kReady) return;
+      if (c->saidGoodbye) {  // the answer to this node's own (shutdown)
+        return closeConnection(c, Status::unavailable(fmt::format("node {:x} answered", c->peerId)), true);
+      }
       c->left = true;  // (first: a send that fails closes the connection, as a departure then)
-      // Answered in kind, once every frame before it has been read: the
-      // leaving node waits for the answer (or for this side to close)
-      // before its process exits, since its sockets closing could reach
-      // this node before frames still queued for it (shutdown).
-      if (!c->saidGoodbye) sendControl(c, kGoodbye, encodeEmpty());
+      // Answered in kind, after the frames that came before it on this
+      // connection: the leaving node waits for the answer (or for this side
+      // to close) before its process exits, since its sockets closing could
+      // reach this node before frames still queued for it (shutdown).
+      sendControl(c, kGoodbye, encodeEmpty());
       return closeConnection(c, Status::unavailable(fmt::format("node {:x} left the job", c->peerId)), true);
     case kHeartbeat:
       if (c->state == State::kReady) c->lastReceived = Clock::now();
@@ -188,6 +191,7 @@ void UcxNode::Impl::becomeReady(Connection* c) {
     for (auto& [bytes, flips] : rawOutbox) sendRawBytes(c->peerId, std::move(bytes), &flips);
   }
   if (c->state == State::kClosed) return;
+  if (leaving_) return sayGoodbye(c);  // ready while this node leaves: after what it held
   if (c->outgoing && !options_.isCoordinator && isCoordinatorAddress(c->address)) {
     sendControl(c, kJoin, encodeJoin(Member{options_.nodeId, options_.role, options_.listenHost, port_}));
   }

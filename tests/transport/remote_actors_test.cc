@@ -339,7 +339,9 @@ TEST_F(TransportJob, APeerThatQuitsIsSeenToLeave) {
 // failed a slower rank's wait for its last chunk: "connection reset").
 TEST_F(TransportJob, FramesSentJustBeforeAPeerLeavesAllArrive) {
   constexpr int64_t kMessages = 20;  // fewer than UCX's shared-memory queue holds
-  Child& sender = spawnPeer("echo", 2);
+  // (The sender's heartbeat timeout longer than the receiver's stop: its
+  // wait ends on the answer, not on a verdict.)
+  Child& sender = spawnPeer("echo", 2, {"--heartbeat-timeout-ms", "5000"});
   Child& receiver = spawnPeer("echo", 3);
   ASSERT_TRUE(remote_->node().waitForMembers(3, 20s).isOk());
   auto echoA = remote_->remoteActor(2, "echo"), echoB = remote_->remoteActor(3, "echo");
@@ -370,6 +372,7 @@ TEST_F(TransportJob, FramesSentJustBeforeAPeerLeavesAllArrive) {
   // The sender left on the answers to its goodbye, not at the end of its wait.
   const std::string senderLog = troupe::testing::readFile(dir_.file("peer-2.log"));
   EXPECT_EQ(senderLog.find("after this node's goodbye; leaving anyway"), std::string::npos) << senderLog;
+  EXPECT_EQ(senderLog.find("is down"), std::string::npos) << senderLog;
 }
 
 // A leaving node waits for a stopped peer's answer to its goodbye only so
@@ -410,7 +413,9 @@ TEST_F(TransportJob, ALeavingNodeWaitsForAStoppedPeerOnlySoLong) {
 // process as the node destroyed its worker ("pending request ... should
 // have been flushed", SIGABRT).
 TEST_F(TransportJob, ANodeLeavingMidHandshakeWithAStoppedPeerExitsInOrder) {
-  Child& sender = spawnPeer("echo", 2);
+  // (Its handshake timeout, the heartbeat timeout here, longer than the
+  // test: the hello is still waiting when the node goes.)
+  Child& sender = spawnPeer("echo", 2, {"--heartbeat-timeout-ms", "5000"});
   Child& receiver = spawnPeer("echo", 3);
   ASSERT_TRUE(remote_->node().waitForMembers(3, 20s).isOk());
   auto echoA = remote_->remoteActor(2, "echo");

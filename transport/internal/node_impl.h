@@ -319,6 +319,8 @@ class UcxNode::Impl {
   void handleFrame(Connection* c, const std::shared_ptr<Incoming>& in);
   void handleControl(Connection* c, const DecodedFrame& frame);
   void becomeReady(Connection* c);
+  // Says goodbye on `c` as this node leaves, and counts it as awaiting its answer.
+  void sayGoodbye(Connection* c);
   void broadcastMembers();
   void setMembers(std::vector<Member> members);
   void dropMalformed(Connection* c, const std::string& why);
@@ -342,6 +344,7 @@ class UcxNode::Impl {
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> pendingSends_{0};  // sends UCX has not finished
   std::atomic<int64_t> farewellsOpen_{0};  // connections this node said goodbye on that are still open
+  bool leaving_ = false;  // shutdown has said goodbye (progress thread only)
   // Their requests: at shutdown those that never finish (a peer cut off:
   // TCP holds them) are cancelled before the worker goes, which UCX
   // requires of every endpoint it destroys.
