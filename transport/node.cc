@@ -200,9 +200,13 @@ Status UcxNode::Impl::init() {
 void UcxNode::Impl::sayGoodbye(Connection* c) {
   // (A peer declared down answers nothing: its stale connection, if one
   // stays, is not waited for.)
+  c->goodbyeSent = true;
   if (!downPeers_.count(c->peerId)) {
     c->saidGoodbye = true;  // (first: a send that fails closes the connection)
-    farewellsOpen_++;
+    if (!c->inFarewell) {
+      c->inFarewell = true;
+      farewellsOpen_++;
+    }
   }
   sendControl(c, kGoodbye, encodeEmpty());
 }
@@ -227,7 +231,14 @@ void UcxNode::Impl::shutdown() {
       for (auto& [ep, c] : connections_) all.push_back(c.get());
       leaving_ = true;  // (a connection ready from now on gets its goodbye in becomeReady)
       for (Connection* c : all) {
-        if (c->state == State::kReady) sayGoodbye(c);
+        if (c->state == State::kReady) {
+          sayGoodbye(c);
+        } else if (c->state != State::kClosed && c->outgoing && (!c->outbox.empty() || !c->rawOutbox.empty())) {
+          // Frames held for a handshake still running: waited for too (they
+          // go, with a goodbye after them, once it is ready).
+          c->inFarewell = true;
+          farewellsOpen_++;
+        }
       }
       said = true;
     });
@@ -457,7 +468,7 @@ void UcxNode::Impl::onTimer(Clock::time_point now) {
         dead.emplace_back(c, Status::timeout(fmt::format(
                                  "no message or heartbeat from node {:x} ({}) for {} ms", c->peerId, c->address,
                                  std::chrono::duration_cast<std::chrono::milliseconds>(now - c->lastReceived).count())));
-      } else if (now - c->lastSent >= options_.heartbeatInterval && !c->saidGoodbye) {
+      } else if (now - c->lastSent >= options_.heartbeatInterval && !c->goodbyeSent) {
         // (None after this node's goodbye: the peer closes its side on it.)
         sendControl(c, kHeartbeat, encodeEmpty());
         counters_.heartbeats++;
@@ -709,7 +720,7 @@ void UcxNode::Impl::closeConnection(Connection* c, const Status& why, bool peerD
   if (c->state == State::kClosed) return;
   const State was = c->state;
   c->state = State::kClosed;
-  if (c->saidGoodbye) farewellsOpen_--;
+  if (c->inFarewell) farewellsOpen_--;
   const uint64_t peer = c->peerId;
   const bool wasSender = peer != 0 && ((byPeer_.count(peer) && byPeer_[peer] == c) ||
                                        (connecting_.count(peer) && connecting_[peer] == c));
@@ -751,7 +762,9 @@ void UcxNode::Impl::closeConnection(Connection* c, const Status& why, bool peerD
       log()->warn("node {:x} is down: {}", peer, why.message());
     }
     if (options_.isCoordinator && membership_.erase(peer) && !kept->saidGoodbye) broadcastMembers();
-    notifyPeerDown(peer, how, why);
+    // (This node's leaving in the words RemoteActors' own shutdown uses.)
+    notifyPeerDown(peer, how,
+                   how == Departure::kShutdown ? Status::unavailable("this process's transport shut down") : why);
   } else if (peerDown && was != State::kReady && !why.isOk()) {
     const std::string what =
         fmt::format("connection with {} closed before the handshake finished: {}", kept->address, why.message());

@@ -125,6 +125,9 @@ void UcxNode::Impl::handleControl(Connection* c, const DecodedFrame& frame) {
       // to close) before its process exits, since its sockets closing could
       // reach this node before frames still queued for it (shutdown).
       sendControl(c, kGoodbye, encodeEmpty());
+      // (A peer given up already, whose goodbye came on its other
+      // connection: the answer made its link again; forgotten again.)
+      if (links_ && downPeers_.count(c->peerId)) links_->forget(c->peerId);
       return closeConnection(c, Status::unavailable(fmt::format("node {:x} left the job", c->peerId)), true);
     case kHeartbeat:
       if (c->state == State::kReady) c->lastReceived = Clock::now();
@@ -189,6 +192,10 @@ void UcxNode::Impl::becomeReady(Connection* c) {
     auto rawOutbox = std::move(w->rawOutbox);
     w->rawOutbox.clear();
     for (auto& [bytes, flips] : rawOutbox) sendRawBytes(c->peerId, std::move(bytes), &flips);
+    if (w != c && w->inFarewell && !w->saidGoodbye) {  // a leaving node no longer waits for this spare
+      w->inFarewell = false;
+      farewellsOpen_--;
+    }
   }
   if (c->state == State::kClosed) return;
   if (leaving_) return sayGoodbye(c);  // ready while this node leaves: after what it held

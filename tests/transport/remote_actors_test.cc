@@ -41,6 +41,7 @@ class TransportJob : public ::testing::Test {
  protected:
   // Subclasses may change the coordinator's options in their constructor.
   uint64_t maxFrameBytes_ = uint64_t{1} << 32;
+  std::chrono::milliseconds heartbeatTimeout_{1000};
 
   void SetUp() override {
     // The system keeps a reference to its config: it must outlive it.
@@ -53,7 +54,7 @@ class TransportJob : public ::testing::Test {
     options.isCoordinator = true;
     options.token = "test-token";
     options.heartbeatInterval = 100ms;
-    options.heartbeatTimeout = 1000ms;
+    options.heartbeatTimeout = heartbeatTimeout_;
     options.maxFrameBytes = maxFrameBytes_;
     auto remote = RemoteActors::start(*system_, options);
     ASSERT_TRUE(remote.hasValue()) << remote.status().message();
@@ -331,18 +332,25 @@ TEST_F(TransportJob, APeerThatQuitsIsSeenToLeave) {
   EXPECT_EQ(departureOf(reason), Departure::kLeft) << caf::to_string(reason);
 }
 
+// Jobs in which a process is held stopped for a while on purpose: nobody
+// (the coordinator here, the peers by their flag) takes it for silent then.
+class LeavingJob : public TransportJob {
+ protected:
+  LeavingJob() { heartbeatTimeout_ = 5000ms; }
+};
+
 // A node that sends and then leaves (its process exits) while the receiver
 // is not running: on one host the frames wait in the receiver's
 // shared-memory queue, and the leaver's sockets close when it exits. The
 // receiver must read every frame and the goodbye before it sees those
 // sockets close (once, a rank that finished its last collective and exited
 // failed a slower rank's wait for its last chunk: "connection reset").
-TEST_F(TransportJob, FramesSentJustBeforeAPeerLeavesAllArrive) {
+TEST_F(LeavingJob, FramesSentJustBeforeAPeerLeavesAllArrive) {
   constexpr int64_t kMessages = 20;  // fewer than UCX's shared-memory queue holds
-  // (The sender's heartbeat timeout longer than the receiver's stop: its
-  // wait ends on the answer, not on a verdict.)
+  // (Heartbeat timeouts longer than the receiver's stop: the sender's wait
+  // ends on the answer, not on a verdict, and nobody is declared down.)
   Child& sender = spawnPeer("echo", 2, {"--heartbeat-timeout-ms", "5000"});
-  Child& receiver = spawnPeer("echo", 3);
+  Child& receiver = spawnPeer("echo", 3, {"--heartbeat-timeout-ms", "5000"});
   ASSERT_TRUE(remote_->node().waitForMembers(3, 20s).isOk());
   auto echoA = remote_->remoteActor(2, "echo"), echoB = remote_->remoteActor(3, "echo");
   // The sender's connection to the receiver, ready before the receiver stops.
@@ -377,7 +385,7 @@ TEST_F(TransportJob, FramesSentJustBeforeAPeerLeavesAllArrive) {
 
 // A leaving node waits for a stopped peer's answer to its goodbye only so
 // long (1 s), then exits all the same.
-TEST_F(TransportJob, ALeavingNodeWaitsForAStoppedPeerOnlySoLong) {
+TEST_F(LeavingJob, ALeavingNodeWaitsForAStoppedPeerOnlySoLong) {
   // (Its heartbeat timeout longer than the wait: the stopped peer is not
   // declared down before the wait is over.)
   Child& sender = spawnPeer("echo", 2, {"--heartbeat-timeout-ms", "5000"});
@@ -412,7 +420,7 @@ TEST_F(TransportJob, ALeavingNodeWaitsForAStoppedPeerOnlySoLong) {
 // wired up (its hello waits in UCX) exits in order: before, UCX aborted the
 // process as the node destroyed its worker ("pending request ... should
 // have been flushed", SIGABRT).
-TEST_F(TransportJob, ANodeLeavingMidHandshakeWithAStoppedPeerExitsInOrder) {
+TEST_F(LeavingJob, ANodeLeavingMidHandshakeWithAStoppedPeerExitsInOrder) {
   // (Its handshake timeout, the heartbeat timeout here, longer than the
   // test: the hello is still waiting when the node goes.)
   Child& sender = spawnPeer("echo", 2, {"--heartbeat-timeout-ms", "5000"});
@@ -431,6 +439,32 @@ TEST_F(TransportJob, ANodeLeavingMidHandshakeWithAStoppedPeerExitsInOrder) {
   EXPECT_NE(log.find("sends to a peer never finished, so its UCX worker is left to the process's exit"),
             std::string::npos)
       << log;
+  // (It waited for the handshake that held its frames, and no longer.)
+  EXPECT_NE(log.find("1 peer connection(s) still open 1000 ms after this node's goodbye; leaving anyway"),
+            std::string::npos)
+      << log;
+}
+
+// Frames a node sent to a peer it had no connection with yet wait for the
+// handshake; a node that leaves meanwhile waits for it (within its bound)
+// and they go, its goodbye after them.
+TEST_F(LeavingJob, FramesHeldForAHandshakeStillRunningGoBeforeTheNodeLeaves) {
+  Child& sender = spawnPeer("echo", 2, {"--heartbeat-timeout-ms", "5000"});
+  Child& receiver = spawnPeer("echo", 3, {"--heartbeat-timeout-ms", "5000"});
+  ASSERT_TRUE(remote_->node().waitForMembers(3, 20s).isOk());
+  auto echoA = remote_->remoteActor(2, "echo"), echoB = remote_->remoteActor(3, "echo");
+  receiver.kill(SIGSTOP);
+  ASSERT_EQ(caf::to_string(ask(echoA, caf::make_message(burst_atom::value, uint64_t(3), int64_t(5)))), "(5)");
+  ASSERT_EQ(caf::to_string(ask(echoA, caf::make_message(quit_atom::value))), "(true)");
+  // The sender is leaving meanwhile: its 100 ms, its goodbyes, up to 500 ms
+  // for its sends (the hello among them), then the wait for the handshake.
+  std::this_thread::sleep_for(900ms);
+  receiver.kill(SIGCONT);
+  const auto done = sender.wait(10s);
+  const std::string log = troupe::testing::readFile(dir_.file("peer-2.log"));
+  EXPECT_EQ(done.exitCode, 0) << "signal " << done.signal << "\n" << log;
+  EXPECT_EQ(log.find("leaving anyway"), std::string::npos) << log;
+  EXPECT_EQ(caf::to_string(ask(echoB, caf::make_message(seqcheck_atom::value))), "(5, true)");
 }
 
 TEST_F(TransportJob, WrongTokenIsRefusedAndTheCoordinatorKeepsServing) {

@@ -227,7 +227,9 @@ class UcxNode::Impl {
     bool refused = false;   // a handshake refusal, either way: no retry
     bool sameHost = false;  // the far side is on this machine
     bool left = false;      // the far side said goodbye
-    bool saidGoodbye = false;  // this side said goodbye (it is leaving)
+    bool goodbyeSent = false;  // this side said goodbye (it is leaving)
+    bool saidGoodbye = false;  // ... and waits for the answer (the peer is not down)
+    bool inFarewell = false;   // counted in farewellsOpen_
     uint64_t serial = 0;    // unique per connection of this node
     std::optional<Clock::time_point> closeAt;  // a refusal: force-close then
     Status closeWhy;  // what closing then says (ok: nothing; a refusal this side made as a client: why)
@@ -343,7 +345,9 @@ class UcxNode::Impl {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> pendingSends_{0};  // sends UCX has not finished
-  std::atomic<int64_t> farewellsOpen_{0};  // connections this node said goodbye on that are still open
+  // Connections a leaving node waits for: said goodbye on and not yet
+  // answered, or still in their handshake with frames held for them.
+  std::atomic<int64_t> farewellsOpen_{0};
   bool leaving_ = false;  // shutdown has said goodbye (progress thread only)
   // Their requests: at shutdown those that never finish (a peer cut off:
   // TCP holds them) are cancelled before the worker goes, which UCX
