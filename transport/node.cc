@@ -720,7 +720,10 @@ void UcxNode::Impl::closeConnection(Connection* c, const Status& why, bool peerD
   if (c->state == State::kClosed) return;
   const State was = c->state;
   c->state = State::kClosed;
-  if (c->inFarewell) farewellsOpen_--;
+  if (c->inFarewell) {
+    c->inFarewell = false;
+    farewellsOpen_--;
+  }
   const uint64_t peer = c->peerId;
   const bool wasSender = peer != 0 && ((byPeer_.count(peer) && byPeer_[peer] == c) ||
                                        (connecting_.count(peer) && connecting_[peer] == c));

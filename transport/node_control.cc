@@ -124,7 +124,7 @@ void UcxNode::Impl::handleControl(Connection* c, const DecodedFrame& frame) {
       // connection: the leaving node waits for the answer (or for this side
       // to close) before its process exits, since its sockets closing could
       // reach this node before frames still queued for it (shutdown).
-      sendControl(c, kGoodbye, encodeEmpty());
+      if (!c->goodbyeSent) sendControl(c, kGoodbye, encodeEmpty());  // (said already: this node is leaving too)
       // (A peer given up already, whose goodbye came on its other
       // connection: the answer made its link again; forgotten again.)
       if (links_ && downPeers_.count(c->peerId)) links_->forget(c->peerId);
@@ -192,7 +192,7 @@ void UcxNode::Impl::becomeReady(Connection* c) {
     auto rawOutbox = std::move(w->rawOutbox);
     w->rawOutbox.clear();
     for (auto& [bytes, flips] : rawOutbox) sendRawBytes(c->peerId, std::move(bytes), &flips);
-    if (w != c && w->inFarewell && !w->saidGoodbye) {  // a leaving node no longer waits for this spare
+    if (w != c && w->state != State::kClosed && w->inFarewell) {  // a leaving node no longer waits for this spare
       w->inFarewell = false;
       farewellsOpen_--;
     }

@@ -178,6 +178,7 @@ class RemoteActors::Core final : public NodeHandler, public std::enable_shared_f
   std::atomic<bool> shuttingDown_{false};
 
  public:
+  bool shuttingDown() const { return shuttingDown_.load(); }
   // Traffic labels: index -> name (index 0 unused), leading atoms -> index,
   // and the replies received to labelled requests.
   mutable std::mutex trafficMutex_;
@@ -205,8 +206,14 @@ class RemoteActorProxy final : public caf::actor_proxy {
     caf::message msg = what->move_content_to_message();
     Status st = core_->forward(peer_, remoteId_, sender, mid, msg);
     if (!st.isOk()) {
-      core_->counters_.refused++;
-      log()->error("cannot send {} to node {:x}: {}", caf::to_string(msg), peer_, st.message());
+      if (core_->shuttingDown()) {
+        // A message (often a reply) in flight as this process's transport
+        // closes: the job is ending (a requester still gets the error).
+        log()->debug("cannot send {} to node {:x}: {}", caf::to_string(msg), peer_, st.message());
+      } else {
+        core_->counters_.refused++;
+        log()->error("cannot send {} to node {:x}: {}", caf::to_string(msg), peer_, st.message());
+      }
       bounce(sender, mid, caf::sec::invalid_argument, st.message(), ctx);
     }
   }

@@ -458,13 +458,36 @@ TEST_F(LeavingJob, FramesHeldForAHandshakeStillRunningGoBeforeTheNodeLeaves) {
   ASSERT_EQ(caf::to_string(ask(echoA, caf::make_message(quit_atom::value))), "(true)");
   // The sender is leaving meanwhile: its 100 ms, its goodbyes, up to 500 ms
   // for its sends (the hello among them), then the wait for the handshake.
-  std::this_thread::sleep_for(900ms);
+  std::this_thread::sleep_for(800ms);
   receiver.kill(SIGCONT);
   const auto done = sender.wait(10s);
   const std::string log = troupe::testing::readFile(dir_.file("peer-2.log"));
   EXPECT_EQ(done.exitCode, 0) << "signal " << done.signal << "\n" << log;
   EXPECT_EQ(log.find("leaving anyway"), std::string::npos) << log;
   EXPECT_EQ(caf::to_string(ask(echoB, caf::make_message(seqcheck_atom::value))), "(5, true)");
+}
+
+// A message sent while this process's transport is closing (here held
+// open by a stopped peer's unanswered goodbye) fails its requester and is
+// no error in the log: the job is ending (after Ctrl-C, replies in flight
+// logged "cannot send ... the transport is shut down" at error level).
+TEST_F(LeavingJob, AMessageSentAsTheTransportClosesFailsQuietly) {
+  const std::string logPath = dir_.file("coordinator.log");
+  addLogFile(logPath);
+  Child& peer = spawnPeer("echo", 2, {"--heartbeat-timeout-ms", "5000"});
+  ASSERT_TRUE(remote_->node().waitForMembers(2, 20s).isOk());
+  auto echo = remote_->remoteActor(2, "echo");
+  ASSERT_EQ(caf::to_string(ask(echo, caf::make_message(add_atom::value, int64_t(1), int64_t(2)))), "(3)");
+  peer.kill(SIGSTOP);
+  std::thread closing([this] { remote_.reset(); });  // waits 1 s for the stopped peer's answer
+  std::this_thread::sleep_for(300ms);
+  auto reply = ask(echo, caf::make_message(add_atom::value, int64_t(1), int64_t(2)), 5s);
+  closing.join();
+  peer.kill(SIGCONT);
+  ASSERT_TRUE(reply.match_elements<caf::error>()) << caf::to_string(reply);
+  EXPECT_NE(caf::to_string(reply).find("the transport is shut down"), std::string::npos) << caf::to_string(reply);
+  const std::string log = troupe::testing::readFile(logPath);
+  EXPECT_EQ(log.find("cannot send"), std::string::npos) << log;
 }
 
 TEST_F(TransportJob, WrongTokenIsRefusedAndTheCoordinatorKeepsServing) {
