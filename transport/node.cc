@@ -203,10 +203,7 @@ void UcxNode::Impl::sayGoodbye(Connection* c) {
   c->goodbyeSent = true;
   if (!downPeers_.count(c->peerId)) {
     c->saidGoodbye = true;  // (first: a send that fails closes the connection)
-    if (!c->inFarewell) {
-      c->inFarewell = true;
-      farewellsOpen_++;
-    }
+    holdFarewell(c);
   }
   sendControl(c, kGoodbye, encodeEmpty());
 }
@@ -236,8 +233,7 @@ void UcxNode::Impl::shutdown() {
         } else if (c->state != State::kClosed && c->outgoing && (!c->outbox.empty() || !c->rawOutbox.empty())) {
           // Frames held for a handshake still running: waited for too (they
           // go, with a goodbye after them, once it is ready).
-          c->inFarewell = true;
-          farewellsOpen_++;
+          holdFarewell(c);
         }
       }
       said = true;
@@ -720,10 +716,7 @@ void UcxNode::Impl::closeConnection(Connection* c, const Status& why, bool peerD
   if (c->state == State::kClosed) return;
   const State was = c->state;
   c->state = State::kClosed;
-  if (c->inFarewell) {
-    c->inFarewell = false;
-    farewellsOpen_--;
-  }
+  releaseFarewell(c);
   const uint64_t peer = c->peerId;
   const bool wasSender = peer != 0 && ((byPeer_.count(peer) && byPeer_[peer] == c) ||
                                        (connecting_.count(peer) && connecting_[peer] == c));
@@ -767,7 +760,7 @@ void UcxNode::Impl::closeConnection(Connection* c, const Status& why, bool peerD
     if (options_.isCoordinator && membership_.erase(peer) && !kept->saidGoodbye) broadcastMembers();
     // (This node's leaving in the words RemoteActors' own shutdown uses.)
     notifyPeerDown(peer, how,
-                   how == Departure::kShutdown ? Status::unavailable("this process's transport shut down") : why);
+                   how == Departure::kShutdown ? Status::unavailable(kShutdownWhy) : why);
   } else if (peerDown && was != State::kReady && !why.isOk()) {
     const std::string what =
         fmt::format("connection with {} closed before the handshake finished: {}", kept->address, why.message());

@@ -121,6 +121,9 @@ enum class Departure : uint8_t {
 };
 // "left", "crashed", "timed out", "refused", "unreachable", "shut down".
 const char* departureName(Departure how);
+// What a peer's departure says when the cause is this process's own
+// transport shutting down (Departure::kShutdown).
+inline constexpr char kShutdownWhy[] = "this process's transport shut down";
 
 struct Member {
   uint64_t nodeId = 0;

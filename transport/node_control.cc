@@ -192,10 +192,7 @@ void UcxNode::Impl::becomeReady(Connection* c) {
     auto rawOutbox = std::move(w->rawOutbox);
     w->rawOutbox.clear();
     for (auto& [bytes, flips] : rawOutbox) sendRawBytes(c->peerId, std::move(bytes), &flips);
-    if (w != c && w->state != State::kClosed && w->inFarewell) {  // a leaving node no longer waits for this spare
-      w->inFarewell = false;
-      farewellsOpen_--;
-    }
+    if (w != c && w->state != State::kClosed) releaseFarewell(w);  // a leaving node no longer waits for this spare
   }
   if (c->state == State::kClosed) return;
   if (leaving_) return sayGoodbye(c);  // ready while this node leaves: after what it held

@@ -435,7 +435,7 @@ void RemoteActors::Core::shutdown() {
     for (auto& [key, p] : pending_) peers.push_back(std::get<0>(key));
   }
   for (uint64_t peer : peers) {
-    onPeerDown(peer, Departure::kShutdown, Status::unavailable("this process's transport shut down"));
+    onPeerDown(peer, Departure::kShutdown, Status::unavailable(kShutdownWhy));
   }
   std::lock_guard<std::mutex> lock(mutex_);
   named_.clear();

@@ -81,6 +81,18 @@ class TransportJob : public ::testing::Test {
     return troupe::transport::testing::ask(*system_, dest, std::move(msg), timeout);
   }
 
+  // The echo's (count, ordered) once it has counted `n` messages, or its
+  // last answer after `tries` asks `every` apart (or an error).
+  caf::message seqCheckUntil(const caf::actor& echo, int64_t n, int tries, std::chrono::milliseconds every) {
+    caf::message reply;
+    for (int i = 0; i < tries; ++i) {
+      reply = ask(echo, caf::make_message(seqcheck_atom::value));
+      if (!reply.match_elements<int64_t, bool>() || reply.get_as<int64_t>(0) >= n) break;
+      std::this_thread::sleep_for(every);
+    }
+    return reply;
+  }
+
   std::unique_ptr<caf::actor_system_config> config_;
   std::unique_ptr<caf::actor_system> system_;
   std::unique_ptr<RemoteActors> remote_;
@@ -193,12 +205,7 @@ TEST_F(TransportJob, NodesThatConnectToEachOtherAtOnceKeepTheOrderOfTheirMessage
     ASSERT_EQ(bursts, 2);
     for (const auto& echo : {echoA, echoB}) {
       // (The last messages may still be on their way: asked until all came, within a bound.)
-      caf::message reply;
-      for (int tries = 0; tries < 200; ++tries) {
-        reply = ask(echo, caf::make_message(seqcheck_atom::value));
-        if (!reply.match_elements<int64_t, bool>() || reply.get_as<int64_t>(0) >= kMessages) break;
-        std::this_thread::sleep_for(50ms);
-      }
+      caf::message reply = seqCheckUntil(echo, kMessages, 200, 50ms);
       ASSERT_TRUE((reply.match_elements<int64_t, bool>())) << caf::to_string(reply);
       EXPECT_EQ(reply.get_as<int64_t>(0), kMessages);
       EXPECT_TRUE(reply.get_as<bool>(1)) << "messages were reordered";
@@ -355,12 +362,7 @@ TEST_F(LeavingJob, FramesSentJustBeforeAPeerLeavesAllArrive) {
   auto echoA = remote_->remoteActor(2, "echo"), echoB = remote_->remoteActor(3, "echo");
   // The sender's connection to the receiver, ready before the receiver stops.
   ASSERT_EQ(caf::to_string(ask(echoA, caf::make_message(burst_atom::value, uint64_t(3), kMessages))), "(20)");
-  caf::message reply;
-  for (int tries = 0; tries < 100; ++tries) {
-    reply = ask(echoB, caf::make_message(seqcheck_atom::value));
-    if (!reply.match_elements<int64_t, bool>() || reply.get_as<int64_t>(0) >= kMessages) break;
-    std::this_thread::sleep_for(20ms);
-  }
+  caf::message reply = seqCheckUntil(echoB, kMessages, 100, 20ms);
   ASSERT_EQ(caf::to_string(reply), "(20, true)");
   receiver.kill(SIGSTOP);
   ASSERT_EQ(caf::to_string(ask(echoA, caf::make_message(burst_atom::value, uint64_t(3), kMessages, kMessages))),
@@ -394,12 +396,7 @@ TEST_F(LeavingJob, ALeavingNodeWaitsForAStoppedPeerOnlySoLong) {
   auto echoA = remote_->remoteActor(2, "echo"), echoB = remote_->remoteActor(3, "echo");
   // The sender's connection to the receiver, ready (its 5 frames came).
   ASSERT_EQ(caf::to_string(ask(echoA, caf::make_message(burst_atom::value, uint64_t(3), int64_t(5)))), "(5)");
-  caf::message reply;
-  for (int tries = 0; tries < 100; ++tries) {
-    reply = ask(echoB, caf::make_message(seqcheck_atom::value));
-    if (!reply.match_elements<int64_t, bool>() || reply.get_as<int64_t>(0) >= 5) break;
-    std::this_thread::sleep_for(20ms);
-  }
+  const caf::message reply = seqCheckUntil(echoB, 5, 100, 20ms);
   ASSERT_EQ(caf::to_string(reply), "(5, true)");
   receiver.kill(SIGSTOP);
   const auto quitAt = std::chrono::steady_clock::now();

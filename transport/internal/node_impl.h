@@ -323,6 +323,17 @@ class UcxNode::Impl {
   void becomeReady(Connection* c);
   // Says goodbye on `c` as this node leaves, and counts it as awaiting its answer.
   void sayGoodbye(Connection* c);
+  // `c` in or out of farewellsOpen_ (each at most once).
+  void holdFarewell(Connection* c) {
+    if (c->inFarewell) return;
+    c->inFarewell = true;
+    farewellsOpen_++;
+  }
+  void releaseFarewell(Connection* c) {
+    if (!c->inFarewell) return;
+    c->inFarewell = false;
+    farewellsOpen_--;
+  }
   void broadcastMembers();
   void setMembers(std::vector<Member> members);
   void dropMalformed(Connection* c, const std::string& why);
