@@ -14,14 +14,11 @@
 
 #include "common/check.h"
 
+#include "transport/internal/capnp_util.h"
 #include "transport/internal/envelope.capnp.h"
 
 namespace troupe::transport {
 namespace {
-
-// Envelopes and bodies are small: a first segment of 64 words (512 bytes)
-// instead of Cap'n Proto's 1024, which it zeroes for every message.
-constexpr unsigned kFirstSegmentWords = 64;
 
 // Little-endian unsigned integers of the header and the seal.
 template <typename T>
@@ -41,8 +38,7 @@ uint32_t getU32(const std::byte* p) { return getLe<uint32_t>(p); }
 void putU64(std::byte* p, uint64_t v) { putLe(p, v); }
 uint64_t getU64(const std::byte* p) { return getLe<uint64_t>(p); }
 
-kj::Array<capnp::word> buildEnvelope(const Envelope& e, const std::vector<TensorView>& tensors) {
-  capnp::MallocMessageBuilder message(kFirstSegmentWords);
+void buildEnvelope(capnp::MessageBuilder& message, const Envelope& e, const std::vector<TensorView>& tensors) {
   auto root = message.initRoot<wire::Envelope>();
   root.setSourceNode(e.sourceNode);
   root.setSourceActor(e.sourceActor);
@@ -58,24 +54,26 @@ kj::Array<capnp::word> buildEnvelope(const Envelope& e, const std::vector<Tensor
     list[unsigned(i)].setBytes(tensors[i].bytes);
     list[unsigned(i)].setDtype(uint8_t(tensors[i].dtype));
   }
-  return capnp::messageToFlatArray(message);
 }
 
 constexpr std::byte kZeros[8] = {};
 
-std::vector<std::byte> frameOf(const Envelope& e, const std::vector<TensorView>& tensors, bool withTensors,
-                               Integrity integrity) {
-  kj::Array<capnp::word> words = buildEnvelope(e, tensors);
-  const size_t envelopeBytes = words.size() * sizeof(capnp::word);
+void frameOf(const Envelope& e, const std::vector<TensorView>& tensors, bool withTensors, Integrity integrity,
+             std::vector<std::byte>* frame) {
+  internal::ScratchBuilder message;
+  buildEnvelope(message.get(), e, tensors);
+  const size_t envelopeBytes = internal::flatBytes(message.get());
   size_t total = kFrameHeaderBytes + envelopeBytes;
   if (withTensors) {
     for (const auto& t : tensors) total += paddedTensorBytes(t.bytes);
   }
-  std::vector<std::byte> out(total);
+  std::vector<std::byte>& out = *frame;
+  out.clear();
+  out.resize(total);  // zeroed: the check word and the padding stay 0
   putU32(out.data(), kFrameMagic);
   putU32(out.data() + 4, uint32_t(envelopeBytes));
   putU32(out.data() + 12, uint32_t(integrity));
-  std::memcpy(out.data() + kFrameHeaderBytes, words.begin(), envelopeBytes);
+  internal::writeFlat(message.get(), out.data() + kFrameHeaderBytes);
   std::byte* p = out.data() + kFrameHeaderBytes + envelopeBytes;
   if (withTensors) {
     for (const auto& t : tensors) {
@@ -83,7 +81,7 @@ std::vector<std::byte> frameOf(const Envelope& e, const std::vector<TensorView>&
       p += paddedTensorBytes(t.bytes);
     }
   }
-  if (integrity != Integrity::kCrc32c) return out;  // check word 0; an hmac frame's seal is the caller's
+  if (integrity != Integrity::kCrc32c) return;  // check word 0; an hmac frame's seal is the caller's
   uint32_t crc = frameCrc(out.data() + 4, 4);
   crc = frameCrc(out.data() + kFrameHeaderBytes, envelopeBytes, crc);
   if (withTensors) {
@@ -95,7 +93,6 @@ std::vector<std::byte> frameOf(const Envelope& e, const std::vector<TensorView>&
     }
   }
   putU32(out.data() + 8, crc);
-  return out;
 }
 
 EVP_MAC* hmacAlgorithm() {
@@ -124,12 +121,21 @@ Expected<Integrity> parseIntegrity(const std::string& name) {
 
 std::vector<std::byte> encodeFrame(const Envelope& envelope, const std::vector<TensorView>& tensors,
                                    Integrity integrity) {
-  return frameOf(envelope, tensors, true, integrity);
+  std::vector<std::byte> out;
+  frameOf(envelope, tensors, true, integrity, &out);
+  return out;
 }
 
 std::vector<std::byte> encodeEnvelope(const Envelope& envelope, const std::vector<TensorView>& tensors,
                                       Integrity integrity) {
-  return frameOf(envelope, tensors, false, integrity);
+  std::vector<std::byte> out;
+  frameOf(envelope, tensors, false, integrity, &out);
+  return out;
+}
+
+void encodeEnvelope(const Envelope& envelope, const std::vector<TensorView>& tensors, Integrity integrity,
+                    std::vector<std::byte>* out) {
+  frameOf(envelope, tensors, false, integrity, out);
 }
 
 // ---------------------------------------------------------------- seals
@@ -297,15 +303,13 @@ Expected<DecodedFrame> decodeFrame(const std::byte* data, size_t size, const Fra
     return Status::corruption(fmt::format("check word 0x{:08x} is not zero in a frame guarded by {}", getU32(data + 8),
                                           integrityName(check.integrity)));
   }
-  // Cap'n Proto reads words in place; copy to aligned storage first.
-  kj::Array<capnp::word> words = kj::heapArray<capnp::word>(envelopeBytes / sizeof(capnp::word));
-  std::memcpy(words.begin(), data + kFrameHeaderBytes, envelopeBytes);
-  std::vector<uint64_t> lengths;
+  // Cap'n Proto reads words in place (a copy first if they are not aligned).
+  const internal::WordsOf words(data + kFrameHeaderBytes, envelopeBytes);
   try {
     capnp::ReaderOptions options;
-    options.traversalLimitInWords = words.size();  // no reading more than was sent
+    options.traversalLimitInWords = words.get().size();  // no reading more than was sent
     options.nestingLimit = 8;
-    capnp::FlatArrayMessageReader reader(words.asPtr(), options);
+    capnp::FlatArrayMessageReader reader(words.get(), options);
     auto root = reader.getRoot<wire::Envelope>();
     frame.envelope.sourceNode = root.getSourceNode();
     frame.envelope.sourceActor = root.getSourceActor();
@@ -321,11 +325,11 @@ Expected<DecodedFrame> decodeFrame(const std::byte* data, size_t size, const Fra
     if (list.size() > kMaxTensors) {
       return Status::corruption(fmt::format("{} tensors in one frame (at most {})", list.size(), kMaxTensors));
     }
+    frame.tensors.reserve(list.size());
     for (auto t : list) {
       if (t.getDtype() > uint8_t(DType::kUInt64)) {
         return Status::corruption(fmt::format("unknown tensor dtype {}", t.getDtype()));
       }
-      lengths.push_back(t.getBytes());
       frame.tensors.push_back(TensorView{nullptr, t.getBytes(), DType(t.getDtype())});
     }
   } catch (const kj::Exception& e) {
@@ -333,12 +337,13 @@ Expected<DecodedFrame> decodeFrame(const std::byte* data, size_t size, const Fra
   }
   size_t offset = kFrameHeaderBytes + envelopeBytes;
   for (size_t i = 0; i < frame.tensors.size(); ++i) {
-    if (lengths[i] > size - offset || paddedTensorBytes(lengths[i]) > size - offset) {
+    const uint64_t bytes = frame.tensors[i].bytes;
+    if (bytes > size - offset || paddedTensorBytes(bytes) > size - offset) {
       return Status::corruption(
-          fmt::format("tensor {} of {} bytes runs past the frame ({} bytes left)", i, lengths[i], size - offset));
+          fmt::format("tensor {} of {} bytes runs past the frame ({} bytes left)", i, bytes, size - offset));
     }
     frame.tensors[i].data = data + offset;
-    offset += paddedTensorBytes(lengths[i]);
+    offset += paddedTensorBytes(bytes);
   }
   if (offset != size) {
     return Status::corruption(fmt::format("{} bytes after the last tensor", size - offset));

@@ -115,6 +115,9 @@ std::vector<std::byte> encodeFrame(const Envelope& envelope, const std::vector<T
 // pass the tensors as separate buffers (crc32c: the CRC still covers them).
 std::vector<std::byte> encodeEnvelope(const Envelope& envelope, const std::vector<TensorView>& tensors,
                                       Integrity integrity = Integrity::kCrc32c);
+// The same into `out` (replacing what it held; its capacity is reused).
+void encodeEnvelope(const Envelope& envelope, const std::vector<TensorView>& tensors, Integrity integrity,
+                    std::vector<std::byte>* out);
 
 // HMAC-SHA256 under one connection's key for one direction: seals the
 // frames it sends, or checks those it receives.

@@ -1,5 +1,6 @@
 #include "transport/message_codec.h"
 
+#include <bitset>
 #include <cstring>
 #include <optional>
 #include <variant>
@@ -13,14 +14,11 @@
 #include <capnp/serialize.h>
 #include <kj/exception.h>
 
+#include "transport/internal/capnp_util.h"
 #include "transport/internal/message.capnp.h"
 
 namespace troupe::transport {
 namespace {
-
-// Envelopes and bodies are small: a first segment of 64 words (512 bytes)
-// instead of Cap'n Proto's 1024, which it zeroes for every message.
-constexpr unsigned kFirstSegmentWords = 64;
 
 std::string errorContext(const caf::error& e) {
   return !e || e.context().empty() ? std::string() : caf::to_string(e.context());
@@ -42,7 +40,7 @@ struct TensorsOut {
 struct TensorsIn {
   const std::vector<TensorView>& frame;
   const std::shared_ptr<const void>& owner;
-  std::vector<bool> used;
+  std::bitset<kMaxTensors> used;  // (decodeFrame admits at most kMaxTensors)
   Expected<Tensor> take(uint32_t index) {
     if (index >= frame.size()) {
       return Status::corruption(fmt::format("tensor index {} but the frame has {} tensors", index, frame.size()));
@@ -143,7 +141,8 @@ Expected<std::optional<Field>> fieldOf(wire::Value::Reader v, TensorsIn& tensors
 
 Status encodeMessage(const caf::message& msg, std::string* body, std::vector<Tensor>* tensors,
                      const WireTypes* types) {
-  capnp::MallocMessageBuilder builder(kFirstSegmentWords);
+  internal::ScratchBuilder scratch;
+  capnp::MessageBuilder& builder = scratch.get();
   auto root = builder.initRoot<wire::ActorMessage>();
   auto values = root.initValues(unsigned(msg.size()));
   TensorsOut out{tensors};
@@ -204,13 +203,14 @@ Status encodeMessage(const caf::message& msg, std::string* body, std::vector<Ten
     }
     if (!s.isOk()) return s;
   }
-  kj::Array<capnp::word> words = capnp::messageToFlatArray(builder);
-  if (words.size() * sizeof(capnp::word) > kMaxMessageBodyBytes) {
+  const size_t bytes = internal::flatBytes(builder);
+  if (bytes > kMaxMessageBodyBytes) {
     // The receiver would drop it: say so here, where the sender hears it.
     return Status::invalidArgument(fmt::format("message body of {} bytes, more than {} (send bulk data as tensors)",
-                                               words.size() * sizeof(capnp::word), kMaxMessageBodyBytes));
+                                               bytes, kMaxMessageBodyBytes));
   }
-  body->assign(reinterpret_cast<const char*>(words.begin()), words.size() * sizeof(capnp::word));
+  body->resize(bytes);
+  internal::writeFlat(builder, reinterpret_cast<std::byte*>(body->data()));
   return Status::ok();
 }
 
@@ -220,15 +220,17 @@ Expected<caf::message> decodeMessage(const std::string& body, const std::vector<
     return Status::corruption(fmt::format("message body of {} bytes (a non-zero multiple of 8, at most {})",
                                           body.size(), kMaxMessageBodyBytes));
   }
-  kj::Array<capnp::word> words = kj::heapArray<capnp::word>(body.size() / sizeof(capnp::word));
-  std::memcpy(words.begin(), body.data(), body.size());
+  const internal::WordsOf words(body.data(), body.size());
   caf::message_builder out;
-  TensorsIn tensors{frameTensors, frameOwner, std::vector<bool>(frameTensors.size(), false)};
+  if (frameTensors.size() > kMaxTensors) {
+    return Status::corruption(fmt::format("{} tensors in one frame (at most {})", frameTensors.size(), kMaxTensors));
+  }
+  TensorsIn tensors{frameTensors, frameOwner, {}};
   try {
     capnp::ReaderOptions options;
-    options.traversalLimitInWords = 4 * words.size() + 64;  // fields may be read more than once
+    options.traversalLimitInWords = 4 * words.get().size() + 64;  // fields may be read more than once
     options.nestingLimit = 8;
-    capnp::FlatArrayMessageReader reader(words.asPtr(), options);
+    capnp::FlatArrayMessageReader reader(words.get(), options);
     auto values = reader.getRoot<wire::ActorMessage>().getValues();
     if (values.size() == 0) return Status::corruption("message with no elements");
     for (auto v : values) {
@@ -279,7 +281,7 @@ Expected<caf::message> decodeMessage(const std::string& body, const std::vector<
   } catch (const kj::Exception& e) {
     return Status::corruption(fmt::format("malformed message body: {}", e.getDescription().cStr()));
   }
-  for (size_t i = 0; i < tensors.used.size(); ++i) {
+  for (size_t i = 0; i < frameTensors.size(); ++i) {
     if (!tensors.used[i]) return Status::corruption(fmt::format("tensor {} is not named by the message", i));
   }
   return out.move_to_message();

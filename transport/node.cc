@@ -794,13 +794,12 @@ void UcxNode::Impl::closeConnection(Connection* c, const Status& why, bool peerD
 void UcxNode::Impl::sendRaw(Connection* c, Envelope envelope, std::vector<Tensor> tensors) {
   if (c->state == State::kClosed || c->closeAt) return;
   envelope.sourceNode = options_.nodeId;
-  auto out = std::make_unique<OutFrame>();
-  out->self = this;
-  std::vector<TensorView> views;
-  views.reserve(tensors.size());
+  std::unique_ptr<OutFrame> out = takeOutFrame();
+  std::vector<TensorView>& views = sendViews_;
+  views.clear();
   for (const Tensor& t : tensors) views.push_back(TensorView{t.data, t.bytes, t.dtype});
   const Integrity guard = sendGuard(c);
-  out->head = encodeEnvelope(envelope, views, guard);
+  encodeEnvelope(envelope, views, guard, &out->head);
   const bool sealed = guard == Integrity::kHmac;
   if (sealed) out->seal = c->sendMac->seal(++c->sealed, out->head.data(), out->head.size(), views);
   out->tensors = std::move(tensors);
@@ -849,15 +848,19 @@ void UcxNode::Impl::sendRaw(Connection* c, Envelope envelope, std::vector<Tensor
     counters_.trafficFrames[envelope.traffic]++;
     counters_.trafficBytes[envelope.traffic] += total;
   }
-  if (r == nullptr) return;  // done; `out` goes now
+  if (r == nullptr) {  // done
+    giveBack(std::move(out));
+    return;
+  }
   if (UCS_PTR_IS_ERR(r)) {
+    giveBack(std::move(out));
     closeConnection(c, Status::unavailable(fmt::format("send to node {:x} failed: {}", c->peerId,
                                                        ucsError(UCS_PTR_STATUS(r)))),
                     true);
     return;
   }
   sent(r);
-  out.release();  // onSendDone frees it and the request
+  out.release();  // onSendDone gives it back and frees the request
 }
 
 void UcxNode::Impl::sendRawBytes(uint64_t peer, std::vector<std::byte> bytes, const std::vector<uint64_t>* flips) {
@@ -869,8 +872,7 @@ void UcxNode::Impl::sendRawBytes(uint64_t peer, std::vector<std::byte> bytes, co
     reguardFrame(&bytes, guard, c->sendMac.get(), guard == Integrity::kHmac ? ++c->sealed : 0);
     flipFrameBits(&bytes, *flips);
   }
-  auto out = std::make_unique<OutFrame>();
-  out->self = this;
+  std::unique_ptr<OutFrame> out = takeOutFrame();
   out->head = std::move(bytes);
   ucp_request_param_t rp{};
   rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
@@ -881,18 +883,20 @@ void UcxNode::Impl::sendRawBytes(uint64_t peer, std::vector<std::byte> bytes, co
   if (r != nullptr && !UCS_PTR_IS_ERR(r)) {
     sent(r);
     out.release();
+    return;
   }
+  giveBack(std::move(out));
 }
 
 void UcxNode::Impl::onSendDone(void* request, ucs_status_t /*status*/, void* user) {
-  auto* out = static_cast<OutFrame*>(user);
+  std::unique_ptr<OutFrame> out(static_cast<OutFrame*>(user));
   Impl* self = out->self;
   self->pendingSends_--;
   {
     std::lock_guard<std::mutex> lock(self->inflightMutex_);
     self->inflight_.erase(request);
   }
-  delete out;
+  self->giveBack(std::move(out));
   if (request) ucp_request_free(request);
 }
 
@@ -1039,7 +1043,8 @@ ucs_status_t UcxNode::Impl::onAm(void* arg, const void* header, size_t headerLen
     return drop;
   }
   auto in = std::make_shared<Incoming>();
-  in->storage = self->buffers_->get(frameBytes);
+  in->storage = frameBytes <= FrameBuffers::kMaxBytes ? self->frameBuffers_.get(frameBytes)
+                                                      : self->buffers_->get(frameBytes);
   if (!in->storage) {
     self->dropMalformed(c, fmt::format("no memory for a {}-byte message", frameBytes));
     return drop;

@@ -29,6 +29,7 @@
 
 #include "common/logging.h"
 #include "transport/buffer_pool.h"
+#include "transport/internal/frame_buffers.h"
 #include "transport/handshake.h"
 #include "transport/internal/control.h"
 #include "transport/internal/handshake_steps.h"
@@ -267,6 +268,27 @@ class UcxNode::Impl {
     std::vector<ucp_dt_iov_t> iov;
     std::array<std::byte, kSealBytes> seal{};
   };
+  // A sent frame's storage is kept for the next send once UCX is done with
+  // it (its vectors keep their capacity: no allocation per send), up to
+  // kSpareFrames of them; a head over kSpareHeadBytes is not kept.
+  static constexpr size_t kSpareFrames = 64;
+  static constexpr size_t kSpareHeadBytes = size_t{64} << 10;
+  std::unique_ptr<OutFrame> takeOutFrame() {
+    if (spareFrames_.empty()) {
+      auto out = std::make_unique<OutFrame>();
+      out->self = this;
+      return out;
+    }
+    auto out = std::move(spareFrames_.back());
+    spareFrames_.pop_back();
+    return out;
+  }
+  void giveBack(std::unique_ptr<OutFrame> out) {
+    out->tensors.clear();  // their buffers go now, as before
+    if (spareFrames_.size() >= kSpareFrames || out->head.capacity() > kSpareHeadBytes) return;
+    out->iov.clear();
+    spareFrames_.push_back(std::move(out));
+  }
 
   struct RecvOp {
     Impl* self;
@@ -433,7 +455,10 @@ class UcxNode::Impl {
   Clock::time_point joinDeadline_{};
   std::optional<Clock::time_point> retryJoinAt_;
   size_t maxAmHeader_ = 0;  // the largest envelope sent as an AM header
-  std::shared_ptr<BufferPool> buffers_ = std::make_shared<BufferPool>();
+  std::vector<std::unique_ptr<OutFrame>> spareFrames_;  // (takeOutFrame)
+  std::vector<TensorView> sendViews_;                    // sendRaw's, kept for its capacity
+    std::shared_ptr<BufferPool> buffers_ = std::make_shared<BufferPool>();  // frames over FrameBuffers::kMaxBytes
+  FrameBuffers frameBuffers_;  // the smaller ones
 
  public:
   std::unique_ptr<Links> links_;  // reliable links, when asked for
