@@ -271,6 +271,9 @@ void UcxNode::Impl::shutdown() {
     wake();
     thread_.join();
   }
+  // (Held from here on: a caller's pollOnce or send may still try the
+  // worker, and the callbacks below give frames back to spareFrames_.)
+  std::lock_guard<std::mutex> workerLock(workerMutex_);
   if (worker_) {
     // Sends that never finished (to a peer cut off, whose TCP connection
     // holds them): cancelled, and their callbacks run, before the worker
@@ -802,6 +805,7 @@ void UcxNode::Impl::sendRaw(Connection* c, Envelope envelope, std::vector<Tensor
   encodeEnvelope(envelope, views, guard, &out->head);
   const bool sealed = guard == Integrity::kHmac;
   if (sealed) out->seal = c->sendMac->seal(++c->sealed, out->head.data(), out->head.size(), views);
+  views.clear();  // (they point into `tensors`)
   out->tensors = std::move(tensors);
   // The envelope travels as the active message's header and the tensors as
   // its data: one tensor as a contiguous buffer (UCX's zero-copy rendezvous

@@ -13,7 +13,9 @@
 // of 1, 1.5, 2, 3, 4, 6 ... 64 KiB (at most half again what a frame needs).
 //
 // Ownership: a buffer may outlive its FrameBuffers (a message kept by an
-// actor after the node stopped): it is then freed when released.
+// actor after the node stopped): such buffers are freed once the last of
+// them is released. A class whose blocks fill the bound does not give way
+// to another: that one's blocks then come from malloc and go back to it.
 //
 // Threading: get() from one thread at a time (the node calls it holding its
 // worker); buffers are released on any thread.
@@ -87,6 +89,7 @@ class FrameBuffers {
     Block* next;
     int cls;
   };
+  static_assert(sizeof(Block) <= 16, "the header's room");
   static constexpr size_t kControlBytes = 64;
   static constexpr size_t kHead = 16 + kControlBytes;
 

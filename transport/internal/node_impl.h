@@ -29,9 +29,9 @@
 
 #include "common/logging.h"
 #include "transport/buffer_pool.h"
-#include "transport/internal/frame_buffers.h"
 #include "transport/handshake.h"
 #include "transport/internal/control.h"
+#include "transport/internal/frame_buffers.h"
 #include "transport/internal/handshake_steps.h"
 #include "transport/internal/links.h"
 #include "transport/node.h"
@@ -270,9 +270,11 @@ class UcxNode::Impl {
   };
   // A sent frame's storage is kept for the next send once UCX is done with
   // it (its vectors keep their capacity: no allocation per send), up to
-  // kSpareFrames of them; a head over kSpareHeadBytes is not kept.
+  // kSpareFrames of them; one whose head is over kSpareHeadBytes, or that
+  // held more than kSpareTensors tensors, is not kept.
   static constexpr size_t kSpareFrames = 64;
   static constexpr size_t kSpareHeadBytes = size_t{64} << 10;
+  static constexpr size_t kSpareTensors = 16;
   std::unique_ptr<OutFrame> takeOutFrame() {
     if (spareFrames_.empty()) {
       auto out = std::make_unique<OutFrame>();
@@ -285,7 +287,10 @@ class UcxNode::Impl {
   }
   void giveBack(std::unique_ptr<OutFrame> out) {
     out->tensors.clear();  // their buffers go now, as before
-    if (spareFrames_.size() >= kSpareFrames || out->head.capacity() > kSpareHeadBytes) return;
+    if (spareFrames_.size() >= kSpareFrames || out->head.capacity() > kSpareHeadBytes ||
+        out->tensors.capacity() > kSpareTensors || out->iov.capacity() > 2 * kSpareTensors + 2) {
+      return;
+    }
     out->iov.clear();
     spareFrames_.push_back(std::move(out));
   }
@@ -457,7 +462,7 @@ class UcxNode::Impl {
   size_t maxAmHeader_ = 0;  // the largest envelope sent as an AM header
   std::vector<std::unique_ptr<OutFrame>> spareFrames_;  // (takeOutFrame)
   std::vector<TensorView> sendViews_;                    // sendRaw's, kept for its capacity
-    std::shared_ptr<BufferPool> buffers_ = std::make_shared<BufferPool>();  // frames over FrameBuffers::kMaxBytes
+  std::shared_ptr<BufferPool> buffers_ = std::make_shared<BufferPool>();  // frames over FrameBuffers::kMaxBytes
   FrameBuffers frameBuffers_;  // the smaller ones
 
  public:
