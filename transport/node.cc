@@ -437,14 +437,22 @@ bool UcxNode::Impl::pollOnce() {
 
 bool UcxNode::Impl::drainQueue() {
   if (!queued_.load(std::memory_order_seq_cst)) return false;
-  std::vector<std::function<void()>> work;
   {
     std::lock_guard<std::mutex> lock(queueMutex_);
-    work.swap(queue_);
+    draining_.swap(queue_);
     queued_.store(false, std::memory_order_seq_cst);
   }
-  for (auto& w : work) w();
-  return !work.empty();
+  const bool any = !draining_.empty();
+  for (Work& w : draining_) {
+    if (w.fn) {
+      w.fn();
+    } else {
+      sendTo(w.peer, std::move(w.envelope), std::move(w.tensors));
+    }
+  }
+  draining_.clear();
+  if (draining_.capacity() > kKeptWork) std::vector<Work>().swap(draining_);  // after a flood
+  return any;
 }
 
 void UcxNode::Impl::onTimer(Clock::time_point now) {

@@ -143,12 +143,9 @@ class UcxNode::Impl {
 
   // --- public side (any thread) ---
   void post(std::function<void()> work) {
-    {
-      std::lock_guard<std::mutex> lock(queueMutex_);
-      queue_.push_back(std::move(work));
-      queued_.store(true, std::memory_order_seq_cst);
-    }
-    if (sleeping_.load(std::memory_order_seq_cst)) wake();
+    Work w;
+    w.fn = std::move(work);
+    enqueue(std::move(w));
   }
 
   // Sends on the calling thread when it can take the worker at once (saves
@@ -163,7 +160,12 @@ class UcxNode::Impl {
       if (pendingSends_.load() > 0 && sleeping_.load(std::memory_order_seq_cst)) wake();
       return;
     }
-    post([this, peer, e = std::move(e), t = std::move(t)]() mutable { sendTo(peer, std::move(e), std::move(t)); });
+    // (A send waits as itself, not in a closure: no allocation per send.)
+    Work w;
+    w.peer = peer;
+    w.envelope = std::move(e);
+    w.tensors = std::move(t);
+    enqueue(std::move(w));
   }
   // A frame as it is (Node::sendRawFrame), or, with `flips`, a frame a
   // fault plan corrupts: guarded as the connection's frames are, then
@@ -409,8 +411,28 @@ class UcxNode::Impl {
     ~PollingScope() { t_polling = false; }
   };
   std::atomic<bool> queued_{false};
+  // Work for the progress side: a function, or (none) a send.
+  struct Work {
+    std::function<void()> fn;
+    uint64_t peer = 0;
+    Envelope envelope;
+    std::vector<Tensor> tensors;
+  };
+  void enqueue(Work w) {
+    {
+      std::lock_guard<std::mutex> lock(queueMutex_);
+      queue_.push_back(std::move(w));
+      queued_.store(true, std::memory_order_seq_cst);
+    }
+    if (sleeping_.load(std::memory_order_seq_cst)) wake();
+  }
   std::mutex queueMutex_;
-  std::vector<std::function<void()>> queue_;
+  std::vector<Work> queue_;
+  // What drainQueue runs, swapped with queue_ and emptied after (both keep
+  // their capacity). Touched with workerMutex_ held, and drainQueue does not
+  // nest: each of its callers first takes the worker.
+  std::vector<Work> draining_;
+  static constexpr size_t kKeptWork = 256;  // draining_'s capacity kept past a flood
 
   // Progress-thread state.
   std::unordered_map<ucp_ep_h, std::unique_ptr<Connection>> connections_;
