@@ -443,6 +443,15 @@ bool UcxNode::Impl::drainQueue() {
     queued_.store(false, std::memory_order_seq_cst);
   }
   const bool any = !draining_.empty();
+  // Emptied however the loop ends: an item that throws takes the rest with
+  // it (as when the queue was a local), and none runs twice.
+  struct Emptied {
+    std::vector<Work>& v;
+    ~Emptied() {
+      v.clear();
+      if (v.capacity() > kKeptWork) std::vector<Work>().swap(v);  // after a flood
+    }
+  } emptied{draining_};
   for (Work& w : draining_) {
     if (w.fn) {
       w.fn();
@@ -450,8 +459,6 @@ bool UcxNode::Impl::drainQueue() {
       sendTo(w.peer, std::move(w.envelope), std::move(w.tensors));
     }
   }
-  draining_.clear();
-  if (draining_.capacity() > kKeptWork) std::vector<Work>().swap(draining_);  // after a flood
   return any;
 }
 

@@ -27,6 +27,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include "common/check.h"
 #include "common/logging.h"
 #include "transport/buffer_pool.h"
 #include "transport/handshake.h"
@@ -143,6 +144,7 @@ class UcxNode::Impl {
 
   // --- public side (any thread) ---
   void post(std::function<void()> work) {
+    TROUPE_CHECK(work != nullptr, "post of an empty function");  // (an empty one marks a send)
     Work w;
     w.fn = std::move(work);
     enqueue(std::move(w));
