@@ -150,17 +150,21 @@ class UcxNode::Impl {
     enqueue(std::move(w));
   }
 
-  // Sends on the calling thread when it can take the worker at once (saves
-  // a hand-off to the progress thread); otherwise queues. Earlier queued
-  // work goes first, so one thread's sends stay in order.
+  // Sends on the calling thread when it can take the worker at once and
+  // nothing waits in the queue (saves a hand-off to the progress thread);
+  // otherwise queues behind what waits, so one thread's sends stay in
+  // order. The queue is not run here: what waits there may be a handler's
+  // call (a peer down), which must not run up the stack of a caller's send
+  // (the caller may hold locks of its own; RemoteActors holds its node's).
   void sendNowOrPost(uint64_t peer, Envelope e, std::vector<Tensor> t) {
-    if (!t_polling && workerMutex_.try_lock()) {
-      std::lock_guard<std::mutex> lock(workerMutex_, std::adopt_lock);
-      drainQueue();
-      sendTo(peer, std::move(e), std::move(t));
-      closeEndpoints();  // (a failed send closes its connection; this thread is not in progress)
-      if (pendingSends_.load() > 0 && sleeping_.load(std::memory_order_seq_cst)) wake();
-      return;
+    if (!t_polling && !queued_.load(std::memory_order_seq_cst) && workerMutex_.try_lock()) {
+      std::unique_lock<std::mutex> lock(workerMutex_, std::adopt_lock);
+      if (!queued_.load(std::memory_order_seq_cst)) {
+        sendTo(peer, std::move(e), std::move(t));
+        closeEndpoints();  // (a failed send closes its connection; this thread is not in progress)
+        if (pendingSends_.load() > 0 && sleeping_.load(std::memory_order_seq_cst)) wake();
+        return;
+      }
     }
     // (A send waits as itself, not in a closure: no allocation per send.)
     Work w;
