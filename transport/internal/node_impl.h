@@ -154,8 +154,9 @@ class UcxNode::Impl {
   // nothing waits in the queue (saves a hand-off to the progress thread);
   // otherwise queues behind what waits, so one thread's sends stay in
   // order. The queue is not run here: what waits there may be a handler's
-  // call (a peer down), which must not run up the stack of a caller's send
-  // (the caller may hold locks of its own; RemoteActors holds its node's).
+  // call (a peer down, new members), which must not run up the stack of a
+  // caller's send (the caller may hold locks of its own; RemoteActors holds
+  // its node's).
   void sendNowOrPost(uint64_t peer, Envelope e, std::vector<Tensor> t) {
     if (!t_polling && !queued_.load(std::memory_order_seq_cst) && workerMutex_.try_lock()) {
       std::unique_lock<std::mutex> lock(workerMutex_, std::adopt_lock);
