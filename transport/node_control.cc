@@ -221,13 +221,9 @@ void UcxNode::Impl::setMembers(std::vector<Member> members) {
     members_ = members;
   }
   membersChanged_.notify_all();
-  // On a polling thread, as notifyPeerDown does: a coordinator's failed
-  // send can broadcast from up the stack of a caller's send.
-  if (t_polling) {
-    handler_->onMembers(members);
-  } else {
-    post([this, members = std::move(members)] { handler_->onMembers(members); });
-  }
+  // (A coordinator's failed send can broadcast from up the stack of a
+  // caller's send.)
+  onPollingSide([this, members = std::move(members)] { handler_->onMembers(members); });
 }
 
 }  // namespace troupe::transport

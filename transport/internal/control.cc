@@ -9,6 +9,7 @@
 #include <capnp/serialize.h>
 #include <kj/exception.h>
 
+#include "transport/internal/capnp_util.h"
 #include "transport/internal/control.capnp.h"
 
 namespace troupe::transport::internal {
@@ -19,8 +20,9 @@ constexpr size_t kMaxMembers = 4096;
 constexpr size_t kMaxText = 1024;
 
 std::string bodyOf(capnp::MallocMessageBuilder& message) {
-  kj::Array<capnp::word> words = capnp::messageToFlatArray(message);
-  return std::string(reinterpret_cast<const char*>(words.begin()), words.size() * sizeof(capnp::word));
+  std::string body(flatBytes(message), '\0');
+  writeFlat(message, reinterpret_cast<std::byte*>(body.data()));
+  return body;
 }
 
 // Runs `read` over the body's root; any Cap'n Proto complaint becomes a
@@ -31,13 +33,12 @@ Expected<T> readBody(const std::string& body, const char* what, F read) {
     return Status::corruption(fmt::format("{} of {} bytes (a non-zero multiple of 8, at most {})", what,
                                           body.size(), kMaxControlBytes));
   }
-  kj::Array<capnp::word> words = kj::heapArray<capnp::word>(body.size() / sizeof(capnp::word));
-  std::memcpy(words.begin(), body.data(), body.size());
+  const WordsOf words(body.data(), body.size());
   try {
     capnp::ReaderOptions options;
-    options.traversalLimitInWords = 4 * words.size() + 64;  // fields may be read more than once
+    options.traversalLimitInWords = 4 * words.get().size() + 64;  // fields may be read more than once
     options.nestingLimit = 8;
-    capnp::FlatArrayMessageReader reader(words.asPtr(), options);
+    capnp::FlatArrayMessageReader reader(words.get(), options);
     return read(reader.getRoot<Root>());
   } catch (const kj::Exception& e) {
     return Status::corruption(fmt::format("malformed {}: {}", what, e.getDescription().cStr()));

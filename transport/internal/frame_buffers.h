@@ -89,9 +89,10 @@ class FrameBuffers {
     Block* next;
     int cls;
   };
-  static_assert(sizeof(Block) <= 16, "the header's room");
+  static constexpr size_t kHeaderBytes = 16;
+  static_assert(sizeof(Block) <= kHeaderBytes, "the header's room");
   static constexpr size_t kControlBytes = 64;
-  static constexpr size_t kHead = 16 + kControlBytes;
+  static constexpr size_t kHead = kHeaderBytes + kControlBytes;
 
   struct Shared {
     std::atomic<Block*> returned{nullptr};
@@ -120,7 +121,7 @@ class FrameBuffers {
     T* allocate(size_t n) {
       static_assert(sizeof(T) <= kControlBytes && alignof(T) <= 16, "a control block that does not fit its room");
       if (n != 1) throw std::bad_alloc();
-      return reinterpret_cast<T*>(reinterpret_cast<std::byte*>(block) + 16);
+      return reinterpret_cast<T*>(reinterpret_cast<std::byte*>(block) + kHeaderBytes);
     }
     void deallocate(T*, size_t) { shared->give(block); }
     template <class U>

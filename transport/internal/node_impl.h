@@ -319,14 +319,19 @@ class UcxNode::Impl {
     auto it = connections_.find(ep);
     return it == connections_.end() ? nullptr : it->second.get();
   }
-  // The handler's onPeerDown, always on a polling thread (never up the
-  // stack of a send from a caller that may hold its own locks).
-  void notifyPeerDown(uint64_t peer, Departure how, const Status& why) {
+  // Runs a call of the handler on a polling thread: here if this is one,
+  // else posted (never up the stack of a send from a caller that may hold
+  // its own locks).
+  void onPollingSide(std::function<void()> call) {
     if (t_polling) {
-      handler_->onPeerDown(peer, how, why);
+      call();
     } else {
-      post([this, peer, how, why] { handler_->onPeerDown(peer, how, why); });
+      post(std::move(call));
     }
+  }
+  // The handler's onPeerDown, on a polling thread.
+  void notifyPeerDown(uint64_t peer, Departure how, const Status& why) {
+    onPollingSide([this, peer, how, why] { handler_->onPeerDown(peer, how, why); });
   }
   Status createEndpoint(const ucp_ep_params_t& params, Connection* c);
   void openConnection(const std::string& host, uint16_t port, uint64_t expectPeer);
