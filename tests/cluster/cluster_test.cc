@@ -38,6 +38,7 @@
 #include "ps/embedding_table.h"
 #include "ps/wire.h"
 #include "tests/common/netns.h"
+#include "tests/common/ports.h"
 #include "tests/common/subprocess.h"
 #include "tests/common/temp_dir.h"
 #include "transport/remote_actors.h"
@@ -57,6 +58,7 @@ using testing::runProcess;
 using testing::selfExe;
 using testing::writeFile;
 using testing::TempDir;
+using testing::unusedPort;
 
 double field(const std::string& json, const std::string& key) {
   auto pos = json.find("\"" + key + "\": ");
@@ -114,16 +116,27 @@ nlohmann::json exactGroupLedger(int64_t samples) {
   return {{"expected_samples", samples}, {"samples_applied", samples}, {"workers_agree", true}, {"exact", true}};
 }
 
-uint16_t freePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sin{};
-  sin.sin_family = AF_INET;
-  sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof sin;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&sin), sizeof sin);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&sin), &len);
-  ::close(fd);
-  return ntohs(sin.sin_port);
+// The port a test gives a job's coordinator lies below the kernel's
+// ephemeral range, so no other process's bind to port 0 or outgoing
+// connection can take it first, and a listener can bind it.
+TEST(TestPorts, AnUnusedPortLiesBelowTheEphemeralRangeAndCanBeListenedOn) {
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0, high = 0;
+  ASSERT_TRUE(range >> low >> high);
+  for (int i = 0; i < 50; ++i) {
+    const uint16_t port = unusedPort();
+    EXPECT_GE(port, 1025);
+    EXPECT_LT(port, low);
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in sin{};
+    sin.sin_family = AF_INET;
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sin.sin_port = htons(port);
+    EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&sin), sizeof sin), 0) << port;
+    EXPECT_EQ(::listen(fd, 1), 0) << port;
+    ::close(fd);
+  }
 }
 
 // The small DLRM job every test trains (seconds on 2 cores).
@@ -394,7 +407,7 @@ struct LaunchedJob {
   LaunchedJob(TempDir& d, const std::vector<std::string>& config, int numWorkers, int numServers,
               const std::string& json, std::vector<std::string> members = {})
       : dir(d), memberArgs(std::move(members)) {
-    address = "127.0.0.1:" + std::to_string(freePort());
+    address = "127.0.0.1:" + std::to_string(unusedPort());
     std::vector<std::string> args = {TROUPE_BINARY, "launch", "--role", "coordinator", "--coordinator", address};
     args = plus(args, config);
     args = plus(args, {"--set", "cluster.workers=" + std::to_string(numWorkers), "--set",
@@ -441,7 +454,7 @@ TEST_F(ClusterTest, TheCoordinatorServesTheJobsMetricsWhileItRuns) {
   ASSERT_EQ(runProcess({"/bin/sh", "-c", "command -v promtool"}).exitCode, 0)
       << "promtool not found: scripts/setup.sh installs Debian's prometheus";
   TempDir dir;
-  const int port = freePort();
+  const int port = unusedPort();
   // Worker 0 slowed 30 ms a step: the job runs several seconds; worker 1
   // is killed at its step 40 and replaced.
   Child job(plus({TROUPE_BINARY, "train"},

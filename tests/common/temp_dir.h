@@ -24,7 +24,7 @@ class TempDir final {
 
 // Writes `contents` to `path`, replacing it; aborts the test binary on failure.
 void writeFile(const std::string& path, const std::string& contents);
-// Reads the whole file; aborts on failure.
+// Reads the whole file; "" and a test failure when it cannot be read.
 std::string readFile(const std::string& path);
 // A run's metrics.csv, its rows split at commas: the header and every
 // row's 9 fields are expected (a test failure each when not; a row that
