@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <iterator>
 #include <set>
 #include <sstream>
 #include <string>
@@ -106,7 +108,8 @@ TEST(ChildProcessTest, AChildLeadsAProcessGroupOfItsOwnWithNoInput) {
   // Once it runs sleep (20 s at most), its input is /dev/null, not our pipe.
   std::string comm;
   for (int i = 0; i < 2000 && comm != "sleep\n"; ++i) {
-    comm = troupe::testing::readFile(fmt::format("/proc/{}/comm", child.pid()));
+    std::ifstream in(fmt::format("/proc/{}/comm", child.pid()));
+    comm.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     if (comm != "sleep\n") std::this_thread::sleep_for(10ms);
   }
   ASSERT_EQ(comm, "sleep\n");

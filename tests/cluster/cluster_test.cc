@@ -21,6 +21,7 @@
 #include <fstream>
 #include <sys/stat.h>
 #include <map>
+#include <set>
 #include <sstream>
 #include <regex>
 #include <string>
@@ -116,17 +117,20 @@ nlohmann::json exactGroupLedger(int64_t samples) {
   return {{"expected_samples", samples}, {"samples_applied", samples}, {"workers_agree", true}, {"exact", true}};
 }
 
-// The port a test gives a job's coordinator lies below the kernel's
+// The port a test gives a job's coordinator lies outside the kernel's
 // ephemeral range, so no other process's bind to port 0 or outgoing
-// connection can take it first, and a listener can bind it.
-TEST(TestPorts, AnUnusedPortLiesBelowTheEphemeralRangeAndCanBeListenedOn) {
+// connection can take it first; a listener can bind it, and no two calls
+// give the same one.
+TEST(TestPorts, AnUnusedPortLiesOutsideTheEphemeralRangeAndCanBeListenedOn) {
   std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
   int low = 0, high = 0;
   ASSERT_TRUE(range >> low >> high);
+  std::set<uint16_t> seen;
   for (int i = 0; i < 50; ++i) {
     const uint16_t port = unusedPort();
     EXPECT_GE(port, 1025);
-    EXPECT_LT(port, low);
+    EXPECT_TRUE(port < low || port > high) << port << " is in [" << low << ", " << high << "]";
+    EXPECT_TRUE(seen.insert(port).second) << port << " handed out twice";
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     ASSERT_GE(fd, 0);
     sockaddr_in sin{};

@@ -45,6 +45,7 @@ TEST(ModelImageTest, WhatIsWrittenComesBackWhole) {
   uint64_t checksum = 0, bytes = 0;
   ASSERT_TRUE(writeModelImage(m, dir.file("model.ckpt"), &checksum, &bytes).isOk());
   const std::string content = testing::readFile(dir.file("model.ckpt"));
+  ASSERT_GE(content.size(), 16u);
   EXPECT_EQ(bytes, content.size());
   uint64_t trailer = 0;
   std::memcpy(&trailer, content.data() + content.size() - 8, 8);
@@ -70,6 +71,7 @@ TEST(ModelImageTest, BrokenForeignOrMismatchedFilesAreRefusedNamingFileAndProble
   TempDir dir;
   ASSERT_TRUE(writeModelImage(sample(), dir.file("model.ckpt")).isOk());
   const std::string bytes = testing::readFile(dir.file("model.ckpt"));
+  ASSERT_GE(bytes.size(), 64u);
   auto write = [&](const std::string& name, const std::string& content) {
     testing::writeFile(dir.file(name), content);
     return dir.file(name);
