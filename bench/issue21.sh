@@ -61,6 +61,8 @@ profile() {  # profile NAME COMMAND...
   head -15 "$out/perf-$name.txt"
 }
 profile round-trip "$bin" bench transport --no-perftest --seconds 0.3 --trials 1 --round-trips 200000
+profile bandwidth-4k "$bin" bench transport --no-perftest --sizes 4096 --seconds 2 --trials 2 --round-trips 10
+profile allreduce-4k "$bin" bench allreduce --no-peers --sizes 4096,4096,4096,4096,4096,4096 --trials 10
 profile ps "$bin" bench ps --no-perftest --seconds 0.5
 profile main-job "$bin" train --config configs/dlrm-synthetic.toml --set data.synthetic.rows=1000000 \
   --set cluster.workers=2 --set cluster.servers=2 --set run.dir="$out/runs" --log-level warn
