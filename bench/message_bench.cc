@@ -4,7 +4,8 @@
 // what the receiving side does (copy the frame out of the transport's
 // buffer into one of the node's receive buffers, as the node does, check and decode the frame, rebuild the
 // caf::message), for `troupe bench transport`'s message: an atom and a
-// tensor of --bytes bytes. The ceiling beside them, in the same run: a
+// tensor of --bytes bytes; and the receiving side of a message of a pull
+// request's shape (8 elements, two tensors of --bytes together). The ceiling beside them, in the same run: a
 // memcpy and a CRC32C of the same bytes (what any transport that checks its
 // frames must do once per side). Each also reports the heap allocations it
 // makes per message (allocs_per_msg: calls of malloc, calloc and realloc,
@@ -84,6 +85,7 @@ class AllocationCount {
 using transport::Tensor;
 using transport::TensorView;
 using data_atom = caf::atom_constant<caf::atom("data")>;
+using pull_atom = caf::atom_constant<caf::atom("pull")>;
 
 size_t g_bytes = 4096;
 
@@ -116,33 +118,53 @@ void sendBench(benchmark::State& state) {
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(g_bytes));
 }
 
-void receiveBench(benchmark::State& state) {
-  const caf::message msg = caf::make_message(data_atom::value, Tensor::copyOf(std::string(g_bytes, 'x').data(), g_bytes));
+// The receiving side of `msg`, whose tensors hold g_bytes in all.
+void receiveSide(benchmark::State& state, const caf::message& msg) {
   std::vector<Tensor> tensors;
   std::vector<TensorView> views;
   std::vector<std::byte> head;
   sendSide(msg, &tensors, &views, &head);
-  // The frame as UCX hands it over: the envelope as the header, the tensor
-  // as the data (in a buffer of its own, as the transport's FIFO would be).
-  std::vector<std::byte> data(g_bytes);
-  std::memcpy(data.data(), tensors[0].data, g_bytes);
-  const size_t frameBytes = head.size() + transport::paddedTensorBytes(g_bytes);
+  // The frame as UCX hands it over: the envelope as the header, the
+  // tensors as the data (in a buffer of its own, as the transport's FIFO
+  // would be).
+  std::vector<std::byte> data;
+  for (const Tensor& t : tensors) {
+    const size_t at = data.size();
+    data.resize(at + transport::paddedTensorBytes(t.bytes));
+    std::memcpy(data.data() + at, t.data, t.bytes);
+  }
+  const size_t dataBytes = data.size();
+  const size_t frameBytes = head.size() + transport::paddedTensorBytes(dataBytes);
   transport::internal::FrameBuffers buffers;  // as the node's receive buffers
   AllocationCount count;
   for (auto _ : state) {
     std::shared_ptr<uint64_t[]> storage = buffers.get(frameBytes);
     auto* bytes = reinterpret_cast<std::byte*>(storage.get());
     std::memcpy(bytes, head.data(), head.size());
-    std::memcpy(bytes + head.size(), data.data(), g_bytes);
-    std::memset(bytes + head.size() + g_bytes, 0, frameBytes - head.size() - g_bytes);
+    std::memcpy(bytes + head.size(), data.data(), dataBytes);
+    std::memset(bytes + head.size() + dataBytes, 0, frameBytes - head.size() - dataBytes);
     auto frame = transport::decodeFrame(bytes, frameBytes);
     if (!frame.hasValue()) std::abort();
     auto back = transport::decodeMessage(frame->envelope.body, frame->tensors, storage);
-    if (!back.hasValue() || back->size() != 2) std::abort();
+    if (!back.hasValue() || back->size() != msg.size()) std::abort();
     benchmark::DoNotOptimize(back->cvals().get());
   }
   count.report(state);
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(g_bytes));
+}
+
+void receiveBench(benchmark::State& state) {
+  receiveSide(state, caf::make_message(data_atom::value, Tensor::copyOf(std::string(g_bytes, 'x').data(), g_bytes)));
+}
+
+// A message of a parameter server's pull request's shape (ps/wire.h's
+// pullToWire: an atom, the worker, the step, two flags, the counts and the
+// keys, the generation), its two tensors g_bytes together.
+void receivePullBench(benchmark::State& state) {
+  const size_t counts = 64, keys = std::max<size_t>(g_bytes, counts + 8) - counts;
+  receiveSide(state, caf::make_message(pull_atom::value, int64_t(3), int64_t(1200), true, false,
+                                       Tensor::copyOf(std::string(counts, 'c').data(), counts),
+                                       Tensor::copyOf(std::string(keys, 'k').data(), keys), int64_t(2)));
 }
 
 // The ceiling: one copy and one CRC32C of the tensor's bytes.
@@ -180,6 +202,7 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("copy_and_crc32c", troupe::bench::copyAndCrcBench);
   benchmark::RegisterBenchmark("send_side", troupe::bench::sendBench);
   benchmark::RegisterBenchmark("receive_side", troupe::bench::receiveBench);
+  benchmark::RegisterBenchmark("receive_side_pull", troupe::bench::receivePullBench);
   benchmark::Initialize(&n, rest.data());
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -1,5 +1,6 @@
 #include "transport/message_codec.h"
 
+#include <algorithm>
 #include <bitset>
 #include <cstring>
 #include <optional>
@@ -8,7 +9,6 @@
 #include <caf/atom.hpp>
 #include <caf/error.hpp>
 #include <caf/message.hpp>
-#include <caf/message_builder.hpp>
 #include <caf/unit.hpp>
 #include <capnp/message.h>
 #include <capnp/serialize.h>
@@ -221,11 +221,11 @@ Expected<caf::message> decodeMessage(const std::string& body, const std::vector<
                                           body.size(), kMaxMessageBodyBytes));
   }
   const internal::WordsOf words(body.data(), body.size());
-  caf::message_builder out;
   if (frameTensors.size() > kMaxTensors) {
     return Status::corruption(fmt::format("{} tensors in one frame (at most {})", frameTensors.size(), kMaxTensors));
   }
   TensorsIn tensors{frameTensors, frameOwner, {}};
+  std::optional<MessageElements> out;
   try {
     capnp::ReaderOptions options;
     options.traversalLimitInWords = 4 * words.get().size() + 64;  // fields may be read more than once
@@ -233,25 +233,28 @@ Expected<caf::message> decodeMessage(const std::string& body, const std::vector<
     capnp::FlatArrayMessageReader reader(words.get(), options);
     auto values = reader.getRoot<wire::ActorMessage>().getValues();
     if (values.size() == 0) return Status::corruption("message with no elements");
+    // Sized for the elements, up to a bound (a hostile body may claim a
+    // long list of empty elements).
+    out.emplace(std::min<size_t>(values.size(), 64));
     for (auto v : values) {
       switch (v.which()) {
-        case wire::Value::ATOM: out.append(caf::atom_value(v.getAtom())); break;
-        case wire::Value::UINT32: out.append(uint32_t(v.getUint32())); break;
-        case wire::Value::UINT16: out.append(uint16_t(v.getUint16())); break;
-        case wire::Value::FLOAT32: out.append(float(v.getFloat32())); break;
+        case wire::Value::ATOM: out->append(caf::atom_value(v.getAtom())); break;
+        case wire::Value::UINT32: out->append(uint32_t(v.getUint32())); break;
+        case wire::Value::UINT16: out->append(uint16_t(v.getUint16())); break;
+        case wire::Value::FLOAT32: out->append(float(v.getFloat32())); break;
         case wire::Value::ERROR: {
           auto e = v.getError();
           auto ctx = e.getContext();
           if (e.getCode() == 0) {
-            out.append(caf::error{});  // "none" (code 0 means no error)
+            out->append(caf::error{});  // "none" (code 0 means no error)
             break;
           }
           caf::error err(e.getCode(), caf::atom_value(e.getCategory()),
                          ctx.size() ? caf::make_message(std::string(ctx.begin(), ctx.size())) : caf::message());
-          out.append(std::move(err));
+          out->append(std::move(err));
           break;
         }
-        case wire::Value::UNIT: out.append(caf::unit); break;
+        case wire::Value::UNIT: out->append(caf::unit); break;
         case wire::Value::RECORD: {
           auto record = v.getRecord();
           const WireTypes::Entry* entry = types ? types->find(record.getType()) : nullptr;
@@ -266,7 +269,7 @@ Expected<caf::message> decodeMessage(const std::string& body, const std::vector<
             }
             fields.push_back(std::move(**field));
           }
-          Status s = entry->decode(std::move(fields), out);
+          Status s = entry->decode(std::move(fields), *out);
           if (!s.isOk()) return s;
           break;
         }
@@ -274,7 +277,7 @@ Expected<caf::message> decodeMessage(const std::string& body, const std::vector<
           auto field = fieldOf(v, tensors);
           if (!field.hasValue()) return field.status();
           if (!*field) return Status::corruption("unknown message value kind");
-          std::visit([&](auto&& x) { out.append(std::move(x)); }, std::move(**field));
+          std::visit([&](auto&& x) { out->append(std::move(x)); }, std::move(**field));
         }
       }
     }
@@ -284,7 +287,7 @@ Expected<caf::message> decodeMessage(const std::string& body, const std::vector<
   for (size_t i = 0; i < frameTensors.size(); ++i) {
     if (!tensors.used[i]) return Status::corruption(fmt::format("tensor {} is not named by the message", i));
   }
-  return out.move_to_message();
+  return out->take();
 }
 
 }  // namespace troupe::transport

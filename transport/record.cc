@@ -1,5 +1,9 @@
 #include "transport/record.h"
 
+#include <caf/detail/dynamic_message_data.hpp>
+#include <caf/intrusive_ptr.hpp>
+#include <caf/make_counted.hpp>
+
 #include "common/check.h"
 #include "common/hash.h"
 
@@ -19,6 +23,14 @@ Status RecordReader::finish() const {
                                           fields_.size() - next_));
   }
   return Status::ok();
+}
+
+caf::message MessageElements::take() {
+  // What message_builder::move_to_message makes, built from the list at once.
+  caf::intrusive_ptr<caf::detail::message_data> data =
+      caf::make_counted<caf::detail::dynamic_message_data>(std::move(elements_));
+  elements_.clear();
+  return caf::message(caf::message::data_ptr(std::move(data)));
 }
 
 WireTypes& WireTypes::merge(const WireTypes& other) {
