@@ -118,7 +118,7 @@ void sendBench(benchmark::State& state) {
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(g_bytes));
 }
 
-// The receiving side of `msg`, whose tensors hold g_bytes in all.
+// The receiving side of `msg` (bytes processed: its tensors' bytes).
 void receiveSide(benchmark::State& state, const caf::message& msg) {
   std::vector<Tensor> tensors;
   std::vector<TensorView> views;
@@ -146,11 +146,13 @@ void receiveSide(benchmark::State& state, const caf::message& msg) {
     auto frame = transport::decodeFrame(bytes, frameBytes);
     if (!frame.hasValue()) std::abort();
     auto back = transport::decodeMessage(frame->envelope.body, frame->tensors, storage);
-    if (!back.hasValue() || back->size() != msg.size()) std::abort();
+    if (!back.hasValue() || back->size() != msg.size() || back->type_token() != msg.type_token()) std::abort();
     benchmark::DoNotOptimize(back->cvals().get());
   }
   count.report(state);
-  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(g_bytes));
+  size_t tensorBytes = 0;
+  for (const Tensor& t : tensors) tensorBytes += t.bytes;
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(tensorBytes));
 }
 
 void receiveBench(benchmark::State& state) {
@@ -159,7 +161,7 @@ void receiveBench(benchmark::State& state) {
 
 // A message of a parameter server's pull request's shape (ps/wire.h's
 // pullToWire: an atom, the worker, the step, two flags, the counts and the
-// keys, the generation), its two tensors g_bytes together.
+// keys, the generation), its two tensors g_bytes together (at least 72).
 void receivePullBench(benchmark::State& state) {
   const size_t counts = 64, keys = std::max<size_t>(g_bytes, counts + 8) - counts;
   receiveSide(state, caf::make_message(pull_atom::value, int64_t(3), int64_t(1200), true, false,

@@ -33,7 +33,7 @@
 #include <vector>
 
 #include <caf/message.hpp>
-#include <caf/message_builder.hpp>  // make_type_erased_value and what it needs
+#include <caf/message_builder.hpp>  // make_type_erased_value, implicit_conversions, unbox_message_element
 #include <caf/meta/annotation.hpp>
 #include <fmt/format.h>
 
@@ -129,9 +129,13 @@ class RecordReader {
 class MessageElements {
  public:
   explicit MessageElements(size_t expected) { elements_.reserve(expected); }
+  // Holds x as the type message_builder::append would (after CAF's
+  // implicit conversions), so handlers match the message as before.
   template <class T>
   void append(T&& x) {
-    elements_.push_back(caf::make_type_erased_value<std::decay_t<T>>(std::forward<T>(x)));
+    using Held = typename caf::unbox_message_element<
+        typename caf::detail::implicit_conversions<std::decay_t<T>>::type>::type;
+    elements_.push_back(caf::make_type_erased_value<Held>(std::forward<T>(x)));
   }
   size_t size() const { return elements_.size(); }
   // The message (elements in the order appended); this is left empty.
